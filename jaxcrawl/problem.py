@@ -1,0 +1,243 @@
+"""The problem model: :class:`CrawlProblem` and :class:`Policy`.
+
+One vocabulary is used throughout jaxcrawl (the papers' symbols in brackets):
+
+* ``importance`` -- request rate / weight of a page (ζ in Learning to Crawl, μ in
+  Kolobov et al. NeurIPS-19, w in Avrachenkov et al.);
+* ``change_rate`` -- Poisson rate of meaningful changes (ξ, λ, Δ);
+* ``bandwidth`` -- total crawl rate allowed (R, B);
+* ``complete`` -- bool mask of pages that send a signal on every change (W° vs W⁻);
+* ``rate`` -- crawl rate of a page (ρ, p_i, r_k); for a complete page ``rate = prob *
+  change_rate`` where ``prob`` is the probability of crawling on each change signal;
+* ``dual`` -- the Lagrange multiplier of the bandwidth constraint: the marginal
+  *utility* of one more crawl per unit time, for the un-averaged utility the solver
+  maximises.
+
+Both containers are pytrees, so they pass through ``jax.jit``, ``jax.vmap`` and
+``jax.grad``.  Validation happens once, at construction, when values are concrete;
+inside traced code (where leaves are tracers) it is skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["CrawlProblem", "Policy", "is_concrete"]
+
+
+def is_concrete(*xs: Any) -> bool:
+    """True when none of ``xs`` is a JAX tracer (so values can be checked eagerly)."""
+    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
+
+
+def _as_float_array(x, name):
+    if isinstance(x, jax.core.Tracer):
+        return x
+    arr = jnp.asarray(x)
+    if arr.dtype == jnp.bool_ or not (
+        jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)
+    ):
+        raise TypeError(f"{name} must be a real-valued array, got dtype {arr.dtype}")
+    if not jnp.issubdtype(arr.dtype, jnp.floating):
+        arr = arr.astype(jnp.result_type(float))
+    return arr
+
+
+def _check_positive_finite(arr, name):
+    a = np.asarray(arr)
+    if a.size == 0:
+        raise ValueError(f"{name} is empty: a crawl problem needs at least one page")
+    bad = ~np.isfinite(a)
+    if bad.any():
+        idx = int(np.flatnonzero(bad.ravel())[0])
+        raise ValueError(
+            f"{name} must be finite; found {a.ravel()[idx]!r} at flat index {idx}"
+        )
+    nonpos = a <= 0
+    if nonpos.any():
+        idx = int(np.flatnonzero(nonpos.ravel())[0])
+        raise ValueError(
+            f"{name} must be > 0 for every page; found {a.ravel()[idx]!r} at flat index {idx}"
+            " (a page that never changes or is never requested need not be tracked)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class CrawlProblem:
+    """A freshness crawl-scheduling problem with known change rates.
+
+    Args:
+      importance: ``(..., n)`` positive weights / request rates of the pages (ζ, μ).
+      change_rate: ``(..., n)`` positive Poisson change rates (ξ, λ).
+      bandwidth: positive total crawl rate R; scalar, or shape ``(...)`` for a batch.
+      complete: optional ``(..., n)`` bool mask of pages with complete change
+        observations (NeurIPS-19 W°).  Default: no complete pages.
+
+    Validation (eager, with concrete values): importance and change_rate are finite
+    and > 0 and have the same shape; bandwidth is finite and > 0 and broadcasts
+    against the leading (batch) axes; ``complete`` has the pages' shape.
+
+    Bandwidth the problem cannot use: a complete page gains nothing from more crawls
+    than it has changes, so its rate is at most its change rate (NeurIPS-19 Problem 2).
+    When *every* page is complete and ``bandwidth >= sum(change_rate)`` the problem
+    is degenerate and construction raises ``ValueError`` (no silent cap).  With at
+    least one incomplete page any bandwidth is usable.
+    """
+
+    importance: jax.Array
+    change_rate: jax.Array
+    bandwidth: jax.Array
+    complete: jax.Array
+
+    def __init__(self, importance, change_rate, bandwidth, complete=None):
+        importance = _as_float_array(importance, "importance")
+        change_rate = _as_float_array(change_rate, "change_rate")
+        if is_concrete(importance, change_rate):
+            dtype = jnp.result_type(importance.dtype, change_rate.dtype)
+            importance = importance.astype(dtype)
+            change_rate = change_rate.astype(dtype)
+        if not isinstance(bandwidth, jax.core.Tracer):
+            bandwidth = jnp.asarray(bandwidth, dtype=importance.dtype)
+        if complete is None:
+            complete = jnp.zeros(jnp.shape(importance), dtype=bool)
+        elif not isinstance(complete, jax.core.Tracer):
+            c = np.asarray(complete)
+            if c.dtype != np.bool_:
+                if not np.all((c == 0) | (c == 1)):
+                    raise ValueError("complete must be a boolean mask (or 0/1 values)")
+                c = c.astype(bool)
+            complete = jnp.asarray(c)
+        object.__setattr__(self, "importance", importance)
+        object.__setattr__(self, "change_rate", change_rate)
+        object.__setattr__(self, "bandwidth", bandwidth)
+        object.__setattr__(self, "complete", complete)
+        if is_concrete(importance, change_rate, bandwidth, complete):
+            self._validate()
+
+    def _validate(self):
+        imp, lam = self.importance, self.change_rate
+        if imp.ndim == 0:
+            raise ValueError("importance must have at least one axis (the pages)")
+        if imp.shape != lam.shape:
+            raise ValueError(
+                f"importance and change_rate must have the same shape; got {imp.shape} and {lam.shape}"
+            )
+        if self.complete.shape != imp.shape:
+            raise ValueError(
+                f"complete must have the pages' shape {imp.shape}; got {self.complete.shape}"
+            )
+        _check_positive_finite(imp, "importance")
+        _check_positive_finite(lam, "change_rate")
+        bw = np.asarray(self.bandwidth)
+        batch = imp.shape[:-1]
+        try:
+            np.broadcast_shapes(bw.shape, batch)
+        except ValueError:
+            raise ValueError(
+                f"bandwidth of shape {bw.shape} does not broadcast against the batch shape {batch}"
+            ) from None
+        if len(bw.shape) > len(batch):
+            raise ValueError(
+                f"bandwidth has shape {bw.shape} but the problem's batch shape is {batch}"
+            )
+        if not np.all(np.isfinite(bw)) or np.any(bw <= 0):
+            raise ValueError(f"bandwidth must be finite and > 0; got {bw}")
+        comp = np.asarray(self.complete)
+        all_complete = comp.all(axis=-1)
+        if np.any(all_complete):
+            usable = np.where(comp, np.asarray(lam), 0).sum(axis=-1)
+            over = np.broadcast_to(bw, batch) >= usable
+            if np.any(all_complete & over):
+                raise ValueError(
+                    "bandwidth exceeds what the problem can use: every page is complete and "
+                    f"their total change rate is {usable[all_complete & over].ravel()[0]!r}, "
+                    f"but bandwidth is {np.broadcast_to(bw, batch)[all_complete & over].ravel()[0]!r}; "
+                    "a complete page gains nothing from more crawls than changes "
+                    "(NeurIPS-19 Problem 2 needs bandwidth < sum of change rates)"
+                )
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def num_pages(self) -> int:
+        """Number of pages ``n`` (the last axis)."""
+        return self.importance.shape[-1]
+
+    @property
+    def dtype(self):
+        return self.importance.dtype
+
+    def replace(self, **changes) -> "CrawlProblem":
+        """A copy with some fields replaced (validated again when concrete)."""
+        fields = dict(
+            importance=self.importance,
+            change_rate=self.change_rate,
+            bandwidth=self.bandwidth,
+            complete=self.complete,
+        )
+        fields.update(changes)
+        return CrawlProblem(**fields)
+
+    def as_incomplete(self) -> "CrawlProblem":
+        """The same pages with every page treated as incomplete (Poisson-crawled)."""
+        return CrawlProblem(
+            self.importance, self.change_rate, self.bandwidth, jnp.zeros_like(self.complete)
+        )
+
+    def __repr__(self):
+        return (
+            f"CrawlProblem(num_pages={self.importance.shape[-1]}, batch={self.importance.shape[:-1]}, "
+            f"dtype={self.importance.dtype}, bandwidth={self.bandwidth!r})"
+        )
+
+
+def _flatten(p: CrawlProblem):
+    return (p.importance, p.change_rate, p.bandwidth, p.complete), None
+
+
+def _unflatten(_, leaves):
+    obj = object.__new__(CrawlProblem)
+    for name, leaf in zip(("importance", "change_rate", "bandwidth", "complete"), leaves):
+        object.__setattr__(obj, name, leaf)
+    return obj
+
+
+jax.tree_util.register_pytree_node(CrawlProblem, _flatten, _unflatten)
+
+
+class Policy(NamedTuple):
+    """A stationary crawl policy, as returned by every solver.
+
+    Attributes:
+      rate: ``(..., n)`` crawl rate of every page (crawls per unit time).  For a
+        complete page this is ``prob * change_rate``.
+      prob: ``(..., n)`` for complete pages, the probability of crawling on each
+        change signal (``rate / change_rate``); 0 for incomplete pages.
+      dual: the bandwidth multiplier: the marginal gain in the solver's (un-averaged)
+        utility per extra unit of bandwidth.  For the harmonic objective,
+        ``d(harmonic_cost)/d(bandwidth) = -dual / n`` at the optimum (envelope
+        theorem); heuristics report the dual of the proportional-allocation
+        problem they solve (see each solver's docstring).
+      residual: ``sum(rate) - bandwidth`` after the solve (float precision).
+      num_steps: root-finding iterations used (0 for closed forms).
+    """
+
+    rate: jax.Array
+    prob: jax.Array
+    dual: jax.Array
+    residual: jax.Array
+    num_steps: jax.Array
+
+
+def make_policy(problem: CrawlProblem, rate, dual, residual=None, num_steps=0) -> Policy:
+    """Assemble a :class:`Policy` from rates (computes ``prob`` and the residual)."""
+    comp = problem.complete
+    prob = jnp.where(comp, rate / problem.change_rate, jnp.zeros_like(rate))
+    if residual is None:
+        residual = jnp.sum(rate, axis=-1) - problem.bandwidth
+    dual = jnp.asarray(dual, dtype=rate.dtype)
+    return Policy(rate=rate, prob=prob, dual=dual, residual=residual,
+                  num_steps=jnp.asarray(num_steps, dtype=jnp.int32))
