@@ -1,5 +1,27 @@
-"""jaxcrawl: optimal freshness crawl scheduling in JAX."""
-from .problem import CrawlProblem as CrawlProblem, Policy as Policy
+"""jaxcrawl: optimal freshness crawl scheduling in JAX.
+
+The papers' vocabulary is unified: ``importance`` (ζ, μ, w), ``change_rate`` (ξ, λ, Δ),
+``rate`` (ρ, p, r), ``bandwidth`` (R, B), ``complete`` (W° pages with change signals),
+``dual`` (the bandwidth multiplier).
+"""
+from .problem import CrawlProblem as CrawlProblem, Policy as Policy, make_policy as make_policy
 from .allocate import allocate as allocate, Allocation as Allocation
+from .objectives import (
+    harmonic_cost as harmonic_cost,
+    binary_cost as binary_cost,
+    binary_freshness as binary_freshness,
+    accumulated_delay as accumulated_delay,
+    uniform_interval_freshness as uniform_interval_freshness,
+)
+from .solvers import (
+    lambda_crawl as lambda_crawl,
+    lambda_crawl_approx as lambda_crawl_approx,
+    binary_lambda_crawl as binary_lambda_crawl,
+    uniform_crawl as uniform_crawl,
+    change_rate_crawl as change_rate_crawl,
+    accumulated_delay_crawl as accumulated_delay_crawl,
+    uniform_interval_crawl as uniform_interval_crawl,
+)
+from . import data as data
 
 __version__ = "0.1.0"

@@ -100,6 +100,32 @@ def _bracket_from_marginals(marginal_fn, params, budget, lower, upper, n):
     return a, b
 
 
+def _expand_bracket(rate_fn, params, budget, lower, upper, a, b, max_expansions=64):
+    """Widen a user bracket until f(a) >= 0 >= f(b) (geometrically when it is positive)."""
+    def f(nu):
+        x = jnp.clip(rate_fn(nu, params), lower, upper)
+        return jnp.sum(x) - budget
+
+    def widen_lo(a, b):
+        return jnp.where(a > 0, a / 4.0, a - 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
+
+    def widen_hi(a, b):
+        return jnp.where(b > 0, b * 4.0, b + 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
+
+    def cond_lo(s):
+        a, k = s
+        return (f(a) < 0) & (k < max_expansions)
+
+    a, _ = jax.lax.while_loop(cond_lo, lambda s: (widen_lo(s[0], b), s[1] + 1), (a, 0))
+
+    def cond_hi(s):
+        b, k = s
+        return (f(b) > 0) & (k < max_expansions)
+
+    b, _ = jax.lax.while_loop(cond_hi, lambda s: (widen_hi(a, s[0]), s[1] + 1), (b, 0))
+    return a, b
+
+
 def _eval(rate_fn, params, nu, lower, upper):
     """One pass: clipped allocation, d(phi)/d(nu), and the free mask."""
     phi, dphi = jax.jvp(lambda v: rate_fn(v, params), (nu,), (jnp.ones_like(nu),))
@@ -179,7 +205,9 @@ def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket
     if marginal_fn is not None:
         a, b = _bracket_from_marginals(marginal_fn, params, budget, lower, upper, shape[-1])
     else:
-        a, b = bracket
+        a, b = _expand_bracket(rate_fn, params, budget, lower, upper,
+                               jnp.asarray(bracket[0], budget.dtype),
+                               jnp.asarray(bracket[1], budget.dtype))
     a = jnp.asarray(a, budget.dtype)
     b = jnp.asarray(b, budget.dtype)
     nu, steps = _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol)
@@ -244,7 +272,8 @@ def allocate(
       marginal_fn: ``marginal_fn(x, params) -> u'(x)``, used to build the dual bracket
         from the marginal utilities at a feasible point (one pass).  Either this or
         ``bracket`` is required.
-      bracket: explicit ``(a, b)`` with ``sum(x(a)) >= B >= sum(x(b))``.
+      bracket: explicit starting ``(a, b)``; it is widened (geometrically when positive)
+        until ``sum(x(a)) >= B >= sum(x(b))``.
       max_steps: cap on root-finding iterations (each is one pass over the pages).
       rtol: stop when ``|sum(x) - B| <= rtol * B`` (default ``4 * eps**0.75`` of the
         dtype); the final correction then makes the budget exact to rounding.

@@ -214,8 +214,12 @@ class Policy(NamedTuple):
     Attributes:
       rate: ``(..., n)`` crawl rate of every page (crawls per unit time).  For a
         complete page this is ``prob * change_rate``.
-      prob: ``(..., n)`` for complete pages, the probability of crawling on each
-        change signal (``rate / change_rate``); 0 for incomplete pages.
+      prob: ``(..., n)`` for pages crawled on change signals, the probability of
+        crawling on each signal (``rate / change_rate``); 0 for Poisson-crawled pages.
+      on_signal: ``(..., n)`` bool: pages crawled on change signals (NeurIPS-19 Π°).
+        ``lambda_crawl`` sets it to ``problem.complete``; BinaryLambdaCrawl and the
+        heuristics crawl every page as a Poisson process (all False), as the
+        NeurIPS-19 baselines do.  The objectives read it when given a Policy.
       dual: the bandwidth multiplier: the marginal gain in the solver's (un-averaged)
         utility per extra unit of bandwidth.  For the harmonic objective,
         ``d(harmonic_cost)/d(bandwidth) = -dual / n`` at the optimum (envelope
@@ -227,17 +231,23 @@ class Policy(NamedTuple):
 
     rate: jax.Array
     prob: jax.Array
+    on_signal: jax.Array
     dual: jax.Array
     residual: jax.Array
     num_steps: jax.Array
 
 
-def make_policy(problem: CrawlProblem, rate, dual, residual=None, num_steps=0) -> Policy:
-    """Assemble a :class:`Policy` from rates (computes ``prob`` and the residual)."""
-    comp = problem.complete
+def make_policy(problem: CrawlProblem, rate, dual, residual=None, num_steps=0,
+                on_signal=None) -> Policy:
+    """Assemble a :class:`Policy` from rates (computes ``prob`` and the residual).
+
+    ``on_signal`` defaults to ``problem.complete``.
+    """
+    comp = problem.complete if on_signal is None else on_signal
+    comp = jnp.broadcast_to(comp, jnp.shape(rate))
     prob = jnp.where(comp, rate / problem.change_rate, jnp.zeros_like(rate))
     if residual is None:
         residual = jnp.sum(rate, axis=-1) - problem.bandwidth
     dual = jnp.asarray(dual, dtype=rate.dtype)
-    return Policy(rate=rate, prob=prob, dual=dual, residual=residual,
+    return Policy(rate=rate, prob=prob, on_signal=comp, dual=dual, residual=residual,
                   num_steps=jnp.asarray(num_steps, dtype=jnp.int32))
