@@ -246,6 +246,11 @@ def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
     return (x, nu, steps), (dx, dnu, jnp.zeros_like(steps))
 
 
+# Compiled once per (rate_fn, marginal_fn, cfg) and input shapes: eager callers (and the
+# solvers, whose rate functions live at module level) hit the cache.
+_solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
+
+
 def allocate(
     rate_fn: RateFn,
     params: Any,
@@ -316,7 +321,7 @@ def allocate(
                 f"[{lo.sum()}, {hi.sum()}]"
             )
     cfg = (int(max_steps), float(_default_rtol(budget.dtype) if rtol is None else rtol))
-    x, nu, steps = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket)
+    x, nu, steps = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket)
     residual = jnp.sum(x) - budget
     return Allocation(x=x, dual=nu, residual=jax.lax.stop_gradient(residual),
                       num_steps=jax.lax.stop_gradient(steps).astype(jnp.int32))

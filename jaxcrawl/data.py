@@ -52,7 +52,7 @@ def synthetic(
       dtype: float dtype (default: JAX's default float, float32 unless x64 is on).
 
     Returns:
-      A validated :class:`CrawlProblem`.
+      A validated :class:`CrawlProblem` (traceable: ``jax.vmap`` over keys gives a batch).
     """
     if int(num_pages) < 1:
         raise ValueError(f"num_pages must be >= 1; got {num_pages}")
@@ -71,8 +71,9 @@ def synthetic(
     change_rate = jnp.exp(log_change_rate_mean + log_change_rate_std * z2)
     complete = jax.random.uniform(key_complete, (num_pages,)) < complete_fraction
     bandwidth = jnp.asarray(bandwidth_fraction * num_pages, dtype)
-    if bool(jnp.all(complete)) and float(bandwidth) >= float(jnp.sum(change_rate)):
-        complete = complete.at[0].set(False)
+    # keep the problem usable (NeurIPS-19 Problem 2) if every page happened to be complete
+    degenerate = jnp.all(complete) & (bandwidth >= jnp.sum(change_rate))
+    complete = complete.at[0].set(complete[0] & ~degenerate)
     return CrawlProblem(importance, change_rate, bandwidth, complete)
 
 

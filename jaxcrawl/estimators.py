@@ -510,7 +510,7 @@ def mle_smoothed(intervals, changed, mask=None, *, window=None, time=None, offse
     :math:`t_j = \text{offset} + \sum_{i\le j} a_i` lies in ``(time - window, time]``.
     The smoothing removes the singularities without affecting consistency, so the root is
     always finite and positive: all-changed histories give a finite rate, never-changed
-    ones a positive rate, and an empty history gives :math:`2\ln 2/s` (``2 ln 2 ≈ 1.386``
+    ones a positive rate, and an empty history gives :math:`\ln 2/s` (``2 ln 2 ≈ 1.386``
     for s = 0.5).  The result is still clipped to ``[min_rate, max_rate]``.
 
     Args:

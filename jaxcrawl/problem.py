@@ -37,11 +37,17 @@ def is_concrete(*xs: Any) -> bool:
 def _as_float_array(x, name):
     if isinstance(x, jax.core.Tracer):
         return x
+    if not isinstance(x, jax.Array):
+        x = np.asarray(x)
+        if x.dtype == object:
+            try:
+                x = x.astype(float)
+            except (TypeError, ValueError):
+                raise TypeError(f"{name} must be a real-valued array") from None
+    dt = x.dtype
+    if dt == np.bool_ or not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
+        raise TypeError(f"{name} must be a real-valued array, got dtype {dt}")
     arr = jnp.asarray(x)
-    if arr.dtype == jnp.bool_ or not (
-        jnp.issubdtype(arr.dtype, jnp.floating) or jnp.issubdtype(arr.dtype, jnp.integer)
-    ):
-        raise TypeError(f"{name} must be a real-valued array, got dtype {arr.dtype}")
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
     return arr
@@ -135,14 +141,12 @@ class CrawlProblem:
         bw = np.asarray(self.bandwidth)
         batch = imp.shape[:-1]
         try:
-            np.broadcast_shapes(bw.shape, batch)
+            ok = np.broadcast_shapes(bw.shape, batch) == batch
         except ValueError:
+            ok = False
+        if not ok:
             raise ValueError(
-                f"bandwidth of shape {bw.shape} does not broadcast against the batch shape {batch}"
-            ) from None
-        if len(bw.shape) > len(batch):
-            raise ValueError(
-                f"bandwidth has shape {bw.shape} but the problem's batch shape is {batch}"
+                f"bandwidth of shape {bw.shape} does not broadcast to the problem's batch shape {batch}"
             )
         if not np.all(np.isfinite(bw)) or np.any(bw <= 0):
             raise ValueError(f"bandwidth must be finite and > 0; got {bw}")

@@ -1,0 +1,67 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcrawl
+from jaxcrawl import CrawlProblem
+
+
+def test_valid_problem_defaults():
+    p = CrawlProblem([1.0, 2.0], [0.5, 0.1], 1.0)
+    assert p.num_pages == 2
+    assert p.complete.dtype == jnp.bool_ and not bool(p.complete.any())
+    assert p.importance.dtype == p.change_rate.dtype
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(importance=[1.0, -1.0], change_rate=[1.0, 1.0], bandwidth=1.0), "importance must be > 0"),
+        (dict(importance=[1.0, 0.0], change_rate=[1.0, 1.0], bandwidth=1.0), "importance must be > 0"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 0.0], bandwidth=1.0), "change_rate must be > 0"),
+        (dict(importance=[1.0, np.nan], change_rate=[1.0, 1.0], bandwidth=1.0), "importance must be finite"),
+        (dict(importance=[1.0, 1.0], change_rate=[np.inf, 1.0], bandwidth=1.0), "change_rate must be finite"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0, 1.0], bandwidth=1.0), "same shape"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0], bandwidth=0.0), "bandwidth must be finite and > 0"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0], bandwidth=-2.0), "bandwidth must be finite and > 0"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0], bandwidth=np.nan), "bandwidth must be finite and > 0"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0], bandwidth=1.0, complete=[True]), "complete must have"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0], bandwidth=1.0, complete=[2, 0]), "boolean"),
+        (dict(importance=[1.0, 1.0], change_rate=[1.0, 1.0], bandwidth=2.0, complete=[True, True]),
+         "bandwidth exceeds what the problem can use"),
+        (dict(importance=[], change_rate=[], bandwidth=1.0), "empty"),
+        (dict(importance=[[1.0, 1.0]], change_rate=[[1.0, 1.0]], bandwidth=[1.0, 2.0]), "bandwidth"),
+    ],
+)
+def test_bad_input_is_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CrawlProblem(**kwargs)
+
+
+def test_all_complete_below_total_change_rate_is_fine():
+    p = CrawlProblem([1.0, 1.0], [1.0, 1.0], 1.999, complete=[True, True])
+    pol = jaxcrawl.lambda_crawl(p)
+    assert np.all(np.asarray(pol.prob) <= 1.0 + 1e-12)
+
+
+def test_string_dtype_rejected():
+    with pytest.raises(TypeError, match="importance"):
+        CrawlProblem(np.array(["a", "b"]), [1.0, 1.0], 1.0)
+
+
+def test_pytree_roundtrip_under_jit_and_vmap():
+    p = CrawlProblem(np.ones((3, 4)), np.full((3, 4), 0.5), np.array([1.0, 2.0, 3.0]))
+    leaves, tree = jax.tree_util.tree_flatten(p)
+    q = jax.tree_util.tree_unflatten(tree, leaves)
+    assert isinstance(q, CrawlProblem)
+    out = jax.vmap(lambda pr: jnp.sum(pr.importance) * pr.bandwidth)(p)
+    np.testing.assert_allclose(out, [4.0, 8.0, 12.0])
+    out = jax.jit(lambda pr: pr.replace(bandwidth=pr.bandwidth * 2).bandwidth)(p)
+    np.testing.assert_allclose(out, [2.0, 4.0, 6.0])
+
+
+def test_replace_revalidates():
+    p = CrawlProblem([1.0], [1.0], 1.0)
+    with pytest.raises(ValueError, match="bandwidth"):
+        p.replace(bandwidth=-1.0)
