@@ -170,10 +170,10 @@ def _read_history_csv(path: str, errors: str) -> _Histories:
     )
 
 
-def _read_dataset(directory: str, errors: str, max_observations) -> _Histories:
+def _read_dataset(directory: str, errors: str, max_observations, dtype) -> _Histories:
     from .dataset import load_crawl_dataset
 
-    ds = load_crawl_dataset(directory, errors=errors, max_observations=max_observations)
+    ds = load_crawl_dataset(directory, errors=errors, max_observations=max_observations, dtype=dtype)
     rep = ds.report
     report = {
         "rows_read": rep.rows_read,
@@ -268,15 +268,15 @@ def run(args) -> int:
     if not os.path.exists(args.input):
         raise ValueError(f"{args.input}: no such file or directory")
 
+    dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
     if os.path.isdir(args.input):
-        h = _read_dataset(args.input, args.errors, args.max_observations)
+        h = _read_dataset(args.input, args.errors, args.max_observations, dtype)
     else:
         if args.max_observations is not None:
             raise ValueError("--max-observations applies to data set directories only")
         h = _read_history_csv(args.input, args.errors)
     read_seconds = time.perf_counter() - t0
-    dtype = np.float64 if args.x64 else np.float32
     n = h.page_id.shape[0]
 
     t0 = time.perf_counter()

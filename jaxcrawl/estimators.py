@@ -310,6 +310,11 @@ def naive(intervals, changed, mask=None):
       ``(...)`` rates.  A history with no observed time (empty) gives 0.
     """
     _validate_history(intervals, changed, mask)
+    return _naive_impl(intervals, changed, mask)
+
+
+@jax.jit
+def _naive_impl(intervals, changed, mask):
     w, c, _ = _prepare(intervals, changed, mask)
     total = jnp.sum(w, axis=-1)
     u = jnp.sum(c, axis=-1).astype(w.dtype)
@@ -329,6 +334,11 @@ def log_likelihood(rate, intervals, changed, mask=None):
       ``(...)`` log-likelihoods (computed as ``log(-expm1(-ξw))`` for accuracy).
     """
     _validate_history(intervals, changed, mask)
+    return _log_likelihood_impl(rate, intervals, changed, mask)
+
+
+@jax.jit
+def _log_likelihood_impl(rate, intervals, changed, mask):
     w, c, _ = _prepare(intervals, changed, mask)
     xi = jnp.asarray(rate, w.dtype)[..., None]
     xw = xi * w
@@ -353,9 +363,10 @@ def _mle_psi(w, c):
     return psi
 
 
-@functools.partial(jax.jit, static_argnames=("max_steps",))
 def _mle_core(w, c, m, min_rate, max_rate, max_steps, rtol):
     dtype = w.dtype
+    if rtol is None:
+        rtol = _default_rtol(dtype)
     lo, hi = _bounds(min_rate, max_rate, dtype, w.shape[:-1])
     n = jnp.sum(m, axis=-1)
     u = jnp.sum(c, axis=-1)
@@ -408,9 +419,12 @@ def mle(intervals, changed, mask=None, *, min_rate=DEFAULT_MIN_RATE, max_rate=DE
     """
     _validate_history(intervals, changed, mask)
     _validate_bounds(min_rate, max_rate)
+    return _mle_impl(intervals, changed, mask, min_rate, max_rate, max_steps, rtol)
+
+
+@functools.partial(jax.jit, static_argnames=("max_steps",))
+def _mle_impl(intervals, changed, mask, min_rate, max_rate, max_steps, rtol):
     w, c, m = _prepare(intervals, changed, mask)
-    if rtol is None:
-        rtol = _default_rtol(w.dtype)
     return _mle_core(w, c, m, min_rate, max_rate, max_steps, rtol)
 
 
@@ -427,8 +441,9 @@ def _mm_psi(w, c, m):
     return psi
 
 
-@functools.partial(jax.jit, static_argnames=("max_steps",))
 def _mm_core(w, c, m, min_rate, max_rate, max_steps, rtol):
+    if rtol is None:
+        rtol = _default_rtol(w.dtype)
     lo, hi = _bounds(min_rate, max_rate, w.dtype, w.shape[:-1])
     n = jnp.sum(m, axis=-1)
     u = jnp.sum(c, axis=-1)
@@ -463,9 +478,12 @@ def moment_matching(intervals, changed, mask=None, *, min_rate=DEFAULT_MIN_RATE,
     """
     _validate_history(intervals, changed, mask)
     _validate_bounds(min_rate, max_rate)
+    return _mm_impl(intervals, changed, mask, min_rate, max_rate, max_steps, rtol)
+
+
+@functools.partial(jax.jit, static_argnames=("max_steps",))
+def _mm_impl(intervals, changed, mask, min_rate, max_rate, max_steps, rtol):
     w, c, m = _prepare(intervals, changed, mask)
-    if rtol is None:
-        rtol = _default_rtol(w.dtype)
     return _mm_core(w, c, m, min_rate, max_rate, max_steps, rtol)
 
 
@@ -530,6 +548,13 @@ def mle_smoothed(intervals, changed, mask=None, *, window=None, time=None, offse
     _validate_history(intervals, changed, mask)
     _validate_bounds(min_rate, max_rate)
     _validate_window(window, smoothing)
+    return _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing,
+                              min_rate, max_rate, max_steps, rtol)
+
+
+@functools.partial(jax.jit, static_argnames=("max_steps",))
+def _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing,
+                       min_rate, max_rate, max_steps, rtol):
     w, c, m = _prepare(intervals, changed, mask)
     dtype = w.dtype
     keep, _ = _suffix_mask(w, m, offset, time, window)
@@ -540,8 +565,6 @@ def mle_smoothed(intervals, changed, mask=None, *, window=None, time=None, offse
     w = jnp.concatenate([w, s, s], axis=-1)
     c = jnp.concatenate([c, jnp.ones(batch + (1,), bool), jnp.zeros(batch + (1,), bool)], axis=-1)
     keep = jnp.concatenate([keep, jnp.ones(batch + (2,), bool)], axis=-1)
-    if rtol is None:
-        rtol = _default_rtol(dtype)
     return _mle_core(w, c, keep, min_rate, max_rate, max_steps, rtol)
 
 
@@ -582,6 +605,11 @@ def complete_obs_rate(intervals, changed, mask=None, *, window=None, time=None, 
         raise ValueError(f"window must be > 0; got {window!r}")
     if is_concrete(smoothing) and not np.all(np.asarray(smoothing, dtype=float) >= 0):
         raise ValueError(f"smoothing must be >= 0; got {smoothing!r}")
+    return _complete_obs_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate, max_rate)
+
+
+@jax.jit
+def _complete_obs_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate, max_rate):
     w, c, m = _prepare(intervals, changed, mask)
     dtype = w.dtype
     keep, end = _suffix_mask(w, m, offset, time, window)
@@ -620,6 +648,11 @@ def full_observation(intervals, counts, mask=None, *, min_rate=DEFAULT_MIN_RATE,
     """
     _validate_history(intervals, counts, mask, changed_name="counts", counts=True)
     _validate_bounds(min_rate, max_rate)
+    return _full_observation_impl(intervals, counts, mask, min_rate, max_rate)
+
+
+@jax.jit
+def _full_observation_impl(intervals, counts, mask, min_rate, max_rate):
     w, x, _ = _prepare(intervals, counts, mask, counts=True)
     total = jnp.sum(w, axis=-1)
     lo, hi = _bounds(min_rate, max_rate, w.dtype, total.shape)
@@ -660,8 +693,12 @@ def lemma3_halfwidth(intervals, mask=None, *, delta, min_rate=DEFAULT_MIN_RATE,
     """
     _validate_bounds(min_rate, max_rate)
     _validate_delta(delta)
-    intervals = jnp.asarray(intervals)
-    _validate_history(intervals, jnp.zeros((), bool), mask)
+    _validate_history(intervals, np.zeros((), bool), mask)
+    return _lemma3_impl(intervals, mask, delta, min_rate, max_rate)
+
+
+@jax.jit
+def _lemma3_impl(intervals, mask, delta, min_rate, max_rate):
     w, _, m = _prepare(intervals, jnp.zeros((), bool), mask)
     dtype = w.dtype
     n = jnp.sum(m, axis=-1).astype(dtype)
@@ -709,8 +746,12 @@ def lemma8_halfwidth(intervals, mask=None, *, delta, min_rate=DEFAULT_MIN_RATE,
     """
     _validate_bounds(min_rate, max_rate)
     _validate_delta(delta)
-    intervals = jnp.asarray(intervals)
-    _validate_history(intervals, jnp.zeros((), bool), mask)
+    _validate_history(intervals, np.zeros((), bool), mask)
+    return _lemma8_impl(intervals, mask, delta, min_rate, max_rate)
+
+
+@jax.jit
+def _lemma8_impl(intervals, mask, delta, min_rate, max_rate):
     w, _, m = _prepare(intervals, jnp.zeros((), bool), mask)
     dtype = w.dtype
     y = jnp.sum(w, axis=-1)
