@@ -138,8 +138,15 @@ def _eval(rate_fn, params, nu, lower, upper):
     return x, jnp.where(free, dphi, 0.0), free, at_lo, at_hi, phi, dphi
 
 
-def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol):
-    """Safeguarded Newton (rtsafe) on f(ν) = Σ x_i(ν) − B, in log ν when a > 0."""
+def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol, unrolled=False):
+    """Safeguarded Newton (rtsafe) on f(ν) = Σ x_i(ν) − B, in log ν when a > 0.
+
+    ``unrolled=False``: a ``lax.while_loop`` that stops at the tolerance (derivatives come
+    from the implicit rule, not from the loop).  ``unrolled=True``: exactly ``max_steps``
+    iterations of the same update in a ``lax.scan`` (frozen once converged), which
+    reverse-mode autodiff can differentiate step by step — kept only as the baseline that
+    the implicit rule is measured against.
+    """
     dtype = jnp.result_type(budget)
     log_mode = a > 0
     to_nu = lambda z: jnp.where(log_mode, jnp.exp(z), z)
@@ -157,10 +164,6 @@ def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol):
 
     z0 = 0.5 * (za + zb)
     init = (za, zb, z0, jnp.abs(zb - za), jnp.asarray(0, jnp.int32), jnp.asarray(False))
-
-    def cond(s):
-        za, zb, z, dz_old, k, done = s
-        return (~done) & (k < max_steps)
 
     def body(s):
         za, zb, z, dz_old, k, done = s
@@ -184,6 +187,20 @@ def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol):
         znew = jnp.where(converged, z, znew)
         return (za, zb, znew, dz, k + 1, converged)
 
+    if unrolled:
+        def scan_body(s, _):
+            new = body(s)
+            done = s[-1]
+            frozen = jax.tree_util.tree_map(lambda o, n: jnp.where(done, o, n), s, new)
+            return frozen, None
+
+        (za, zb, z, _, k, _), _ = jax.lax.scan(scan_body, init, None, length=max_steps)
+        return to_nu(z), k
+
+    def cond(s):
+        za, zb, z, dz_old, k, done = s
+        return (~done) & (k < max_steps)
+
     za, zb, z, _, k, _ = jax.lax.while_loop(cond, body, init)
     return to_nu(z), k
 
@@ -196,7 +213,7 @@ def _polish(x, dx_free, budget):
     return x + jnp.where(sw > 0, r / jnp.where(sw > 0, sw, 1.0), 0.0) * w
 
 
-def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket):
+def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled=False):
     max_steps, rtol = cfg
     phi_shape = jax.eval_shape(lambda: rate_fn(bracket[0], params)).shape
     shape = jnp.broadcast_shapes(phi_shape, jnp.shape(lower), jnp.shape(upper))
@@ -208,9 +225,9 @@ def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket
         a, b = _expand_bracket(rate_fn, params, budget, lower, upper,
                                jnp.asarray(bracket[0], budget.dtype),
                                jnp.asarray(bracket[1], budget.dtype))
-    a = jnp.asarray(a, budget.dtype)
-    b = jnp.asarray(b, budget.dtype)
-    nu, steps = _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol)
+    a = jax.lax.stop_gradient(jnp.asarray(a, budget.dtype))
+    b = jax.lax.stop_gradient(jnp.asarray(b, budget.dtype))
+    nu, steps = _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol, unrolled)
     x, dx_free, *_ = _eval(rate_fn, params, nu, lower, upper)
     x = _polish(x, dx_free, budget)
     x = jnp.clip(x, lower, upper)
@@ -262,6 +279,7 @@ def allocate(
     bracket=None,
     max_steps: int = 100,
     rtol: Optional[float] = None,
+    adjoint: str = "implicit",
 ) -> Allocation:
     r"""Solve :math:`\max \sum_i u_i(x_i)` s.t. :math:`\sum_i x_i = B`, :math:`\ell \le x \le h`.
 
@@ -282,6 +300,11 @@ def allocate(
       max_steps: cap on root-finding iterations (each is one pass over the pages).
       rtol: stop when ``|sum(x) - B| <= rtol * B`` (default ``4 * eps**0.75`` of the
         dtype); the final correction then makes the budget exact to rounding.
+      adjoint: ``"implicit"`` (default): derivatives by the implicit function theorem
+        (one extra pass, memory O(pages)).  ``"unrolled"``: run exactly ``max_steps``
+        iterations in a ``lax.scan`` and let autodiff differentiate through them
+        (memory O(pages × steps)); only useful as a baseline — the bracket is treated
+        as a constant and ``bracket=`` widening is not differentiated.
 
     Returns:
       :class:`Allocation` ``(x, dual, residual, num_steps)``.
@@ -321,7 +344,13 @@ def allocate(
                 f"[{lo.sum()}, {hi.sum()}]"
             )
     cfg = (int(max_steps), float(_default_rtol(budget.dtype) if rtol is None else rtol))
-    x, nu, steps = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket)
+    if adjoint == "implicit":
+        x, nu, steps = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket)
+    elif adjoint == "unrolled":
+        x, nu, steps = _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket,
+                                   unrolled=True)
+    else:
+        raise ValueError(f"adjoint must be 'implicit' or 'unrolled'; got {adjoint!r}")
     residual = jnp.sum(x) - budget
     return Allocation(x=x, dual=nu, residual=jax.lax.stop_gradient(residual),
                       num_steps=jax.lax.stop_gradient(steps).astype(jnp.int32))

@@ -86,7 +86,8 @@ def _lc_marginal(x, params):
 
 
 @_batched
-def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol=None) -> Policy:
+def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol=None,
+                 adjoint: str = "implicit") -> Policy:
     r"""LambdaCrawl: the optimal harmonic-staleness policy under mixed observability.
 
     Kolobov et al., NeurIPS-19, Algorithms 1 (incomplete pages), 2 (complete pages) and
@@ -112,7 +113,7 @@ def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol=None) -> P
     mu, lam, comp = problem.importance, problem.change_rate, problem.complete
     upper = jnp.where(comp, lam, jnp.inf)
     sol = allocate(_lc_rate, (mu, lam, comp), problem.bandwidth, 0.0, upper,
-                   marginal_fn=_lc_marginal, max_steps=max_steps, rtol=rtol)
+                   marginal_fn=_lc_marginal, max_steps=max_steps, rtol=rtol, adjoint=adjoint)
     return make_policy(problem, sol.x, sol.dual, sol.residual, sol.num_steps)
 
 
@@ -136,7 +137,8 @@ def _lca_rate(d, params):
 
 
 @_batched
-def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol=None) -> Policy:
+def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol=None,
+                        adjoint: str = "implicit") -> Policy:
     r"""LambdaCrawlApprox: Prop. 9's change-rate-free rates for incomplete pages.
 
     Kolobov et al., NeurIPS-19, Prop. 9 and supplement §9.3.  If
@@ -158,7 +160,7 @@ def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol=Non
     d0 = jnp.where(m_inc > 0, m_inc / R, jnp.sum(mu) / R)
     upper = jnp.where(comp, lam, jnp.inf)
     sol = allocate(_lca_rate, (mu, lam, comp), R, 0.0, upper,
-                   bracket=(d0, 2.0 * d0), max_steps=max_steps, rtol=rtol)
+                   bracket=(d0, 2.0 * d0), max_steps=max_steps, rtol=rtol, adjoint=adjoint)
     dual = _lca_parts(sol.dual, mu, lam, comp)
     return make_policy(problem, sol.x, dual, sol.residual, sol.num_steps)
 
@@ -176,7 +178,7 @@ def _blc_marginal(x, params):
 
 @_batched
 def binary_lambda_crawl(problem: CrawlProblem, epsilon=0.0, *, max_steps: int = 100,
-                        rtol=None) -> Policy:
+                        rtol=None, adjoint: str = "implicit") -> Policy:
     r"""BinaryLambdaCrawl (Azar et al.'s optimum of binary freshness), and BLCε.
 
     Maximises :math:`\sum_i \zeta_i\rho_i/(\rho_i+\xi_i)` (Learning to Crawl eq. 5;
@@ -203,7 +205,7 @@ def binary_lambda_crawl(problem: CrawlProblem, epsilon=0.0, *, max_steps: int = 
     n = zeta.shape[-1]
     lower = jnp.asarray(epsilon, zeta.dtype) * problem.bandwidth / n
     sol = allocate(_blc_rate, (zeta, xi), problem.bandwidth, lower, jnp.inf,
-                   marginal_fn=_blc_marginal, max_steps=max_steps, rtol=rtol)
+                   marginal_fn=_blc_marginal, max_steps=max_steps, rtol=rtol, adjoint=adjoint)
     return make_policy(problem, sol.x, sol.dual, sol.residual, sol.num_steps,
                        on_signal=jnp.zeros_like(problem.complete))
 
@@ -307,7 +309,8 @@ def _ui_marginal(x, params):
 
 
 @_batched
-def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol=None) -> Policy:
+def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol=None,
+                           adjoint: str = "implicit") -> Policy:
     r"""Optimal uniform-interval (periodic) crawl rates for the utility G.
 
     Learning to Crawl App. H and I.2: refreshing page i every :math:`1/\rho_i` serves
@@ -320,6 +323,14 @@ def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol=
     """
     zeta, xi = problem.importance, problem.change_rate
     sol = allocate(_ui_rate, (zeta, xi), problem.bandwidth, 0.0, jnp.inf,
-                   marginal_fn=_ui_marginal, max_steps=max_steps, rtol=rtol)
+                   marginal_fn=_ui_marginal, max_steps=max_steps, rtol=rtol, adjoint=adjoint)
     return make_policy(problem, sol.x, sol.dual, sol.residual, sol.num_steps,
                        on_signal=jnp.zeros_like(problem.complete))
+
+
+_SOLVER_OPTIONS_DOC = """
+All root-finding solvers take ``max_steps`` (cap on passes), ``rtol`` (budget tolerance of
+the root-find before the final correction) and ``adjoint`` (``"implicit"``: exact
+derivatives by the implicit function theorem; ``"unrolled"``: differentiate through a fixed
+number of iterations — a baseline only; see :func:`jaxcrawl.allocate`).
+"""
