@@ -25,6 +25,7 @@ reason) in the returned :class:`LoadReport` instead -- never dropped silently.
 from __future__ import annotations
 
 import json
+import math
 import os
 from array import array
 from typing import Dict, List, NamedTuple, Optional, Tuple
@@ -194,7 +195,7 @@ def _float_field(text: str, name: str, *, minimum: Optional[float] = None, stric
         v = float(text.strip())
     except ValueError:
         raise _Malformed(f"bad {name}", f"{name} {text!r} is not a number") from None
-    if not np.isfinite(v):
+    if not math.isfinite(v):
         raise _Malformed(f"bad {name}", f"{name} must be finite, got {text.strip()!r}")
     if minimum is not None and (v < minimum or (strict and v == minimum)):
         rule = f"> {minimum:g}" if strict else f">= {minimum:g}"
@@ -250,12 +251,11 @@ def _stream(path: str, state: _FileState, num_fields: int, parse_row):
             state.rows_read += 1
 
 
-def _parse_history(text: str) -> Tuple[List[float], List[int]]:
-    text = text.strip()
-    try:
-        pairs = json.loads(text)
-    except ValueError:
-        raise _Malformed("bad history", f"history is not a list of [interval, change] pairs: {text[:60]!r}") from None
+_NUMERIC_CHARS = str.maketrans("", "", "0123456789 \t[],.eE+-")
+
+
+def _parse_history_strict(pairs, text: str) -> Tuple[np.ndarray, np.ndarray]:
+    """Entry-by-entry validation (slow path: precise error messages, odd inputs)."""
     if not isinstance(pairs, list):
         raise _Malformed("bad history", f"history must be a list, got {text[:60]!r}")
     intervals: List[float] = []
@@ -270,7 +270,31 @@ def _parse_history(text: str) -> Tuple[List[float], List[int]]:
             raise _Malformed("bad change indicator", f"history entry {j}: change indicator must be 0 or 1, got {z!r}")
         intervals.append(float(w))
         changes.append(int(z))
-    return intervals, changes
+    return np.asarray(intervals, dtype=np.float64), np.asarray(changes, dtype=np.uint8)
+
+
+def _parse_history(text: str) -> Tuple[np.ndarray, np.ndarray]:
+    """``[[interval, change], ...]`` -> (intervals float64, changes uint8), validated."""
+    text = text.strip()
+    try:
+        pairs = json.loads(text)
+    except ValueError:
+        raise _Malformed("bad history", f"history is not a list of [interval, change] pairs: {text[:60]!r}") from None
+    # Fast path: plain numbers only (no strings, booleans, null, NaN or Infinity), a
+    # rectangular (k, 2) array, all values valid.  Anything else takes the strict path,
+    # which names the offending entry.
+    if isinstance(pairs, list) and not text.translate(_NUMERIC_CHARS):
+        if not pairs:
+            return np.zeros(0, np.float64), np.zeros(0, np.uint8)
+        try:
+            arr = np.array(pairs, dtype=np.float64)
+        except (ValueError, TypeError):
+            arr = None
+        if arr is not None and arr.ndim == 2 and arr.shape[1] == 2:
+            w, z = arr[:, 0], arr[:, 1]
+            if np.all(np.isfinite(w) & (w > 0)) and np.all((z == 0) | (z == 1)):
+                return w, z.astype(np.uint8)
+    return _parse_history_strict(pairs, text)
 
 
 def _dedupe(ids: np.ndarray, lines: np.ndarray, state: Optional[_FileState], what: str) -> np.ndarray:
@@ -366,6 +390,7 @@ def load_crawl_dataset(
     h_ids, h_offsets, h_lens, h_lines = array("q"), array("d"), array("q"), array("q")
     h_w = array("f" if np.dtype(dtype).itemsize <= 4 else "d")
     h_z = array("B")
+    h_w_dtype = np.float32 if h_w.typecode == "f" else np.float64
 
     def row_history(f, lineno):
         uid = _int_field(f[0], "URL_ID")
@@ -375,8 +400,8 @@ def load_crawl_dataset(
         h_offsets.append(off)
         h_lens.append(len(w))
         h_lines.append(lineno)
-        h_w.extend(w)
-        h_z.extend(z)
+        h_w.frombytes(w.astype(h_w_dtype).tobytes())
+        h_z.frombytes(z.tobytes())
 
     _stream(paths["history"], st, 3, row_history)
 
