@@ -138,6 +138,57 @@ def _eval(rate_fn, params, nu, lower, upper):
     return x, jnp.where(free, dphi, 0.0), free, at_lo, at_hi, phi, dphi
 
 
+class RootState(NamedTuple):
+    """Scalar state of the safeguarded Newton iteration on z (= log ν or ν)."""
+
+    za: jax.Array
+    zb: jax.Array
+    z: jax.Array
+    dz_old: jax.Array
+    k: jax.Array
+    done: jax.Array
+
+
+def root_init(a, b) -> tuple:
+    """Start the iteration on the dual bracket [a, b]: returns (state, log_mode)."""
+    log_mode = a > 0
+    za = jnp.where(log_mode, jnp.log(jnp.where(log_mode, a, 1.0)), a)
+    zb = jnp.where(log_mode, jnp.log(jnp.where(log_mode, b, 1.0)), b)
+    state = RootState(za, zb, 0.5 * (za + zb), jnp.abs(zb - za), jnp.asarray(0, jnp.int32), jnp.asarray(False))
+    return state, log_mode
+
+
+def root_dual(state: RootState, log_mode):
+    """The dual ν at the current iterate."""
+    return jnp.where(log_mode, jnp.exp(state.z), state.z)
+
+
+def root_update(state: RootState, f, df_dnu, log_mode, tol) -> RootState:
+    """One rtsafe step given f(ν) = Σx(ν) − B and its derivative at the current iterate.
+
+    f is nonincreasing in ν.  The bracket shrinks to the current point, a Newton step (in
+    z = log ν when the bracket is positive) is taken when it stays inside the bracket and
+    shrinks the step at least by half, bisection otherwise.  Pure scalar JAX: it runs
+    inside ``lax.while_loop`` for in-memory solves and on the host for streamed ones.
+    """
+    za, zb, z, dz_old, k, _ = state
+    eps = jnp.finfo(jnp.result_type(z)).eps
+    nu = jnp.where(log_mode, jnp.exp(z), z)
+    df = df_dnu * jnp.where(log_mode, nu, 1.0)  # df/dz
+    za = jnp.where(f > 0, z, za)
+    zb = jnp.where(f > 0, zb, z)
+    zb = jnp.where(f == 0, z, zb)
+    za = jnp.where(f == 0, z, za)
+    width = zb - za
+    converged = (jnp.abs(f) <= tol) | (width <= 4 * eps * jnp.maximum(jnp.abs(z), 1.0))
+    newton = z - f / jnp.where(df != 0, df, -1.0)
+    use_newton = (df < 0) & (newton > za) & (newton < zb) & (jnp.abs(2.0 * f) <= jnp.abs(dz_old * df))
+    znew = jnp.where(use_newton, newton, 0.5 * (za + zb))
+    dz = jnp.abs(znew - z)
+    znew = jnp.where(converged, z, znew)
+    return RootState(za, zb, znew, dz, k + 1, converged)
+
+
 def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol, unrolled=False):
     """Safeguarded Newton (rtsafe) on f(ν) = Σ x_i(ν) − B, in log ν when a > 0.
 
@@ -147,62 +198,23 @@ def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol, unr
     reverse-mode autodiff can differentiate step by step — kept only as the baseline that
     the implicit rule is measured against.
     """
-    dtype = jnp.result_type(budget)
-    log_mode = a > 0
-    to_nu = lambda z: jnp.where(log_mode, jnp.exp(z), z)
-    za = jnp.where(log_mode, jnp.log(jnp.where(log_mode, a, 1.0)), a)
-    zb = jnp.where(log_mode, jnp.log(jnp.where(log_mode, b, 1.0)), b)
+    init, log_mode = root_init(a, b)
     tol = rtol * jnp.abs(budget)
-    eps = jnp.finfo(dtype).eps
-
-    def f_and_df(z):
-        nu = to_nu(z)
-        x, dx, *_ = _eval(rate_fn, params, nu, lower, upper)
-        f = jnp.sum(x) - budget
-        df = jnp.sum(dx) * jnp.where(log_mode, nu, 1.0)  # df/dz
-        return f, df
-
-    z0 = 0.5 * (za + zb)
-    init = (za, zb, z0, jnp.abs(zb - za), jnp.asarray(0, jnp.int32), jnp.asarray(False))
 
     def body(s):
-        za, zb, z, dz_old, k, done = s
-        f, df = f_and_df(z)
-        # f is nonincreasing in z: f > 0 means the root lies to the right.
-        za = jnp.where(f > 0, z, za)
-        zb = jnp.where(f > 0, zb, z)
-        zb = jnp.where(f == 0, z, zb)
-        za = jnp.where(f == 0, z, za)
-        width = zb - za
-        converged = (jnp.abs(f) <= tol) | (width <= 4 * eps * jnp.maximum(jnp.abs(z), 1.0))
-        newton = z - f / jnp.where(df != 0, df, -1.0)
-        use_newton = (
-            (df < 0)
-            & (newton > za)
-            & (newton < zb)
-            & (jnp.abs(2.0 * f) <= jnp.abs(dz_old * df))
-        )
-        znew = jnp.where(use_newton, newton, 0.5 * (za + zb))
-        dz = jnp.abs(znew - z)
-        znew = jnp.where(converged, z, znew)
-        return (za, zb, znew, dz, k + 1, converged)
+        x, dx, *_ = _eval(rate_fn, params, root_dual(s, log_mode), lower, upper)
+        return root_update(s, jnp.sum(x) - budget, jnp.sum(dx), log_mode, tol)
 
     if unrolled:
         def scan_body(s, _):
             new = body(s)
-            done = s[-1]
-            frozen = jax.tree_util.tree_map(lambda o, n: jnp.where(done, o, n), s, new)
+            frozen = jax.tree_util.tree_map(lambda o, n: jnp.where(s.done, o, n), s, new)
             return frozen, None
 
-        (za, zb, z, _, k, _), _ = jax.lax.scan(scan_body, init, None, length=max_steps)
-        return to_nu(z), k
-
-    def cond(s):
-        za, zb, z, dz_old, k, done = s
-        return (~done) & (k < max_steps)
-
-    za, zb, z, _, k, _ = jax.lax.while_loop(cond, body, init)
-    return to_nu(z), k
+        final, _ = jax.lax.scan(scan_body, init, None, length=max_steps)
+    else:
+        final = jax.lax.while_loop(lambda s: (~s.done) & (s.k < max_steps), body, init)
+    return root_dual(final, log_mode), final.k
 
 
 def _polish(x, dx_free, budget):
