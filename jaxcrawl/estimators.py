@@ -856,7 +856,9 @@ def lln(alpha: Schedule = 1.0) -> OnlineEstimator:
 
     Args:
       alpha: :math:`\alpha_k`: a positive constant (default 1, the paper's experiments) or
-        a callable ``k -> α_k`` (e.g. ``jnp.log``, ``jnp.sqrt``); k >= 1 is a float array.
+        a callable ``k -> α_k`` with k >= 1 a float array (e.g. ``jnp.sqrt``, or
+        ``lambda k: 1 + jnp.log(k)`` -- ``jnp.log`` itself is 0 at k = 1).  The values must
+        be positive; if ``k + α_k - Î_k <= 0`` anyway, the estimate is left unchanged.
 
     Returns:
       :class:`OnlineEstimator` over :class:`LLNState`.
@@ -873,12 +875,14 @@ def lln(alpha: Schedule = 1.0) -> OnlineEstimator:
         i, m = _obs(changed, mask, dtype, state.rate.shape)
         k = state.num_obs + 1
         ihat = state.num_changes + i
-        x = state.crawl_rate * ihat / (k + alpha_fn(k) - ihat)
+        den = k + alpha_fn(k) - ihat
+        ok = den > 0  # guard: only a non-positive α_k can make it <= 0
+        x = state.crawl_rate * ihat / jnp.where(ok, den, 1)
         return LLNState(
             jnp.where(m, k, state.num_obs),
             jnp.where(m, ihat, state.num_changes),
             state.crawl_rate,
-            jnp.where(m, x, state.rate),
+            jnp.where(m & ok, x, state.rate),
         )
 
     return OnlineEstimator(init, update)
@@ -968,7 +972,7 @@ def sam(eta: Schedule = 1.3, beta: Schedule = 0.75, omega: float = 1.0) -> Onlin
 
 
 def run_online(estimator: OnlineEstimator, changed, crawl_rate, mask=None, *, initial_rate=0.0):
-    """Run an online estimator over a stream with ``jax.lax.scan``.
+    """Run an online estimator (Avrachenkov et al. eq. 1-3) over a stream with ``jax.lax.scan``.
 
     Args:
       estimator: an :class:`OnlineEstimator` (:func:`lln`, :func:`sa`, :func:`sam`).

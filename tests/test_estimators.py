@@ -531,7 +531,8 @@ def _numpy_online(I, p, kind, eta=0.75, beta=0.75, omega=1.0, alpha=1.0, x0=0.0)
         ihat = 0
         for k, i in enumerate(I, start=1):
             ihat += i
-            out.append(p * ihat / (k + alpha - ihat))
+            a = alpha(k) if callable(alpha) else alpha
+            out.append(p * ihat / (k + a - ihat))
     elif kind == "sa":
         y = x0
         for k, i in enumerate(I):
@@ -552,6 +553,7 @@ def test_online_recursions_match_numpy_reference():
     I = rng.random((3, 60)) < 0.7
     p = np.array([1.0, 3.0, 0.5])
     for kind, est, kw in (("lln", E.lln(2.0), dict(alpha=2.0)),
+                          ("lln", E.lln(jnp.sqrt), dict(alpha=np.sqrt)),
                           ("sa", E.sa(0.8), dict(eta=0.8)),
                           ("sam", E.sam(1.3, 0.75, 1.0), dict(eta=1.3, beta=0.75, omega=1.0))):
         _, rates = E.run_online(est, I, p, initial_rate=0.3)
