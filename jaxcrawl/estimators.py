@@ -277,7 +277,8 @@ def _initial_guess(w, c, m, lo, hi):
     guess = jnp.log1p(ratio) / jnp.where(mean_w > 0, mean_w, 1)
     guess = jnp.where(jnp.isfinite(guess) & (guess > 0), guess, jnp.sqrt(lo * hi))
     # Stay strictly inside the bracket so both sides can be probed.
-    return jnp.clip(guess, lo * (1 + 1e-3), hi * (1 - 1e-3))
+    a, b = lo * (1 + 1e-3), hi * (1 - 1e-3)
+    return jnp.where(a < b, jnp.clip(guess, a, b), jnp.sqrt(lo * hi))
 
 
 def _bounds(min_rate, max_rate, dtype, batch_shape):

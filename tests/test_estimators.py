@@ -488,6 +488,16 @@ def test_jit_and_vmap_agree_with_batched_call():
     assert np.all((r >= 0.5) & (r <= 1.0))
 
 
+def test_no_recompile_for_new_values_of_the_same_shape():
+    rng = np.random.default_rng(42)
+    w = rng.exponential(1.0, (7, 9))
+    c = rng.random((7, 9)) < 0.5
+    E.mle(w, c, min_rate=1e-3, max_rate=10.0)
+    size = E._mle_impl._cache_size()
+    E.mle(w * 2, ~c, min_rate=1e-2, max_rate=20.0)
+    assert E._mle_impl._cache_size() == size
+
+
 # ----------------------------------------------------------------------------------------
 # Validation at the public boundary
 # ----------------------------------------------------------------------------------------
