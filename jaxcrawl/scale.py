@@ -1,0 +1,321 @@
+"""Scale: sharding page arrays over devices and hosts, and streaming solves from disk.
+
+**Many devices.** Every solver is a fixed sequence of elementwise maps and global sums
+over the pages, so it partitions over a ``jax.sharding.Mesh`` with no code change: put
+the page arrays on the mesh (:func:`shard_pages`) and call the same public function; XLA
+turns each pass's sum into one all-reduce and returns results with the pages' sharding.
+Sweeps shard their leading (seed / instance / hyperparameter) axis with
+:func:`shard_leading`.  Several hosts: call :func:`initialize_distributed` once per process
+(it wraps ``jax.distributed.initialize``), then build the mesh over ``jax.devices()`` as on
+one host.
+
+**Bigger than memory.** :func:`stream_solve` solves LambdaCrawl / BinaryLambdaCrawl from a
+page table on disk (:class:`PageTable`, ``.npy`` files read by memory map) chunk by chunk:
+the dual needs only per-chunk sums, so each root-finding step is one sequential read of
+the table, and the plan is written chunk by chunk.  It runs the same safeguarded Newton
+iteration as :func:`jaxcrawl.allocate` (shared code: ``root_init`` / ``root_update``) and
+produces the same plan as the in-memory solve.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Iterator, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .allocate import _default_rtol, _eval, root_dual, root_init, root_update
+from .problem import CrawlProblem
+from . import solvers
+
+__all__ = [
+    "page_mesh",
+    "shard_pages",
+    "shard_leading",
+    "initialize_distributed",
+    "PageTable",
+    "write_page_table",
+    "StreamResult",
+    "stream_solve",
+]
+
+
+# ------------------------------------------------------------------ sharding
+def page_mesh(devices=None, axis_name: str = "pages") -> Mesh:
+    """A one-dimensional mesh over ``devices`` (default: all devices of all processes)."""
+    devices = jax.devices() if devices is None else list(devices)
+    return Mesh(np.asarray(devices), (axis_name,))
+
+
+def _check_divisible(n, size, what):
+    if n % size:
+        raise ValueError(
+            f"{what}: the sharded axis has length {n}, which is not a multiple of the mesh size {size}; "
+            f"pad it to a multiple of {size} (e.g. pages with a tiny importance) or use a mesh of a divisor"
+        )
+
+
+def shard_pages(tree, mesh: Mesh, axis_name: Optional[str] = None):
+    """Place every array of ``tree`` with its last (pages) axis sharded over ``mesh``.
+
+    Scalars (e.g. the bandwidth) are replicated.  Works on a :class:`CrawlProblem`, a
+    :class:`Policy`, padded histories, any pytree.  The page count must be a multiple
+    of the mesh size (``ValueError`` otherwise).
+    """
+    axis_name = mesh.axis_names[0] if axis_name is None else axis_name
+    size = mesh.shape[axis_name]
+
+    def put(x):
+        x = jnp.asarray(x)
+        if x.ndim == 0:
+            return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
+        _check_divisible(x.shape[-1], size, "shard_pages")
+        spec = PartitionSpec(*([None] * (x.ndim - 1)), axis_name)
+        return jax.device_put(x, NamedSharding(mesh, spec))
+
+    return jax.tree_util.tree_map(put, tree)
+
+
+def shard_leading(tree, mesh: Mesh, axis_name: Optional[str] = None):
+    """Place every array of ``tree`` with its first (batch: seeds, instances, ...) axis sharded."""
+    axis_name = mesh.axis_names[0] if axis_name is None else axis_name
+    size = mesh.shape[axis_name]
+
+    def put(x):
+        x = jnp.asarray(x)
+        if x.ndim == 0:
+            return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
+        _check_divisible(x.shape[0], size, "shard_leading")
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec(axis_name)))
+
+    return jax.tree_util.tree_map(put, tree)
+
+
+def initialize_distributed(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
+                           process_id: Optional[int] = None, axis_name: str = "pages", **kwargs) -> Mesh:
+    """Join a multi-host JAX job and return a page mesh over every device of every host.
+
+    A thin wrapper of ``jax.distributed.initialize`` (arguments as there; on managed
+    clusters — SLURM, TPU pods, Kubernetes with JAX's auto-detection — they may all be
+    omitted).  Run the same script on every host; afterwards :func:`shard_pages` with the
+    returned mesh spreads the pages over all hosts, and the solvers need no other change.
+    Calling it again in a process that is already initialised just returns the mesh.
+    """
+    try:
+        jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                                   process_id=process_id, **kwargs)
+    except RuntimeError as err:  # already initialised
+        if "already" not in str(err).lower():
+            raise
+    return page_mesh(jax.devices(), axis_name)
+
+
+# ----------------------------------------------------------------- streaming
+class PageTable:
+    """A page table on disk: ``importance.npy``, ``change_rate.npy``, ``complete.npy`` in a directory.
+
+    Arrays are opened as memory maps, so a table larger than memory is read chunk by chunk.
+    """
+
+    FILES = ("importance", "change_rate", "complete")
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        arrays = {}
+        for name in self.FILES:
+            path = os.path.join(directory, name + ".npy")
+            if not os.path.exists(path):
+                raise ValueError(f"{directory}: missing {name}.npy (a page table needs {', '.join(self.FILES)})")
+            arrays[name] = np.load(path, mmap_mode="r")
+        n = arrays["importance"].shape
+        for name, a in arrays.items():
+            if a.ndim != 1 or a.shape != n:
+                raise ValueError(f"{directory}: {name}.npy has shape {a.shape}; every array must be 1-D of length {n[0]}")
+        self.importance, self.change_rate, self.complete = (arrays[k] for k in self.FILES)
+        self.num_pages = int(n[0])
+
+    def chunks(self, chunk_size: int) -> Iterator[tuple]:
+        """Yield ``(start, importance, change_rate, complete)`` blocks of at most ``chunk_size`` pages."""
+        for start in range(0, self.num_pages, chunk_size):
+            stop = min(start + chunk_size, self.num_pages)
+            yield (start, np.asarray(self.importance[start:stop]), np.asarray(self.change_rate[start:stop]),
+                   np.asarray(self.complete[start:stop]).astype(bool))
+
+
+def write_page_table(directory: str, importance, change_rate, complete=None) -> PageTable:
+    """Write a page table (validated like :class:`CrawlProblem`) and open it."""
+    os.makedirs(directory, exist_ok=True)
+    importance = np.asarray(importance)
+    change_rate = np.asarray(change_rate)
+    complete = np.zeros(importance.shape, bool) if complete is None else np.asarray(complete, bool)
+    for name, a in (("importance", importance), ("change_rate", change_rate)):
+        if a.ndim != 1:
+            raise ValueError(f"{name} must be 1-D; got shape {a.shape}")
+        if not np.all(np.isfinite(a)) or np.any(a <= 0):
+            raise ValueError(f"{name} must be finite and > 0 for every page")
+    if not importance.shape == change_rate.shape == complete.shape:
+        raise ValueError("importance, change_rate and complete must have the same shape")
+    np.save(os.path.join(directory, "importance.npy"), importance)
+    np.save(os.path.join(directory, "change_rate.npy"), change_rate)
+    np.save(os.path.join(directory, "complete.npy"), complete)
+    return PageTable(directory)
+
+
+class StreamResult(NamedTuple):
+    """Result of :func:`stream_solve`."""
+
+    rate: np.ndarray  # a memory map of the plan's rates when out_path is given
+    dual: float
+    residual: float
+    num_steps: int
+    num_passes: int  # full reads of the page table
+
+
+_FAMILIES = {
+    # name: (rate_fn, marginal_fn, params(mu, lam, comp), upper(mu, lam, comp), poisson_only)
+    "harmonic": (solvers._lc_rate, solvers._lc_marginal, lambda m, l, c: (m, l, c),
+                 lambda m, l, c: jnp.where(c, l, jnp.inf)),
+    "binary": (solvers._blc_rate, solvers._blc_marginal, lambda m, l, c: (m, l),
+               lambda m, l, c: jnp.full_like(m, jnp.inf)),
+}
+
+
+def _pad(a, size, fill):
+    if a.shape[0] == size:
+        return a
+    return np.concatenate([a, np.full(size - a.shape[0], fill, dtype=a.dtype)])
+
+
+def stream_solve(table: PageTable, bandwidth: float, *, objective: str = "harmonic", epsilon: float = 0.0,
+                 chunk_size: int = 1 << 20, dtype=None, out_path: Optional[str] = None,
+                 max_steps: int = 100, rtol: Optional[float] = None) -> StreamResult:
+    """Solve LambdaCrawl (``objective="harmonic"``) or BLC/BLCε (``"binary"``) from disk.
+
+    The same optimum as :func:`jaxcrawl.lambda_crawl` / :func:`jaxcrawl.binary_lambda_crawl`
+    (NeurIPS-19 Alg. 1-3; Azar et al. / supplement §9.3), computed from per-chunk sums:
+    one pass for the bandwidth statistics, one for the dual bracket, one per root-finding
+    step, and one to write the plan.  Memory is O(chunk_size).
+
+    Args:
+      table: the page table.
+      bandwidth: total crawl rate R (> 0; for an all-complete table below their total rate).
+      objective: ``"harmonic"`` or ``"binary"``.
+      epsilon: BLCε floor fraction (binary only).
+      chunk_size: pages per chunk (chunks are padded to this size, so one compilation).
+      dtype: float dtype of the computation (default: the table's, or float32).
+      out_path: write the rates to this ``.npy`` file (memory map) instead of returning an array.
+
+    Returns:
+      :class:`StreamResult`.
+    """
+    if objective not in _FAMILIES:
+        raise ValueError(f"objective must be one of {sorted(_FAMILIES)}; got {objective!r}")
+    if not np.isfinite(bandwidth) or bandwidth <= 0:
+        raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
+    if objective == "harmonic" and epsilon:
+        raise ValueError("epsilon applies to objective='binary' only")
+    if not 0 <= epsilon <= 1:
+        raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
+    rate_fn, marginal_fn, params_of, upper_of = _FAMILIES[objective]
+    dtype = jnp.dtype(dtype or (table.importance.dtype if jnp.dtype(table.importance.dtype).kind == "f" else jnp.float32))
+    if dtype == jnp.float64 and not jax.config.jax_enable_x64:
+        dtype = jnp.dtype(jnp.float32)
+    n = table.num_pages
+    size = min(chunk_size, n)
+    budget = jnp.asarray(bandwidth, dtype)
+    lower = jnp.asarray(epsilon * bandwidth / n, dtype)
+
+    def load(chunk):
+        start, m, l, c = chunk
+        k = m.shape[0]
+        valid = np.arange(size) < k
+        m = jnp.asarray(_pad(m, size, 1.0), dtype)
+        l = jnp.asarray(_pad(l, size, 1.0), dtype)
+        c = jnp.asarray(_pad(c, size, False))
+        return start, k, m, l, c, jnp.asarray(valid)
+
+    @jax.jit
+    def stats(m, l, c, valid):
+        upper = upper_of(m, l, c)
+        width = upper - lower
+        finite = jnp.isfinite(width) & valid
+        return (jnp.sum(jnp.where(finite, width, 0.0)), jnp.sum((~finite) & valid),
+                jnp.max(jnp.where(finite, width, 0.0)), jnp.sum(jnp.where(valid & jnp.isfinite(upper), upper, 0.0)))
+
+    @jax.jit
+    def bracket(m, l, c, valid, slack, big, total):
+        upper = upper_of(m, l, c)
+        width = upper - lower
+        w = jnp.where(jnp.isfinite(width), width, big)
+        xbar = lower + slack * w / total
+        mg = marginal_fn(xbar, params_of(m, l, c))
+        ok = valid & (width > 0) & jnp.isfinite(mg)
+        return jnp.min(jnp.where(ok, mg, jnp.inf)), jnp.max(jnp.where(ok, mg, -jnp.inf))
+
+    @jax.jit
+    def sums(m, l, c, valid, nu):
+        x, dx, *_ = _eval(rate_fn, params_of(m, l, c), nu, lower, upper_of(m, l, c))
+        return jnp.sum(jnp.where(valid, x, 0.0)), jnp.sum(jnp.where(valid, dx, 0.0))
+
+    @jax.jit
+    def final(m, l, c, nu, factor):
+        x, dx, *_ = _eval(rate_fn, params_of(m, l, c), nu, lower, upper_of(m, l, c))
+        upper = upper_of(m, l, c)
+        return jnp.clip(x + factor * dx, lower, upper)
+
+    passes = 0
+    sw = ninf = mw = su = 0.0
+    for chunk in table.chunks(size):
+        _, _, m, l, c, valid = load(chunk)
+        a, b_, cmax, d = stats(m, l, c, valid)
+        sw, ninf, mw, su = sw + float(a), ninf + float(b_), max(mw, float(cmax)), su + float(d)
+    passes += 1
+    if ninf == 0 and float(budget) >= su:
+        raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({su}): every page is complete")
+    slack = float(budget) - n * float(lower)
+    big = max(slack, mw) if max(slack, mw) > 0 else 1.0
+    total = sw + ninf * big
+    lo_nu, hi_nu = np.inf, -np.inf
+    for chunk in table.chunks(size):
+        _, _, m, l, c, valid = load(chunk)
+        a, b_ = bracket(m, l, c, valid, slack, big, total)
+        lo_nu, hi_nu = min(lo_nu, float(a)), max(hi_nu, float(b_))
+    passes += 1
+    if not (np.isfinite(lo_nu) and np.isfinite(hi_nu)):
+        lo_nu = hi_nu = 1.0
+    state, log_mode = root_init(jnp.asarray(lo_nu, dtype), jnp.asarray(hi_nu, dtype))
+    tol = (_default_rtol(dtype) if rtol is None else rtol) * float(budget)
+    f = df = 0.0
+    while not bool(state.done) and int(state.k) < max_steps:
+        nu = root_dual(state, log_mode)
+        f = df = 0.0
+        for chunk in table.chunks(size):
+            _, _, m, l, c, valid = load(chunk)
+            s, ds = sums(m, l, c, valid, nu)
+            f, df = f + float(s), df + float(ds)
+        passes += 1
+        state = root_update(state, jnp.asarray(f - float(budget), dtype), jnp.asarray(df, dtype), log_mode, tol)
+    nu = root_dual(state, log_mode)
+    # one more pass for the sums at the final dual (the loop's last evaluation may be at another point)
+    f = df = 0.0
+    for chunk in table.chunks(size):
+        _, _, m, l, c, valid = load(chunk)
+        s, ds = sums(m, l, c, valid, nu)
+        f, df = f + float(s), df + float(ds)
+    passes += 1
+    # polish: x += r * w / sum(w) with w = -dx on free pages  (as allocate's final correction)
+    r = float(budget) - f
+    factor = r / df if df < 0 else 0.0  # x + factor*dx == x + r * w / sum(w), w = -dx
+    out = (np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)) if out_path
+           else np.empty(n, dtype=dtype))
+    for chunk in table.chunks(size):
+        start, k, m, l, c, valid = load(chunk)
+        out[start:start + k] = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
+    passes += 1
+    if out_path:
+        out.flush()
+    residual = float(np.sum(out, dtype=np.float64) - float(budget))
+    return StreamResult(rate=out, dual=float(nu), residual=residual, num_steps=int(state.k), num_passes=passes)

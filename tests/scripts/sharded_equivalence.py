@@ -1,0 +1,67 @@
+"""Run with XLA_FLAGS=--xla_force_host_platform_device_count=8: sharded == single-device results.
+
+Prints one JSON object with the maximum relative differences; exits non-zero on failure.
+"""
+import json
+import sys
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxcrawl  # noqa: E402
+from jaxcrawl import estimators  # noqa: E402
+from jaxcrawl.learners.mirror_sync import async_mirror_sync, run_sync_learner  # noqa: E402
+from jaxcrawl.scale import page_mesh, shard_leading, shard_pages  # noqa: E402
+from jaxcrawl.sync_bandits import polynomial_bandit  # noqa: E402
+
+assert len(jax.devices()) == 8, jax.devices()
+mesh = page_mesh()
+single = jax.devices()[0]
+out = {}
+
+
+def rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
+
+
+problem = jaxcrawl.data.synthetic(jax.random.key(0), 8 * 5000, dtype=jnp.float64)
+local = jax.device_put(problem, single)
+sharded = shard_pages(problem, mesh)
+for name, solver in [("lambda_crawl", jaxcrawl.lambda_crawl), ("lambda_crawl_approx", jaxcrawl.lambda_crawl_approx),
+                     ("binary_lambda_crawl", lambda p: jaxcrawl.binary_lambda_crawl(p, 0.4))]:
+    a = jax.jit(solver)(local)
+    b = jax.jit(solver)(sharded)
+    spec = b.rate.sharding.spec
+    assert tuple(spec) == ("pages",), (name, spec)
+    assert len(b.rate.sharding.device_set) == 8
+    out[name] = max(rel(b.rate, a.rate), rel(b.dual, a.dual))
+
+# estimators: histories with pages on the leading axis
+rng = np.random.default_rng(0)
+rates = rng.lognormal(-1, 1, 8 * 1000)
+w = rng.exponential(1.0, (8 * 1000, 30))
+changed = rng.random(w.shape) < -np.expm1(-rates[:, None] * w)
+a = estimators.mle(jax.device_put(jnp.asarray(w), single), jax.device_put(jnp.asarray(changed), single))
+hist = shard_leading((jnp.asarray(w), jnp.asarray(changed)), mesh)
+b = estimators.mle(*hist)
+assert len(b.sharding.device_set) == 8
+out["mle"] = rel(b, a)
+
+# one learner sweep: 8 instances x AsyncMirrorSync, instances sharded across devices
+keys = jax.random.split(jax.random.key(1), 8)
+bandits = jax.vmap(lambda k: polynomial_bandit(k, 20))(keys)
+learner = async_mirror_sync()
+sweep = jax.jit(jax.vmap(lambda k, b: run_sync_learner(k, learner, b, 30)[1]))
+a = sweep(jax.device_put(keys, single), jax.device_put(bandits, single))
+b = sweep(*shard_leading((keys, bandits), mesh))
+leaves_a = jax.tree_util.tree_leaves(a)
+leaves_b = jax.tree_util.tree_leaves(b)
+out["async_mirror_sync_sweep"] = max(rel(x, y) for x, y in zip(leaves_b, leaves_a) if jnp.issubdtype(x.dtype, jnp.floating))
+
+print(json.dumps(out))
+bad = {k: v for k, v in out.items() if not v <= 1e-9}
+sys.exit(1 if bad else 0)
