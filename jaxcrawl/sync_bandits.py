@@ -587,16 +587,20 @@ def optimal_rates(costs, budget, lower, upper, *, max_steps: int = 100,
         if np.any(np.asarray(lower) <= 0):
             raise ValueError("lower (r_min) must be > 0: J is undefined at rate 0")
 
-    def rate_fn(nu, params):
-        c, lo, hi = params
-        return kkt_rate(c, nu * k, lo, hi)
+    return allocate(_optimum_rate, (costs, lower, upper), budget, lower, upper,
+                    marginal_fn=_optimum_marginal, max_steps=max_steps, rtol=rtol)
 
-    def marginal_fn(x, params):
-        c = params[0]
-        return marginal_values(c, x) / k
 
-    return allocate(rate_fn, (costs, lower, upper), budget, lower, upper,
-                    marginal_fn=marginal_fn, max_steps=max_steps, rtol=rtol)
+# Module-level (not closures), so allocate's compiled solve is reused across calls.
+def _optimum_rate(nu, params):
+    c, lo, hi = params
+    k = lo.shape[-1]
+    return kkt_rate(c, nu * k, lo, hi)
+
+
+def _optimum_marginal(x, params):
+    c, lo, _ = params
+    return marginal_values(c, x) / lo.shape[-1]
 
 
 def optimal_policy(bandit: SyncBandit, exploration=0.0) -> Allocation:
@@ -700,25 +704,29 @@ def interval_gradient_estimate(key, costs, rate, num_intervals, exploration, *,
 
     def body(st):
         i, start, sums, count = st
-        key_i = jax.random.fold_in(key, i)
-        key_gap, key_time, key_path = jax.random.split(key_i, 3)
-        u = 1.0 - jax.random.uniform(key_gap, (p,), dtype)  # (0, 1]
-        gap = jnp.floor(jnp.log(u) / log_q) + 1.0
+        key_u, key_path = jax.random.split(jax.random.fold_in(key, i))
+        u = jax.random.uniform(key_u, (2, p), dtype)
+        gap = jnp.floor(jnp.log1p(-u[0]) / log_q) + 1.0  # Geometric(ε) gaps, u[0] in [0, 1)
         gap = jnp.clip(jnp.where(jnp.isfinite(gap), gap, big), 1, big).astype(jnp.int32)
-        # 1-based positions of the probed intervals (saturating sums: no int32 overflow)
-        pos = jax.lax.associative_scan(lambda a, b: jnp.minimum(a + b, big), gap)
-        pos = jnp.minimum(start + pos, big)
-        valid = pos <= total
+        # 1-based positions of the probed intervals.  Gaps are <= total + 1, so an int32
+        # wrap-around can only happen after a position already passed `total`; the
+        # running count of decreases marks everything from the wrap on as invalid.
+        pos = start + jnp.cumsum(gap)
+        wrapped = jnp.cumsum(jnp.concatenate([jnp.zeros((1,), jnp.int32),
+                                              (pos[1:] < pos[:-1]).astype(jnp.int32)])) > 0
+        valid = (pos <= total) & (pos > start) & ~wrapped
         arm = jnp.clip(jnp.searchsorted(cum, pos, side="left"), 0, k - 1)
+        arm = jnp.where(valid, arm, k - 1)
         sub = _gather_arms(costs, arm)
         path = sub.sample_path(key_path)
         t_arm = tau[arm]
-        t_probe = jax.random.uniform(key_time, (p,), dtype) * t_arm
+        t_probe = u[1] * t_arm
         g = (sub.cost(path, t_probe) - sub.cost(path, t_arm)) / (exploration * rate[arm])
         g = jnp.where(valid, g, 0.0)
         sums = sums + jax.ops.segment_sum(g, arm, num_segments=k, indices_are_sorted=True)
         count = count + jnp.sum(valid, dtype=jnp.int32)
-        return i + 1, pos[-1], sums, count
+        last = jnp.where(valid[-1], pos[-1], big)  # all valid: continue after the last probe
+        return i + 1, last, sums, count
 
     init = (jnp.asarray(0, jnp.int32), jnp.asarray(0, jnp.int32), jnp.zeros((k,), dtype),
             jnp.asarray(0, jnp.int32))

@@ -186,11 +186,16 @@ def barrier_rates(budget, lower, upper, num_arms_: int) -> Allocation:
     lower = jnp.broadcast_to(jnp.asarray(lower, budget.dtype), (num_arms_,))
     upper = jnp.broadcast_to(jnp.asarray(upper, budget.dtype), (num_arms_,))
 
-    def rate_fn(nu, p):
-        pos = nu > 0
-        return jnp.broadcast_to(jnp.where(pos, 1.0 / jnp.where(pos, nu, 1.0), jnp.inf), p.shape)
+    return allocate(_barrier_rate, lower, budget, lower, upper, marginal_fn=_barrier_marginal)
 
-    return allocate(rate_fn, lower, budget, lower, upper, marginal_fn=lambda x, p: 1.0 / x)
+
+def _barrier_rate(nu, p):
+    pos = nu > 0
+    return jnp.broadcast_to(jnp.where(pos, 1.0 / jnp.where(pos, nu, 1.0), jnp.inf), p.shape)
+
+
+def _barrier_marginal(x, p):
+    return 1.0 / x
 
 
 def _mirror_rate(nu, p):
@@ -301,8 +306,13 @@ def _restricted_set(bandit, eps):
 
 
 def _initial_rates(bandit, eps):
+    """Alg. 1 line 3: the log-barrier minimiser; uniform B/((1+ε)K) for scalar bounds."""
     budget, lo, hi = _restricted_set(bandit, eps)
-    return barrier_rates(budget, lo, hi, num_arms(bandit.costs)).x
+    k = num_arms(bandit.costs)
+    if jnp.ndim(lo) == 0 and jnp.ndim(hi) == 0:
+        # K*lo <= budget <= K*hi (checked in init), so equal rates are feasible and optimal.
+        return jnp.full((k,), budget / k, jnp.result_type(budget))
+    return barrier_rates(budget, lo, hi, k).x
 
 
 def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
