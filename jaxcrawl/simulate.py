@@ -84,6 +84,7 @@ __all__ = [
     "config_for",
     "Observations",
     "Window",
+    "Events",
     "Totals",
     "simulate_window",
     "simulate",
@@ -377,7 +378,7 @@ def stationary_state(key, problem: CrawlProblem, schedule: Schedule, *, time=0.0
     age = jnp.where(kind == PERIODIC, age_periodic, age_random)
     uncrawled_rate = jnp.where(kind == SIGNAL, (1.0 - sched.prob) * xi, xi)
     mean = uncrawled_rate * age
-    n = jax.random.poisson(key_count, mean, shape).astype(jnp.int32)
+    n = _poisson_chunked(key_count, mean)
     return SimState(time=t, since_crawl=age.astype(dtype), num_changes=n)
 
 
@@ -388,35 +389,43 @@ class SimConfig:
 
     Attributes:
       window: window length w (time units, e.g. days).
-      change_capacity: maximum number of changes per page per window.
-      crawl_capacity: maximum number of crawls per page per window.
-      pool_capacity: number of exponential variates drawn per window (per problem
-        instance) and shared out among the pages by their event counts, so the random
-        numbers drawn scale with the events, not with the capacities.
-      request_capacity: maximum fresh (and stale) requests per page per window when
-        requests are drawn by inversion; 0 draws them with ``jax.random.poisson`` (no
-        capacity).
+      event_capacity: maximum number of random events per page per window: changes,
+        plus the crawls of a POISSON page.  A page-window with more is an overflow.
+      crawl_capacity: slots per page per window in the returned :class:`Observations`
+        (a page-window with more crawls is an overflow; its costs stay exact, the
+        observations past the capacity are lost).
+      pool_capacity: event slots per window for all pages together (per problem
+        instance): every page uses one slot per change and per crawl, plus one.  Events
+        are stored flat, so memory and random numbers grow with the events, not with the
+        per-page capacities.  Running out is an overflow of the pages that did not fit.
+      request_capacity: maximum fresh (and stale) requests per page per window for the
+        pages whose requests are drawn by inversion (expected requests per window
+        ``ζ w <= 16``).
+      heavy_pages: how many pages with ``ζ w > 16`` there may be; their requests are
+        drawn as sums of Poisson(<= 16) draws (no capacity).  Extra such pages overflow.
     """
 
     window: float
-    change_capacity: int
+    event_capacity: int
     crawl_capacity: int
     pool_capacity: int
-    request_capacity: int = 0
+    request_capacity: int = 1
+    heavy_pages: int = 0
 
     def __post_init__(self):
         if not (math.isfinite(self.window) and self.window > 0):
             raise ValueError(f"window must be finite and > 0, got {self.window!r}")
-        for name in ("change_capacity", "crawl_capacity", "pool_capacity"):
+        for name in ("event_capacity", "crawl_capacity", "pool_capacity"):
             v = getattr(self, name)
             if int(v) != v or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        v = self.request_capacity
-        if int(v) != v or v < 0:
-            raise ValueError(f"request_capacity must be an integer >= 0, got {v!r}")
+        for name in ("request_capacity", "heavy_pages"):
+            v = getattr(self, name)
+            if int(v) != v or v < (1 if name == "request_capacity" else 0):
+                raise ValueError(f"{name} must be a nonnegative integer, got {v!r}")
 
 
-_MAX_INVERSION_CAPACITY = 96
+_LIGHT_REQUESTS = 16.0  # expected requests per window drawn by inversion
 
 
 def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
@@ -443,6 +452,9 @@ def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
     return max(1, int(ok[0]))
 
 
+_CHUNK_CAP = poisson_capacity(16.0, 1e-15)
+
+
 def config_for(
     problem: CrawlProblem,
     schedule: Optional[Schedule] = None,
@@ -451,42 +463,40 @@ def config_for(
     max_crawl_rate: Optional[float] = None,
     total_crawl_rate: Optional[float] = None,
     tail: float = 1e-9,
-    requests: str = "auto",
 ) -> SimConfig:
     """Capacities for ``problem`` under ``schedule`` (or any schedule within given rates).
 
-    * ``change_capacity``: the Poisson(max ξ · w) quantile at ``tail``;
-    * ``crawl_capacity``: the largest of the Poisson quantile of the largest crawl rate
-      over POISSON pages (``rate``), SIGNAL pages (``prob · ξ``) and ``max_crawl_rate``,
-      and ``ceil(w / min period) + 1`` over PERIODIC pages;
-    * ``pool_capacity``: ``2 n`` plus the Poisson quantiles (each at ``tail / 2``) of
-      ``(Σ ξ + C) w`` and ``Σ_complete ξ w``, where ``C`` is ``total_crawl_rate`` or else
-      the larger of the bandwidth and the schedule's total Poisson rate;
-    * ``request_capacity``: the Poisson(max ζ · w) quantile when it is at most 96
-      (``requests="auto"`` or ``"inversion"``), else 0 (``jax.random.poisson``).
+    With ``ρ_max`` the largest Poisson or signal crawl rate (``rate``, ``prob · ξ``) of
+    ``schedule`` and ``max_crawl_rate``, and ``C`` the total crawl rate
+    (``total_crawl_rate``, else the larger of the bandwidth and the schedule's):
+
+    * ``event_capacity``: the Poisson((max ξ + ρ_max) w) quantile at ``tail``;
+    * ``crawl_capacity``: the Poisson(ρ_max w) quantile, at least ``ceil(w / min
+      period) + 1`` for PERIODIC pages;
+    * ``pool_capacity``: ``2 n + ceil(C w)`` plus the Poisson((Σ ξ + C) w) quantile
+      (one overflow per ``1 / tail`` windows);
+    * ``request_capacity``: the Poisson(min(max ζ w, 16)) quantile; ``heavy_pages``:
+      the number of pages with ``ζ w > 16`` (drawn as sums of Poisson(<= 16) draws).
 
     A learner whose schedule changes between windows passes ``max_crawl_rate`` (a bound
     on any page's Poisson or signal crawl rate) and, if its rates may sum to more than
     the bandwidth, ``total_crawl_rate``.  Needs concrete values (call it outside ``jit``).
+
+    Raises:
+      ValueError: if a Poisson mean per window is too large to invert in the working
+        precision (``exp(-mean)`` underflows): use a shorter window.
     """
     if not is_concrete(problem, schedule):
         raise ValueError("config_for needs concrete values: call it outside jit")
-    if requests not in ("auto", "inversion", "poisson"):
-        raise ValueError("requests must be 'auto', 'inversion' or 'poisson'")
     w = float(window)
     if not (math.isfinite(w) and w > 0):
         raise ValueError(f"window must be finite and > 0, got {window!r}")
     xi = np.asarray(problem.change_rate, dtype=np.float64)
-    if xi.ndim > 1:
-        xi_rows = xi.reshape(-1, xi.shape[-1])
-    else:
-        xi_rows = xi[None]
+    xi_rows = xi.reshape(-1, xi.shape[-1])
     n = xi.shape[-1]
-    comp = np.broadcast_to(np.asarray(problem.complete), xi.shape).reshape(xi_rows.shape)
-    change_cap = poisson_capacity(float(xi.max()) * w, tail)
     crawl_rates = [0.0]
     periodic_cap = 1
-    pois_total = 0.0
+    sched_total = 0.0
     if max_crawl_rate is not None:
         if not (math.isfinite(max_crawl_rate) and max_crawl_rate >= 0):
             raise ValueError("max_crawl_rate must be finite and >= 0")
@@ -500,77 +510,142 @@ def config_for(
         per = np.broadcast_to(np.asarray(schedule.period, np.float64), shape)
         if np.any(kind == POISSON):
             crawl_rates.append(float(rate[kind == POISSON].max()))
-            pois_total = float(
-                np.where(kind == POISSON, rate, 0.0).reshape(xi_rows.shape).sum(-1).max()
-            )
         if np.any(kind == SIGNAL):
             crawl_rates.append(float((prob * xi)[kind == SIGNAL].max()))
         if np.any(kind == PERIODIC):
             pmin = float(per[kind == PERIODIC].min())
             if math.isfinite(pmin):
                 periodic_cap = int(math.ceil(w / pmin)) + 1
-    crawl_cap = max(poisson_capacity(max(crawl_rates) * w, tail), periodic_cap)
+        with np.errstate(divide="ignore"):
+            per_rate = np.where(np.isfinite(per), 1.0 / per, 0.0)
+        nominal = np.where(kind == POISSON, rate, np.where(kind == PERIODIC, per_rate, 0.0))
+        sched_total = float(nominal.reshape(xi_rows.shape).sum(-1).max())
+    rho_max = max(crawl_rates)
+    event_mean = (float(xi.max()) + rho_max) * w
+    limit = _max_inversion_mean(problem.change_rate.dtype)
+    if event_mean > limit:
+        raise ValueError(
+            f"a page may have {event_mean:.4g} expected events per window (max change rate "
+            f"plus max crawl rate, times window={w}); counts are drawn by inversion, which "
+            f"in {problem.change_rate.dtype} needs at most {limit:.4g}: use a shorter window"
+        )
+    event_cap = poisson_capacity(event_mean, tail)
+    crawl_cap = max(poisson_capacity(rho_max * w, tail), periodic_cap)
     if total_crawl_rate is None:
         bw = float(np.max(np.asarray(problem.bandwidth, np.float64)))
-        total_crawl_rate = max(bw, pois_total)
+        total_crawl_rate = max(bw, sched_total)
     elif not (math.isfinite(total_crawl_rate) and total_crawl_rate >= 0):
         raise ValueError("total_crawl_rate must be finite and >= 0")
-    row_mean = float((xi_rows.sum(-1)).max() + total_crawl_rate) * w
-    sig_mean = float(np.where(comp, xi_rows, 0.0).sum(-1).max()) * w
-    pool_cap = 2 * n + poisson_capacity(row_mean, tail / 2)
-    if sig_mean > 0:
-        pool_cap += poisson_capacity(sig_mean, tail / 2)
-    zeta_max = float(np.max(np.asarray(problem.importance, np.float64))) * w
-    req_cap = poisson_capacity(zeta_max, tail)
-    if requests == "poisson" or (requests == "auto" and req_cap > _MAX_INVERSION_CAPACITY):
-        req_cap = 0
+    row_mean = (float(xi_rows.sum(-1).max()) + float(total_crawl_rate)) * w
+    pool_cap = 2 * n + int(math.ceil(total_crawl_rate * w)) + poisson_capacity(row_mean, tail)
+    zw = np.broadcast_to(np.asarray(problem.importance, np.float64), xi.shape) * w
+    req_cap = poisson_capacity(min(float(zw.max()), _LIGHT_REQUESTS), tail)
+    heavy = int((zw.reshape(xi_rows.shape) > _LIGHT_REQUESTS).sum(-1).max())
     return SimConfig(
         window=w,
-        change_capacity=change_cap,
+        event_capacity=event_cap,
         crawl_capacity=crawl_cap,
         pool_capacity=int(pool_cap),
         request_capacity=int(req_cap),
+        heavy_pages=heavy,
     )
 
 
 # --------------------------------------------------------------------------- samplers
 def _cumsum(x):
-    """Inclusive cumulative sum along the last axis (an associative scan: fast on CPU)."""
-    return jax.lax.associative_scan(jnp.add, x, axis=x.ndim - 1)
+    """Inclusive cumulative sum of a 1-D array."""
+    return jnp.cumsum(x)
 
 
-def _reverse_cumsum(x):
-    return jax.lax.associative_scan(jnp.add, x, axis=x.ndim - 1, reverse=True)
+def _cummax(x):
+    """Inclusive cumulative maximum of a 1-D array."""
+    return jax.lax.cummax(x, axis=0)
 
 
-def _uniform_fine(key, shape, dtype):
-    """Uniform on (0, 1) with 64 random bits, so tiny tail probabilities are resolved.
+def _segmented_cumsum(x, r, max_len):
+    """Inclusive cumulative sum within segments of length <= ``max_len`` (1-D).
 
-    ``hi · 2^-32 + (lo + 1/2) · 2^-64``: near 0 its resolution is far below 1e-9, which a
-    single float32 uniform (resolution 2^-24) cannot give; near 1 it is rounded to the
-    working precision.
+    ``r`` is each element's index inside its segment.  A Hillis-Steele scan with
+    ``ceil(log2(max_len))`` doubling steps: exact segment by segment (no global running
+    sum, so no loss of precision across segments).
     """
-    b = jax.random.bits(key, shape + (2,), jnp.uint32)
-    hi = b[..., 0].astype(dtype) * jnp.asarray(2.0 ** -32, dtype)
-    lo = (b[..., 1].astype(dtype) + 0.5) * jnp.asarray(2.0 ** -64, dtype)
+    step = 1
+    while step < max_len:
+        shifted = jnp.concatenate([jnp.zeros((step,), x.dtype), x[:-step]])
+        x = x + jnp.where(r >= step, shifted, 0)
+        step *= 2
+    return x
+
+
+def _uniform_fine(key, size, dtype):
+    """``size`` uniforms on (0, 1) from 64 random bits each, resolving tiny probabilities.
+
+    ``hi · 2^-32 + (lo + 1/2) · 2^-64``: near 0 its resolution is far below 1e-9 (a
+    single float32 uniform has 2^-24), near 1 it is rounded to the working precision.
+    """
+    b = jax.random.bits(key, (2 * size,), jnp.uint32)
+    hi = b[:size].astype(dtype) * jnp.asarray(2.0 ** -32, dtype)
+    lo = (b[size:].astype(dtype) + 0.5) * jnp.asarray(2.0 ** -64, dtype)
     return hi + lo
 
 
 def _poisson_inverse(u, mean, cap):
     """Poisson(mean) by inversion of the upper tail: ``#{k <= cap : u < P(X > k)}``.
 
-    Exact in distribution up to the working precision for counts ``<= cap``; returns
-    ``cap + 1`` when the count exceeds ``cap`` (an overflow).  ``mean`` may be 0.
+    The probabilities come from the recursion ``p_k = p_{k-1} mean / k`` from
+    ``p_0 = exp(-mean)`` and the upper tails are summed from the far end, so a tail
+    probability is accurate to relative working precision however small it is.
+    Returns ``cap + 1`` when the count exceeds ``cap`` (an overflow), and also when
+    ``exp(-mean)`` would underflow (``mean`` above ``_max_inversion_mean``: flagged
+    rather than silently wrong).  ``mean`` may be 0.  Written as a short unrolled loop
+    of elementwise operations, which XLA fuses into one pass over the pages.
     """
     dtype = u.dtype
-    k = jnp.arange(cap + 2, dtype=dtype)
-    lgam = jax.lax.lgamma(k + 1.0)
-    m = mean[..., None]
-    pos = m > 0
-    logm = jnp.log(jnp.where(pos, m, 1.0))
-    pmf = jnp.where(pos, jnp.exp(k * logm - m - lgam), (k == 0).astype(dtype))
-    upper = _reverse_cumsum(pmf[..., 1:])  # entry k: sum_{j=k+1}^{cap+1} pmf_j ~ P(X > k)
-    return jnp.sum(u[..., None] < upper, axis=-1, dtype=jnp.int32)
+    mean = jnp.maximum(mean, 0.0).astype(dtype)
+    pmf = [jnp.exp(-mean)]
+    for k in range(1, cap + 2):
+        pmf.append(pmf[-1] * mean * (1.0 / k))
+    tail = pmf[cap + 1]  # ~ P(X > cap), omitting P(X > cap + 1)
+    count = (u < tail).astype(jnp.int32)
+    for k in range(cap - 1, -1, -1):
+        tail = tail + pmf[k + 1]  # P(X > k)
+        count = count + (u < tail).astype(jnp.int32)
+    return jnp.where(mean > _max_inversion_mean(dtype), cap + 1, count)
+
+
+def _max_inversion_mean(dtype) -> float:
+    """Largest mean whose ``exp(-mean)`` is a normal number in ``dtype`` (with margin)."""
+    return 0.9 * -math.log(float(jnp.finfo(dtype).tiny))
+
+
+_CHUNK_MEAN = 16.0
+
+
+def _poisson_chunked(key, mean):
+    """Poisson(mean) for any finite mean >= 0: a sum of Poisson(<= 16) inversions.
+
+    A ``while_loop`` adds independent Poisson(min(remaining, 16)) draws (by
+    :func:`_poisson_inverse`, capacity sized for a tail below 1e-15 per draw) until every
+    page's mean is used up, so its cost grows with the largest mean; exact in
+    distribution up to that tail.  Non-finite means are treated as 0.
+    """
+    dtype = mean.dtype
+    cap = _CHUNK_CAP
+    rem0 = jnp.where(jnp.isfinite(mean), jnp.maximum(mean, 0.0), 0.0)
+    size = int(np.prod(mean.shape))
+
+    def cond(carry):
+        return jnp.any(carry[1] > 0)
+
+    def body(carry):
+        k, rem, cnt = carry
+        k, sub = jax.random.split(k)
+        part = jnp.minimum(rem, _CHUNK_MEAN)
+        u = _uniform_fine(sub, size, dtype).reshape(mean.shape)
+        return k, rem - part, cnt + jnp.minimum(_poisson_inverse(u, part, cap), cap)
+
+    init = (key, rem0, jnp.zeros(mean.shape, jnp.int32))
+    return jax.lax.while_loop(cond, body, init)[2]
 
 
 _H_TABLE_SIZE = 256
@@ -620,6 +695,27 @@ class Observations(NamedTuple):
     crawl_times: jax.Array
 
 
+class Events(NamedTuple):
+    """The window's events, flat and in time order within each page (``(..., pool)``).
+
+    Page ``i`` owns a contiguous run of slots: its events, then one end-of-window slot.
+
+    Attributes:
+      page: page index of each slot (meaningless where ``valid`` is False).
+      time: event time from the window's start (``window`` for end slots).
+      is_change: the page changed at this time.
+      is_crawl: the page was crawled at this time (a signal crawl shares its change's
+        slot and happens right after it).
+      valid: a real event (not an end-of-window or unused slot).
+    """
+
+    page: jax.Array
+    time: jax.Array
+    is_change: jax.Array
+    is_crawl: jax.Array
+    valid: jax.Array
+
+
 class Window(NamedTuple):
     """Everything that happened to every page in one window.
 
@@ -628,48 +724,197 @@ class Window(NamedTuple):
       num_changes: ``(..., n)`` int32 changes in the window (the change signals a
         complete page sends, K19 eq. 11; full observation of the change process).
       num_crawls: ``(..., n)`` int32 crawls in the window.
-      change_times: ``(..., n, change_capacity)`` change times from the window's start,
-        ``inf`` past the last one.
       harmonic: ``(..., n)`` exact ∫ H(N(s)) ds over the window (K19 eq. 1-2).
       stale_time: ``(..., n)`` exact ∫ 1{N(s) > 0} ds (binary staleness).
       requests: ``(..., n)`` number of requests in the window (Poisson(ζ w)).
       fresh_requests: ``(..., n)`` requests that found the page fresh (L2C eq. 2).
-      overflow: ``(..., n)`` bool: more events than a capacity allowed (the extra events
-        were not simulated, so this page-window is not exact).
+      overflow: ``(..., n)`` bool: more events than a capacity allowed (the events past
+        it were not simulated or not recorded, so this page-window is not exact).
+      events: the flat :class:`Events` (for inspection and tests).
     """
 
     observations: Observations
     num_changes: jax.Array
     num_crawls: jax.Array
-    change_times: jax.Array
     harmonic: jax.Array
     stale_time: jax.Array
     requests: jax.Array
     fresh_requests: jax.Array
     overflow: jax.Array
+    events: Events
 
 
-def _take(a, idx):
-    return jnp.take_along_axis(a, idx, axis=-1)
+def _window_1d(key, time, since, n0, xi, zeta, kind, rate, prob, period, phase, config):
+    """One window for one problem instance (pages on axis 0); see :func:`simulate_window`."""
+    w = config.window
+    ke, kr, npool = config.event_capacity, config.crawl_capacity, config.pool_capacity
+    dtype = xi.dtype
+    n = xi.shape[0]
+    wd = jnp.asarray(w, dtype)
+    inf = jnp.asarray(jnp.inf, dtype)
+    key_count, key_exp, key_unif, key_req = jax.random.split(key, 4)
+    is_pois = kind == POISSON
+    is_per = kind == PERIODIC
+    is_sig = kind == SIGNAL
+    rate = jnp.where(is_pois, rate, 0.0)
 
+    # ---- page level: random event counts, periodic crawl counts, slot ranges
+    u = _uniform_fine(key_count, n, dtype)
+    m_raw = _poisson_inverse(u, (xi + rate) * wd, ke)  # changes (+ Poisson crawls)
+    per_ok = is_per & jnp.isfinite(period) & (period > 0)
+    per = jnp.where(per_ok, period, 1.0)
+    first = per - jnp.mod(time - phase, per)  # first scheduled crawl, in (0, period]
+    q = jnp.where(per_ok & (first <= wd), jnp.floor((wd - first) / per) + 1.0, 0.0)
+    q = q.astype(jnp.int32)
+    length = jnp.minimum(m_raw, ke) + q  # events of the page in this window
+    end = _cumsum(length + 1)  # + 1 end-of-window slot
+    start = jnp.concatenate([jnp.zeros((1,), end.dtype), end[:-1]])
+    # re-derive the counts from the cumulative sum: this materialises them, so XLA does
+    # not fuse the inversion's chain of operations into every gather below
+    length = end - start - 1
+    m = length - q
+    overflow = (m_raw > ke) | (end > npool)
 
-def _spacings(pool, start, count, slots, kmax):
-    """Sorted uniforms on (0, 1) from exponential spacings taken out of the pool.
+    # ---- slot level
+    slot = jnp.arange(npool, dtype=jnp.int32)
+    seg_start = jnp.zeros(npool, bool).at[start].set(True, mode="drop")
+    page = jnp.maximum(_cumsum(seg_start.astype(jnp.int32)) - 1, 0)
+    start_s = start[page]
+    r = slot - start_s
+    in_use = slot < end[-1]
+    m_s, len_s = m[page], length[page]
+    pois_s, per_s, sig_s = is_pois[page], is_per[page], is_sig[page]
 
-    Page ``i`` reads ``count_i + 1`` exponentials ``E_0..E_count`` at ``pool[start_i:]``;
-    ``S_j / S_count`` (``S`` the partial sums) for ``j < count`` are distributed as the
-    order statistics of ``count`` uniforms.  Returns ``(..., kmax)`` with ``inf`` past
-    ``count``.
-    """
-    p = pool.shape[-1]
-    idx = jnp.clip(start[..., None] + slots[: kmax + 1], 0, p - 1)
-    e = jnp.take_along_axis(pool[..., None, :], idx, axis=-1) if pool.ndim > 1 else pool[idx]
-    e = jnp.where(slots[: kmax + 1] <= count[..., None], e, 0.0)
-    s = _cumsum(e)
-    total = _take(s, count[..., None])
+    # sorted times of the m random events: exponential spacings, S_r / S_m
+    e = jax.random.exponential(key_exp, (npool,), dtype)
+    e = jnp.where(r <= m_s, e, 0.0)
+    csum = _segmented_cumsum(e, r, ke + 1)
+    total = csum[jnp.clip(start + m, 0, npool - 1)][page]
     total = jnp.where(total > 0, total, 1.0)
-    frac = s[..., :kmax] / total
-    return jnp.where(slots[:kmax] < count[..., None], frac, jnp.inf), e
+    is_rand = (r < m_s) & in_use
+    t_rand = jnp.where(is_rand, wd * csum / total, wd)
+    # labels: a Poisson page's event is a change w.p. ξ/(ξ+ρ) (superposition), a signal
+    # page's change is crawled w.p. prob
+    uu = jax.random.uniform(key_unif, (npool,), dtype)
+    p_change = (xi / (xi + rate))[page]
+    chg_rand = is_rand & jnp.where(pois_s, uu < p_change, True)
+    crl_rand = is_rand & jnp.where(pois_s, uu >= p_change, sig_s & (uu < prob[page]))
+
+    # periodic pages: move each change behind the crawls that precede it
+    per_page_s, first_s, q_s = per[page], first[page], q[page]
+    before = jnp.clip(jnp.ceil((t_rand - first_s) / per_page_s), 0, q_s).astype(jnp.int32)
+    target = jnp.where(per_s & is_rand, start_s + r + before, npool)
+    p_chg = jnp.zeros(npool, bool).at[target].set(True, mode="drop")
+    p_time = jnp.zeros(npool, dtype).at[target].set(t_rand, mode="drop")
+    p_cum = _cumsum(p_chg.astype(jnp.int32))
+    p_excl = p_cum - p_chg
+    k_idx = r - (p_excl - p_excl[start][page])  # index of a periodic crawl slot
+    p_crl_time = jnp.minimum(first_s + k_idx.astype(dtype) * per_page_s, wd)
+    is_ev = (r < len_s) & in_use
+    chg = jnp.where(per_s, p_chg & is_ev, chg_rand)
+    crl = jnp.where(per_s, is_ev & ~p_chg, crl_rand)
+    t = jnp.where(per_s, jnp.where(p_chg, p_time, p_crl_time), t_rand)
+    t = jnp.where(is_ev, t, wd)
+    t, chg, crl, is_ev, page, start_s = jax.lax.optimization_barrier(
+        (t, chg, crl, is_ev, page, start_s)
+    )
+
+    # ---- uncrawled changes after each slot: n = C - C(at last crawl), or n0 + C
+    chg_i = chg.astype(jnp.int32)
+    cg = _cumsum(chg_i)  # global count of changes up to and including the slot
+    cg0 = (cg - chg_i)[start]  # before each page's first slot
+    n0_s = n0[page]
+    last_crawl = _cummax(jnp.where(crl, slot, -1))
+    has = last_crawl >= start_s
+    lc = jnp.maximum(last_crawl, 0)
+    n_after = jnp.where(has, cg - cg[lc], cg - cg0[page] + n0_s)
+    t_next = jnp.concatenate([t[1:], wd[None]])
+    dur = jnp.where(is_ev, jnp.maximum(t_next - t, 0.0), 0.0)
+    t_first = t[jnp.clip(start, 0, npool - 1)]
+    harm = harmonic_number(n0, dtype) * t_first + jax.ops.segment_sum(
+        harmonic_number(n_after, dtype) * dur, page, n, indices_are_sorted=True
+    )
+    stale = jnp.where(n0 > 0, t_first, 0.0) + jax.ops.segment_sum(
+        jnp.where(n_after > 0, dur, 0.0), page, n, indices_are_sorted=True
+    )
+    stale = jnp.clip(stale, 0.0, wd)
+
+    # ---- observations at crawl slots, scattered into (n, kr)
+    prev = jnp.concatenate([jnp.full((1,), -1, jnp.int32), last_crawl[:-1]])
+    has_prev = prev >= start_s
+    pv = jnp.maximum(prev, 0)
+    count = jnp.where(has_prev, cg - cg[pv], cg - cg0[page] + n0_s)
+    interval = t - jnp.where(has_prev, t[pv], -since[page])
+    crl_i = crl.astype(jnp.int32)
+    kg = _cumsum(crl_i)
+    rank = kg - (kg - crl_i)[start][page] - 1
+    rec = crl & (rank < kr)
+    dest = jnp.where(rec, page * kr + rank, n * kr)
+    lost = jax.ops.segment_max(
+        (crl & (rank >= kr)).astype(jnp.int32), page, n, indices_are_sorted=True
+    )
+    overflow = overflow | (lost > 0)
+
+    def scatter(values, fill):
+        flat = jnp.full((n * kr,), fill, values.dtype).at[dest].set(values, mode="drop")
+        return flat.reshape(n, kr)
+
+    counts = scatter(count, 0)
+    obs = Observations(
+        intervals=scatter(interval, 0.0),
+        changed=(counts > 0).astype(dtype),
+        mask=scatter(rec, False),
+        counts=counts,
+        crawl_times=scatter(t, inf),
+    )
+
+    # ---- carry (from each page's end-of-window slot)
+    end_slot = jnp.clip(start + length, 0, npool - 1)
+    lc_end = last_crawl[end_slot]
+    crawled = lc_end >= start
+    num_changes = (cg[end_slot] - cg0).astype(jnp.int32)
+    num_crawls = (kg[end_slot] - (kg - crl_i)[start]).astype(jnp.int32)
+    since_new = jnp.where(crawled, wd - t[jnp.maximum(lc_end, 0)], since + wd)
+    n_new = n_after[end_slot].astype(jnp.int32)
+
+    # ---- requests: an independent Poisson process, split by the fresh / stale time
+    fresh_time = wd - stale
+    key_fresh, key_stale = jax.random.split(key_req)
+    kq = config.request_capacity
+    uq = _uniform_fine(key_fresh, 2 * n, dtype)
+    light = zeta * wd <= _LIGHT_REQUESTS
+    fresh_req = _poisson_inverse(uq[:n], jnp.where(light, zeta * fresh_time, 0.0), kq)
+    stale_req = _poisson_inverse(uq[n:], jnp.where(light, zeta * stale, 0.0), kq)
+    overflow = overflow | (fresh_req > kq) | (stale_req > kq)
+    heavy_rank = _cumsum((~light).astype(jnp.int32)) - 1
+    if config.heavy_pages > 0:
+        # the few pages with many requests: chunked draws on just those pages
+        hp = config.heavy_pages
+        idx = jnp.nonzero(~light, size=hp, fill_value=n)[0]
+        ok = idx < n
+        sel = jnp.minimum(idx, n - 1)
+        mf = jnp.where(ok, zeta[sel] * fresh_time[sel], 0.0)
+        ms = jnp.where(ok, zeta[sel] * stale[sel], 0.0)
+        hf = _poisson_chunked(key_stale, jnp.stack([mf, ms]))
+        fresh_req = fresh_req.at[idx].set(hf[0], mode="drop")
+        stale_req = stale_req.at[idx].set(hf[1], mode="drop")
+    overflow = overflow | (~light & (heavy_rank >= config.heavy_pages))
+    fresh_req = fresh_req.astype(dtype)
+    stale_req = stale_req.astype(dtype)
+
+    new = (time + wd, since_new, n_new)
+    out = Window(
+        observations=obs,
+        num_changes=num_changes,
+        num_crawls=num_crawls,
+        harmonic=harm,
+        stale_time=stale,
+        requests=fresh_req + stale_req,
+        fresh_requests=fresh_req,
+        overflow=overflow,
+        events=Events(page=page, time=t, is_change=chg, is_crawl=crl, valid=is_ev),
+    )
+    return new, out
 
 
 def simulate_window(
@@ -679,167 +924,44 @@ def simulate_window(
 
     Exact in distribution (up to flagged overflows and the working precision):
 
-    * the number of changes is Poisson(ξw) and, given it, the change times are sorted
-      uniforms (from exponential spacings): a Poisson process of rate ξ (L2C §2, K19 §2);
-      the same for Poisson crawls at rate ρ (L2C Δ_R, K19 Π⁻);
+    * changes are a Poisson process of rate ξ (L2C §2, K19 §2) and Poisson crawls one of
+      rate ρ (L2C Δ_R, K19 Π⁻): for a Poisson page the superposition, Poisson((ξ+ρ)w)
+      events at sorted uniform times (exponential spacings), each a change with
+      probability ξ/(ξ+ρ) and otherwise a crawl;
     * periodic crawls are at ``phase + k * period`` (L2C K_R, App. H);
     * a signal crawl follows each change with probability ``prob`` (K19 eq. 6, Π°);
-    * requests served fresh / stale are Poisson with means ζ × fresh / stale time
-      (the request process is an independent Poisson process; L2C eq. 2-3).
+    * requests served fresh / stale are Poisson with means ζ × fresh / stale time (the
+      request process is an independent Poisson process; L2C eq. 2-3).
 
-    The staleness integrals are sums over the segments between events (no time grid).
-    A change and a crawl never coincide except for a signal crawl, which happens right
-    after its change (so that change is crawled).
+    The staleness integrals ∫H(N) and ∫1{N>0} are sums over the segments between events
+    (N is piecewise constant), with no time grid.  A change and a crawl never coincide
+    except for a signal crawl, which happens right after its change.
 
-    Counts are drawn by inverting the Poisson upper tail with a 64-bit uniform, and the
-    event times from one shared pool of exponentials, so the random numbers drawn grow
-    with the events, not with the capacities.  Pure and jittable; ``config`` is static
-    (close over it).  Works for any leading batch axes of the problem; vmap over keys
-    for seeds.
+    Events are stored flat (each page a contiguous run of ``pool`` slots) and processed
+    with global scans, gathers and scatters, so the work grows with the number of
+    events, not with ``pages × capacity``.  Pure and jittable; ``config`` is static
+    (close over it).  Leading batch axes of the problem are vmapped; vmap over keys for
+    seeds.
     """
-    w = config.window
-    kc, kr = config.change_capacity, config.crawl_capacity
     xi = problem.change_rate
-    dtype = xi.dtype
     shape = jnp.shape(xi)
     batch = shape[:-1]
     sched = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, shape), schedule)
-    zeta = jnp.broadcast_to(problem.importance, shape)
-    inf = jnp.asarray(jnp.inf, dtype)
-    wd = jnp.asarray(w, dtype)
-    key_count, key_pool, key_fresh, key_stale = jax.random.split(key, 4)
-    is_pois = sched.kind == POISSON
-    is_per = sched.kind == PERIODIC
-    is_sig = sched.kind == SIGNAL
-    slots = jnp.arange(max(kc, kr) + 2)
-
-    # ---- how many changes and Poisson crawls
-    u = _uniform_fine(key_count, shape + (2,), dtype)
-    n_c_raw = _poisson_inverse(u[..., 0], xi * wd, kc)
-    rate = jnp.where(is_pois, sched.rate, 0.0)
-    n_p_raw = _poisson_inverse(u[..., 1], rate * wd, kr)
-    overflow_c = n_c_raw > kc
-    n_c = jnp.minimum(n_c_raw, kc)
-    n_p = jnp.minimum(n_p_raw, kr)
-
-    # ---- their times, from one pool of exponentials shared out by the counts
-    need = (n_c + 1) + jnp.where(is_pois, n_p + 1, 0) + jnp.where(is_sig, n_c, 0)
-    end = _cumsum(need)
-    start = end - need
-    pool = jax.random.exponential(key_pool, batch + (config.pool_capacity,), dtype)
-    overflow_pool = end > config.pool_capacity
-    frac_c, _ = _spacings(pool, start, n_c, slots, kc)
-    c = frac_c * wd  # (..., kc), inf past n_c
-    valid_c = slots[:kc] < n_c[..., None]
-    start2 = start + n_c + 1
-    kx = max(kr, kc)
-    frac_p, e2 = _spacings(pool, start2, jnp.where(is_pois, n_p, kx), slots, kx)
-    y_pois = jnp.where(slots[:kr] < n_p[..., None], frac_p[..., :kr] * wd, inf)
-
-    # ---- periodic crawls at phase + k * period
-    per = sched.period
-    per_ok = jnp.isfinite(per) & (per > 0)
-    per_safe = jnp.where(per_ok, per, 1.0)
-    t0 = jnp.broadcast_to(state.time, batch)[..., None]
-    first = per_safe - jnp.mod(t0 - sched.phase, per_safe)  # in (0, period]
-    y_per_all = first[..., None] + slots[: kr + 1].astype(dtype) * per_safe[..., None]
-    y_per_all = jnp.where(per_ok[..., None], y_per_all, inf)
-    overflow_per = is_per & (y_per_all[..., kr] <= wd)
-    y_per = jnp.where(y_per_all[..., :kr] <= wd, y_per_all[..., :kr], inf)
-
-    # ---- signal crawls: each change is crawled with probability prob
-    u_sig = -jnp.expm1(-e2[..., :kc])  # uniforms from the (unused by signal pages) spacings
-    flagged = valid_c & (u_sig < sched.prob[..., None]) & is_sig[..., None]
-    cum = _cumsum(flagged.astype(jnp.int32))
-    n_s = cum[..., -1]
-    overflow_sig = is_sig & (n_s > kr)
-    # index of the (k+1)-th flagged change = number of changes whose running count <= k
-    idx = jnp.sum(cum[..., :, None] <= slots[:kr], axis=-2, dtype=jnp.int32)
-    y_sig = jnp.where(slots[:kr] < n_s[..., None], _take(c, jnp.minimum(idx, kc - 1)), inf)
-
-    kind = sched.kind[..., None]
-    y = jnp.where(kind == POISSON, y_pois, jnp.where(kind == PERIODIC, y_per, y_sig))
-    valid_y = y <= wd
-    y = jnp.where(valid_y, y, inf)
-    n_crawl = jnp.sum(valid_y, axis=-1, dtype=jnp.int32)
-    overflow = (
-        overflow_c | overflow_pool | (is_pois & (n_p_raw > kr)) | overflow_per | overflow_sig
-    )
-
-    # ---- merge by comparison: lt[i, k] = crawl k strictly before change i
-    lt = y[..., None, :] < c[..., :, None]  # (..., kc, kr)
-    crawls_before = jnp.sum(lt, axis=-1, dtype=jnp.int32)  # J_i
-    # changes at or before crawl k (a signal crawl follows its own change)
-    chg_upto = jnp.sum(valid_c[..., :, None] & ~lt, axis=-2, dtype=jnp.int32)  # M_k
-
-    n0 = state.num_changes
-    rank = jnp.arange(1, kc + 1, dtype=jnp.int32)
-    start_grp = _take(chg_upto, jnp.clip(crawls_before - 1, 0, kr - 1))
-    n_after = jnp.where(crawls_before > 0, rank - start_grp, n0[..., None] + rank)
-    c_next = jnp.concatenate([c[..., 1:], jnp.full(shape + (1,), inf)], axis=-1)
-    y_ext = jnp.concatenate([y, jnp.full(shape + (1,), inf)], axis=-1)
-    y_next = _take(y_ext, crawls_before)
-    seg_end = jnp.minimum(jnp.minimum(c_next, y_next), wd)
-    seg = jnp.where(valid_c, seg_end - c, 0.0)
-    d0 = jnp.minimum(jnp.minimum(c[..., 0], y[..., 0]), wd)
-    harm = harmonic_number(n0, dtype) * d0 + jnp.sum(
-        harmonic_number(n_after, dtype) * seg, axis=-1
-    )
-    stale = jnp.where(n0 > 0, d0, 0.0) + jnp.sum(jnp.where(n_after > 0, seg, 0.0), axis=-1)
-    stale = jnp.clip(stale, 0.0, wd)
-
-    # ---- observations
-    prev_upto = jnp.concatenate([jnp.zeros(shape + (1,), jnp.int32), chg_upto[..., :-1]], axis=-1)
-    counts = chg_upto - prev_upto
-    counts = counts.at[..., 0].add(n0)
-    counts = jnp.where(valid_y, counts, 0)
-    y_prev = jnp.concatenate([-state.since_crawl[..., None], y[..., :-1]], axis=-1)
-    intervals = jnp.where(valid_y, y - y_prev, 0.0)
-    obs = Observations(
-        intervals=intervals,
-        changed=(counts > 0).astype(dtype),
-        mask=valid_y,
-        counts=counts,
-        crawl_times=y,
-    )
-
-    # ---- requests (an independent Poisson process, split by the fresh / stale time)
-    fresh_time = wd - stale
-    if config.request_capacity > 0:
-        kq = config.request_capacity
-        uq = _uniform_fine(key_fresh, shape + (2,), dtype)
-        fresh_req = _poisson_inverse(uq[..., 0], zeta * fresh_time, kq)
-        stale_req = _poisson_inverse(uq[..., 1], zeta * stale, kq)
-        overflow = overflow | (fresh_req > kq) | (stale_req > kq)
-        fresh_req = fresh_req.astype(dtype)
-        stale_req = stale_req.astype(dtype)
+    zeta = jnp.broadcast_to(problem.importance, shape).astype(xi.dtype)
+    time = jnp.broadcast_to(jnp.asarray(state.time, xi.dtype), batch)
+    fn = functools.partial(_window_1d, config=config)
+    for _ in batch:
+        fn = jax.vmap(fn)
+    if batch:
+        keys = jax.random.split(key, math.prod(batch)).reshape(batch)
     else:
-        fresh_req = jax.random.poisson(key_fresh, zeta * fresh_time, shape).astype(dtype)
-        stale_req = jax.random.poisson(key_stale, zeta * stale, shape).astype(dtype)
-
-    # ---- carry
-    last = jnp.maximum(n_crawl - 1, 0)[..., None]
-    y_last = _take(y, last)[..., 0]
-    m_last = _take(chg_upto, last)[..., 0]
-    crawled = n_crawl > 0
-    n_chg = n_c
-    new_state = SimState(
-        time=state.time + wd,
-        since_crawl=jnp.where(crawled, wd - y_last, state.since_crawl + wd),
-        num_changes=jnp.where(crawled, n_chg - m_last, n0 + n_chg).astype(jnp.int32),
+        keys = key
+    (t_new, since_new, n_new), out = fn(
+        keys, time, state.since_crawl, state.num_changes, xi, zeta,
+        sched.kind, sched.rate.astype(xi.dtype), sched.prob.astype(xi.dtype),
+        sched.period.astype(xi.dtype), sched.phase.astype(xi.dtype),
     )
-    out = Window(
-        observations=obs,
-        num_changes=n_chg,
-        num_crawls=n_crawl,
-        change_times=c,
-        harmonic=harm,
-        stale_time=stale,
-        requests=fresh_req + stale_req,
-        fresh_requests=fresh_req,
-        overflow=overflow,
-    )
-    return new_state, out
+    return SimState(time=t_new, since_crawl=since_new, num_changes=n_new), out
 
 
 # --------------------------------------------------------------------------- many windows
@@ -1012,8 +1134,10 @@ def monte_carlo(
 ) -> Evaluation:
     """Monte-Carlo costs of ``schedule`` over ``num_windows * config.window`` time units.
 
-    Runs ``num_replicates`` independent replicates (vmapped) of :func:`simulate`, each
-    from ``initial`` or, by default, from a fresh draw of :func:`stationary_state` (then
+    Runs ``num_replicates`` independent replicates of :func:`simulate` (as one problem
+    with the pages repeated, since pages are independent; ``config`` is for one copy and
+    its pool is scaled), each from ``initial`` or, by default, from a draw of
+    :func:`stationary_state` (then
     every estimate is unbiased for the long-run closed forms: K19 Prop. 1 and 4, K19
     supplement eq. 12-13, L2C eq. 4 and App. H).  Jittable with ``config``,
     ``num_windows`` and ``num_replicates`` static.
@@ -1022,14 +1146,40 @@ def monte_carlo(
         raise ValueError("num_replicates must be an int >= 2 (standard errors need two)")
     dtype = problem.change_rate.dtype
     horizon = jnp.asarray(num_windows * config.window, dtype)
+    shape = jnp.shape(problem.change_rate)
+    r = num_replicates
 
-    def one(k):
-        k_init, k_sim = jax.random.split(k)
-        st = stationary_state(k_init, problem, schedule) if initial is None else initial
-        _, tot, _ = simulate(k_sim, problem, schedule, st, config, num_windows)
-        return tot
+    # Pages are independent, so r replicates of n pages are one problem of r * n pages
+    # (no vmap: one flat pool, one compile of the window).
+    def tile(a):
+        a = jnp.broadcast_to(a, shape)
+        return jnp.concatenate([a] * r, axis=-1)
 
-    tot = jax.vmap(one)(jax.random.split(key, num_replicates))
+    tiled = CrawlProblem(
+        tile(problem.importance), tile(problem.change_rate), problem.bandwidth,
+        tile(problem.complete),
+    )
+    sched = jax.tree_util.tree_map(tile, schedule)
+    cfg = dataclasses.replace(
+        config,
+        pool_capacity=config.pool_capacity * r,
+        heavy_pages=config.heavy_pages * r,
+    )
+    key_init, key_sim = jax.random.split(key)
+    if initial is None:
+        state = stationary_state(key_init, tiled, sched)
+    else:
+        state = SimState(
+            time=initial.time,
+            since_crawl=tile(initial.since_crawl),
+            num_changes=tile(initial.num_changes),
+        )
+    _, tot, _ = simulate(key_sim, tiled, sched, state, cfg, num_windows)
+
+    def split(a):  # (..., r * n) -> (r, ..., n)
+        return jnp.moveaxis(a.reshape(shape[:-1] + (r, shape[-1])), -2, 0)
+
+    tot = jax.tree_util.tree_map(split, tot)
     mu = jnp.broadcast_to(problem.importance, jnp.shape(problem.change_rate))
     harm, harm_se = _mean_se(mu * tot.harmonic / horizon)
     binc, bin_se = _mean_se(mu * tot.stale_time / horizon)
