@@ -549,6 +549,21 @@ def test_grid_search_is_one_vmapped_call_matching_single_runs(bandit20):
     assert int(res.best) == int(np.argmin(np.asarray(res.tail_cost)))
 
 
+def test_mirror_sync_first_sample_only_uses_one_interval_per_arm(bandit20):
+    """Alg. 1 line 18 as written: one Lemma 2 sample per arm and round, so the probes per
+    round are Binomial(K, ε); the default averages all ⌊r_k/r_min⌋ intervals."""
+    k, eps, rounds = 20, 0.05, 400
+    first = ms.mirror_sync(first_sample_only=True)
+    state, info = ms.run_sync_learner(jax.random.key(3), first, bandit20, rounds)
+    probes = np.asarray(info.num_probes)
+    assert probes.max() <= k
+    assert abs(probes.mean() - eps * k) <= Z * np.sqrt(k * eps * (1 - eps) / rounds)
+    r = np.asarray(state.rate, np.float64)
+    np.testing.assert_allclose(r.sum(), float(bandit20.budget) / (1 + eps), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(info.time), 40.0 * np.arange(1, rounds + 1), rtol=1e-6)
+    assert np.all(np.isfinite(np.asarray(info.policy_cost)))
+
+
 def test_public_boundary_errors():
     with pytest.raises(ValueError, match="noise"):
         sb.polynomial_costs([1.0], [0.5], noise=1.5)
@@ -571,3 +586,5 @@ def test_public_boundary_errors():
         sb.polynomial_bandit(jax.random.key(0), 10, budget_fraction=5.0)
     with pytest.raises(ValueError, match="lower"):
         ms.mirror_descent_step(jnp.ones(3), jnp.zeros(3), 1.0, 3.0, 0.0, 2.0)
+    with pytest.raises(ValueError, match="learning_rates"):
+        ms.grid_search(jax.random.key(0), AMS, bandit, [0.0], [20.0])

@@ -361,7 +361,8 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
         grad = pg.grad / k  # Lemma 2 scale: estimates dJ/dr_k
         budget, lo, hi = _restricted_set(bandit, eps)
         alloc = mirror_descent_step(rate, grad, eta, budget, lo, hi)
-        new = MirrorSyncState(alloc.x, hp, state.time + round_len, state.num_updates + 1)
+        count = state.num_updates + 1
+        new = MirrorSyncState(alloc.x, hp, count.astype(dtype) * round_len, count)
         info = SyncInfo(policy_cost(bandit.costs, alloc.x), new.time,
                         jnp.asarray(k, jnp.int32), pg.num_probes, alloc.dual, alloc.num_steps)
         return new, info
@@ -403,9 +404,11 @@ def _async_learner(update_fn, defaults, name, chunk_size):
         free = jax.random.bernoulli(key_free, eps, (k,))
         resched = jnp.where(free, interval, jnp.maximum(last_done + 1.0 / new_rate, interval))
         new_last = jnp.where(active, resched, last_done) - interval
-        new = AsyncSyncState(new_rate, new_last, hp, state.time + interval, state.num_updates + 1)
+        count = state.num_updates + 1  # time = count * l_upd (no float drift over long runs)
+        new = AsyncSyncState(new_rate, new_last, hp, count.astype(dtype) * interval, count)
+        dual = jnp.where(num_active > 0, alloc.dual, 0.0)
         info = SyncInfo(policy_cost(bandit.costs, new_rate), new.time, num_active,
-                        pg.num_probes, alloc.dual, alloc.num_steps)
+                        pg.num_probes, dual, alloc.num_steps)
         return new, info
 
     return SyncLearner(init, step, name)
@@ -547,6 +550,12 @@ def grid_search(key, learner: SyncLearner, bandit: SyncBandit,
     """
     if len(learning_rates) == 0:
         raise ValueError("learning_rates must not be empty")
+    if min(float(v) for v in learning_rates) <= 0:
+        raise ValueError("learning_rates must be > 0")
+    if not 0 < float(exploration) <= 1:
+        raise ValueError(f"exploration must lie in (0, 1]; got {exploration}")
+    if horizon_rounds <= 0:
+        raise ValueError(f"horizon_rounds must be > 0; got {horizon_rounds}")
     min_rate = float(bandit.min_rate)
     horizon_time = horizon_rounds / min_rate
     if learner.name == "mirror_sync":
