@@ -23,5 +23,6 @@ from .solvers import (
     uniform_interval_crawl as uniform_interval_crawl,
 )
 from . import data as data
+from . import estimators as estimators
 
 __version__ = "0.1.0"

@@ -217,22 +217,15 @@ def _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol, unr
     return root_dual(final, log_mode), final.k
 
 
-def _polish(x, dx_free, budget):
-    """One Newton correction on the free pages so that Σx = budget to rounding."""
-    r = budget - jnp.sum(x)
-    w = -dx_free
-    sw = jnp.sum(w)
-    return x + jnp.where(sw > 0, r / jnp.where(sw > 0, sw, 1.0), 0.0) * w
-
-
 def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled=False):
     max_steps, rtol = cfg
     phi_shape = jax.eval_shape(lambda: rate_fn(bracket[0], params)).shape
     shape = jnp.broadcast_shapes(phi_shape, jnp.shape(lower), jnp.shape(upper))
-    lower = jnp.broadcast_to(lower, shape)
-    upper = jnp.broadcast_to(upper, shape)
+    # bounds stay scalars when given as scalars: broadcasting them to the pages' shape here
+    # would materialise loop-invariant page-sized buffers
     if marginal_fn is not None:
-        a, b = _bracket_from_marginals(marginal_fn, params, budget, lower, upper, shape[-1])
+        a, b = _bracket_from_marginals(marginal_fn, params, budget, jnp.broadcast_to(lower, shape),
+                                       jnp.broadcast_to(upper, shape), shape[-1])
     else:
         a, b = _expand_bracket(rate_fn, params, budget, lower, upper,
                                jnp.asarray(bracket[0], budget.dtype),
@@ -240,10 +233,17 @@ def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket
     a = jax.lax.stop_gradient(jnp.asarray(a, budget.dtype))
     b = jax.lax.stop_gradient(jnp.asarray(b, budget.dtype))
     nu, steps = _root_find(rate_fn, params, budget, lower, upper, a, b, max_steps, rtol, unrolled)
+    # Final correction: the sums at ν are one fused reduction; the corrected allocation is
+    # recomputed elementwise from a barrier copy of ν (so XLA cannot merge the two and
+    # materialise x and dx as page-sized temporaries).
     x, dx_free, *_ = _eval(rate_fn, params, nu, lower, upper)
-    x = _polish(x, dx_free, budget)
-    x = jnp.clip(x, lower, upper)
-    return x, nu, steps
+    r = budget - jnp.sum(x)
+    sw = -jnp.sum(dx_free)
+    c = jnp.where(sw > 0, r / jnp.where(sw > 0, sw, 1.0), 0.0)
+    nu_b, c = jax.lax.optimization_barrier((nu, c))
+    x, dx_free, *_ = _eval(rate_fn, params, nu_b, lower, upper)
+    x = jnp.clip(x - c * dx_free, lower, upper)
+    return jnp.broadcast_to(x, shape), nu, steps
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))

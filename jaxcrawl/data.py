@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .problem import CrawlProblem
+from .dataset import load_crawl_dataset  # noqa: F401  (re-export: jaxcrawl.data.load_crawl_dataset)
 
-__all__ = ["synthetic", "read_problem_csv", "write_plan_csv", "PageTable"]
+__all__ = ["synthetic", "read_problem_csv", "write_plan_csv", "PageTable", "load_crawl_dataset"]
 
 
 def synthetic(

@@ -1,0 +1,118 @@
+"""Web-scale solves: time, passes over the pages, bytes moved, memory; one device and eight.
+
+    python benchmarks/scale.py [--sizes 100000 1000000 10000000 18500000] [--devices 8]
+
+For each size (float32, mixed problems with 4% complete pages, after compilation):
+``lambda_crawl`` and ``binary_lambda_crawl`` time; passes over the page arrays (the
+root-finder's steps + bracket + final evaluation + correction/write); bytes read per pass
+(importance, change rate, complete mask); the ratio of the solve to ONE memory pass over
+the same arrays measured in the same run (a NumPy dot product of importance and change
+rate); XLA's compiled memory (arguments, outputs, temporaries) against the input bytes;
+and the estimators (MLE) on the same pages with 8 observations each.  Then the same solve
+with the pages sharded over ``--devices`` forced host devices (a subprocess with
+XLA_FLAGS=--xla_force_host_platform_device_count=N).  The last line is one JSON object
+with, among others, ``lambda_crawl_18.5M_seconds`` and ``lambda_crawl_18.5M_passes``.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import best_time  # noqa: E402
+
+import jaxcrawl  # noqa: E402
+from jaxcrawl import estimators  # noqa: E402
+
+EXTRA_PASSES = 3  # bracket + final evaluation + correction/write of the plan
+
+
+def label(n):
+    return f"{n / 1e6:g}M" if n >= 1e6 else f"{n / 1e3:g}k"
+
+
+def measure(n, with_estimators=True, mesh=None):
+    p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+    if mesh is not None:
+        from jaxcrawl.scale import shard_pages
+        p = shard_pages(p, mesh)
+    bytes_per_pass = n * (4 + 4 + 1)
+    r = {}
+    lc = jax.jit(jaxcrawl.lambda_crawl)
+    mem = lc.lower(p).compile().memory_analysis()
+    r["lambda_crawl_seconds"] = best_time(lc, p, repeat=3)
+    r["lambda_crawl_passes"] = int(lc(p).num_steps) + EXTRA_PASSES
+    r["peak_bytes"] = int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes)
+    r["peak_over_input"] = r["peak_bytes"] / bytes_per_pass
+    r["temp_bytes"] = int(mem.temp_size_in_bytes)
+    blc = jax.jit(jaxcrawl.binary_lambda_crawl)
+    r["binary_lambda_crawl_seconds"] = best_time(blc, p, repeat=3)
+    r["binary_lambda_crawl_passes"] = int(blc(p).num_steps) + EXTRA_PASSES
+    r["bytes_per_pass"] = bytes_per_pass
+    if mesh is None:
+        mu, lam = np.asarray(p.importance), np.asarray(p.change_rate)
+        r["numpy_memory_pass_seconds"] = best_time(lambda: np.dot(mu, lam), repeat=5)
+        r["solve_over_memory_pass"] = r["lambda_crawl_seconds"] / r["numpy_memory_pass_seconds"]
+    if with_estimators:
+        k = 8
+        key_w, key_c = jax.random.split(jax.random.key(1))
+        w = jax.random.exponential(key_w, (n, k), jnp.float32) + 1e-6
+        changed = jax.random.uniform(key_c, (n, k)) < -jnp.expm1(-p.change_rate[:, None] * w)
+        mle = jax.jit(estimators.mle)  # traced: eager validation is skipped, the timing is the estimator's
+        r["mle_seconds"] = best_time(mle, w, changed, repeat=2)
+        del w, changed
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000, 18_500_000])
+    ap.add_argument("--devices", type=int, default=8)
+    ap.add_argument("--sharded-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    out = {}
+    if args.sharded_child:
+        from jaxcrawl.scale import page_mesh
+        mesh = page_mesh()
+        for n in args.sizes:
+            n = n - n % len(jax.devices())
+            r = measure(n, with_estimators=False, mesh=mesh)
+            out.update({f"sharded{len(jax.devices())}_{k}_{label(n)}": v for k, v in r.items()})
+        print(json.dumps(out))
+        return
+    print(f"{'pages':>8} {'lambda_crawl':>13} {'passes':>6} {'BLC':>10} {'1 mem pass':>11} {'ratio':>6} "
+          f"{'GB/pass':>8} {'peak/input':>10} {'MLE (8 obs)':>12}")
+    for n in args.sizes:
+        r = measure(n)
+        out.update({f"{k.replace('_seconds', '')}_{label(n)}_seconds" if k.endswith("_seconds") else f"{k}_{label(n)}": v
+                    for k, v in r.items()})
+        out[f"lambda_crawl_{label(n)}_passes"] = r["lambda_crawl_passes"]
+        print(f"{label(n):>8} {r['lambda_crawl_seconds'] * 1e3:>10.1f} ms {r['lambda_crawl_passes']:>6} "
+              f"{r['binary_lambda_crawl_seconds'] * 1e3:>7.1f} ms {r['numpy_memory_pass_seconds'] * 1e3:>8.2f} ms "
+              f"{r['solve_over_memory_pass']:>6.1f} {r['bytes_per_pass'] / 1e9:>8.3f} {r['peak_over_input']:>10.2f} "
+              f"{r['mle_seconds'] * 1e3:>9.1f} ms")
+    if args.devices > 1:
+        env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={args.devices}")
+        proc = subprocess.run([sys.executable, __file__, "--sharded-child", "--sizes", *map(str, args.sizes)],
+                              env=env, capture_output=True, text=True)
+        if proc.returncode == 0:
+            child = json.loads(proc.stdout.strip().splitlines()[-1])
+            out.update(child)
+            for n in args.sizes:
+                n8 = n - n % args.devices
+                key = f"sharded{args.devices}_lambda_crawl_seconds_{label(n8)}"
+                if key in child:
+                    print(f"{label(n8):>8} sharded over {args.devices} host devices: lambda_crawl "
+                          f"{child[key] * 1e3:.1f} ms, {child[f'sharded{args.devices}_lambda_crawl_passes_{label(n8)}']} passes")
+        else:
+            print("sharded run failed:\n" + proc.stderr[-2000:])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
