@@ -18,6 +18,7 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import time
 
@@ -26,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcrawl import sync_bandits as sb
-from jaxcrawl.learners import mirror_sync as ms
+# By module path, so a package-level re-export of the `mirror_sync` factory cannot shadow it.
+ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
 
 T1 = sb.TABLE1
 

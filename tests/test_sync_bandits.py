@@ -6,6 +6,8 @@ argmin certificates, and the paper's convergence claims at reduced size.
 """
 from typing import NamedTuple
 
+import importlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +15,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxcrawl import sync_bandits as sb
-from jaxcrawl.learners import mirror_sync as ms
+# By module path, so a package-level re-export of the `mirror_sync` factory cannot shadow it.
+ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
 
 Z = 4.0  # standard errors allowed in Monte-Carlo comparisons
 
