@@ -58,40 +58,37 @@ def _check_divisible(n, size, what):
         )
 
 
+def _shard(tree, mesh: Mesh, axis_name: Optional[str], axis: int, what: str):
+    """Put every array of ``tree`` on ``mesh`` with array axis ``axis`` sharded (scalars replicated)."""
+    axis_name = mesh.axis_names[0] if axis_name is None else axis_name
+    size = mesh.shape[axis_name]
+
+    def put(x):
+        x = jnp.asarray(x)
+        if x.ndim == 0:
+            return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
+        _check_divisible(x.shape[axis], size, what)
+        spec = [None] * x.ndim
+        spec[axis] = axis_name
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
+
+    return jax.tree_util.tree_map(put, tree)
+
+
 def shard_pages(tree, mesh: Mesh, axis_name: Optional[str] = None):
     """Place every array of ``tree`` with its last (pages) axis sharded over ``mesh``.
 
     Scalars (e.g. the bandwidth) are replicated.  Works on a :class:`CrawlProblem`, a
-    :class:`Policy`, padded histories, any pytree.  The page count must be a multiple
-    of the mesh size (``ValueError`` otherwise).
+    :class:`Policy`, any pytree whose arrays end with the pages axis.  The page count
+    must be a multiple of the mesh size (``ValueError`` otherwise).
     """
-    axis_name = mesh.axis_names[0] if axis_name is None else axis_name
-    size = mesh.shape[axis_name]
-
-    def put(x):
-        x = jnp.asarray(x)
-        if x.ndim == 0:
-            return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
-        _check_divisible(x.shape[-1], size, "shard_pages")
-        spec = PartitionSpec(*([None] * (x.ndim - 1)), axis_name)
-        return jax.device_put(x, NamedSharding(mesh, spec))
-
-    return jax.tree_util.tree_map(put, tree)
+    return _shard(tree, mesh, axis_name, -1, "shard_pages")
 
 
 def shard_leading(tree, mesh: Mesh, axis_name: Optional[str] = None):
-    """Place every array of ``tree`` with its first (batch: seeds, instances, ...) axis sharded."""
-    axis_name = mesh.axis_names[0] if axis_name is None else axis_name
-    size = mesh.shape[axis_name]
-
-    def put(x):
-        x = jnp.asarray(x)
-        if x.ndim == 0:
-            return jax.device_put(x, NamedSharding(mesh, PartitionSpec()))
-        _check_divisible(x.shape[0], size, "shard_leading")
-        return jax.device_put(x, NamedSharding(mesh, PartitionSpec(axis_name)))
-
-    return jax.tree_util.tree_map(put, tree)
+    """Place every array of ``tree`` with its first axis sharded: seeds, instances,
+    hyperparameters of a sweep, or the pages axis of padded histories ``(pages, k)``."""
+    return _shard(tree, mesh, axis_name, 0, "shard_leading")
 
 
 def initialize_distributed(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
