@@ -41,8 +41,9 @@ inside its own ``jax.lax.scan`` and change the schedule every window; :func:`sim
 is that scan for a fixed or precomputed sequence of schedules, and :func:`monte_carlo`
 / :func:`evaluate` turn it into the costs with standard errors.
 
-Fixed shapes: each window holds at most ``change_capacity`` changes and ``crawl_capacity``
-crawls per page.  :func:`poisson_capacity` sizes them so that a page-window overflows
+Fixed shapes: each window holds at most ``event_capacity`` random events per page, records at
+most ``crawl_capacity`` crawls per page, and stores all pages' events in one flat pool of
+``pool_capacity`` slots.  :func:`poisson_capacity` sizes them so that a page-window overflows
 with probability below ``tail`` (1e-9 by default); an overflow is flagged per page and
 window and counted in every result, never dropped silently (the events past the capacity
 are not simulated, so a result with overflows is not exact).
@@ -1144,37 +1145,54 @@ def monte_carlo(
     """
     if not isinstance(num_replicates, int) or num_replicates < 2:
         raise ValueError("num_replicates must be an int >= 2 (standard errors need two)")
+    key_init, key_sim = jax.random.split(key)
+    state = _replicated_state(key_init, problem, schedule, num_replicates, initial)
+    return _monte_carlo_core(key_sim, problem, schedule, state, config, num_windows, num_replicates)
+
+
+def _tile(a, shape, r):
+    """Repeat the pages r times along the last axis: (..., n) -> (..., r * n)."""
+    a = jnp.broadcast_to(a, shape)
+    return jnp.concatenate([a] * r, axis=-1)
+
+
+def _tiled_problem(problem, schedule, r):
+    shape = jnp.shape(problem.change_rate)
+    tiled = CrawlProblem(
+        _tile(problem.importance, shape, r), _tile(problem.change_rate, shape, r),
+        problem.bandwidth, _tile(problem.complete, shape, r),
+    )
+    return tiled, jax.tree_util.tree_map(lambda a: _tile(a, shape, r), schedule)
+
+
+def _replicated_state(key, problem, schedule, r, initial):
+    """Initial states of r replicates, pages repeated: independent stationary draws, or
+    ``initial`` repeated."""
+    tiled, sched = _tiled_problem(problem, schedule, r)
+    if initial is None:
+        return stationary_state(key, tiled, sched)
+    shape = jnp.shape(problem.change_rate)
+    return SimState(
+        time=initial.time,
+        since_crawl=_tile(initial.since_crawl, shape, r),
+        num_changes=_tile(initial.num_changes, shape, r),
+    )
+
+
+def _monte_carlo_core(key, problem, schedule, state, config, num_windows, r):
+    """Pages are independent, so r replicates of n pages are one problem of r * n pages
+    (no vmap: one flat pool, one compilation of the window)."""
     dtype = problem.change_rate.dtype
     horizon = jnp.asarray(num_windows * config.window, dtype)
     shape = jnp.shape(problem.change_rate)
-    r = num_replicates
-
-    # Pages are independent, so r replicates of n pages are one problem of r * n pages
-    # (no vmap: one flat pool, one compile of the window).
-    def tile(a):
-        a = jnp.broadcast_to(a, shape)
-        return jnp.concatenate([a] * r, axis=-1)
-
-    tiled = CrawlProblem(
-        tile(problem.importance), tile(problem.change_rate), problem.bandwidth,
-        tile(problem.complete),
-    )
-    sched = jax.tree_util.tree_map(tile, schedule)
+    num_replicates = r
+    tiled, sched = _tiled_problem(problem, schedule, r)
     cfg = dataclasses.replace(
         config,
         pool_capacity=config.pool_capacity * r,
         heavy_pages=config.heavy_pages * r,
     )
-    key_init, key_sim = jax.random.split(key)
-    if initial is None:
-        state = stationary_state(key_init, tiled, sched)
-    else:
-        state = SimState(
-            time=initial.time,
-            since_crawl=tile(initial.since_crawl),
-            num_changes=tile(initial.num_changes),
-        )
-    _, tot, _ = simulate(key_sim, tiled, sched, state, cfg, num_windows)
+    _, tot, _ = simulate(key, tiled, sched, state, cfg, num_windows)
 
     def split(a):  # (..., r * n) -> (r, ..., n)
         return jnp.moveaxis(a.reshape(shape[:-1] + (r, shape[-1])), -2, 0)
@@ -1211,16 +1229,21 @@ def monte_carlo(
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_mc(config: SimConfig, num_windows: int, num_replicates: int, has_initial: bool):
-    if has_initial:
-        fn = lambda key, problem, schedule, initial: monte_carlo(  # noqa: E731
-            key, problem, schedule, config, num_windows,
-            num_replicates=num_replicates, initial=initial,
-        )
+def _compiled_mc(config: SimConfig, num_windows: int, num_replicates: int):
+    def fn(key, problem, schedule, state):
+        return _monte_carlo_core(key, problem, schedule, state, config, num_windows, num_replicates)
+
+    return jax.jit(fn)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_initial(num_replicates: int, stationary: bool):
+    if stationary:
+        fn = lambda key, problem, schedule, initial: _replicated_state(  # noqa: E731
+            key, problem, schedule, num_replicates, None)
     else:
-        fn = lambda key, problem, schedule, initial: monte_carlo(  # noqa: E731
-            key, problem, schedule, config, num_windows, num_replicates=num_replicates
-        )
+        fn = lambda key, problem, schedule, initial: _replicated_state(  # noqa: E731
+            key, problem, schedule, num_replicates, initial)
     return jax.jit(fn)
 
 
@@ -1276,20 +1299,25 @@ def evaluate(
             f"horizon must be a positive whole number of windows; got horizon={horizon!r}, "
             f"window={w!r}"
         )
+    r = int(num_replicates)
+    if r < 2:
+        raise ValueError("num_replicates must be an int >= 2 (standard errors need two)")
     if isinstance(initial, str):
         if initial != "stationary":
             raise ValueError("initial must be 'stationary' or a SimState")
-        fn = _compiled_mc(config, num_windows, int(num_replicates), False)
-        res = fn(key, problem, schedule, None)
+        init = None
+    elif isinstance(initial, SimState):
+        init = initial
     else:
-        fn = _compiled_mc(config, num_windows, int(num_replicates), True)
-        res = fn(key, problem, schedule, initial)
+        raise TypeError("initial must be 'stationary' or a SimState")
+    key_init, key_sim = jax.random.split(key)
+    state = _compiled_initial(r, init is None)(key_init, problem, schedule, init)
+    res = _compiled_mc(config, num_windows, r)(key_sim, problem, schedule, state)
     n_over = int(np.sum(np.asarray(res.overflow)))
     if n_over > 0:
         warnings.warn(
-            f"{n_over} page-windows overflowed the event capacities "
-            f"(change_capacity={config.change_capacity}, crawl_capacity={config.crawl_capacity}); "
-            "their events past the capacity were not simulated",
+            f"{n_over} page-windows overflowed the capacities of {config}; the events "
+            "past a capacity were not simulated or not recorded, so the result is not exact",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -1,0 +1,530 @@
+"""Tests of jaxcrawl.simulate: exactness against a plain NumPy event loop, closed forms
+(NeurIPS-19 Prop. 1 and 4, supplement eq. 12-13; L2C eq. 4, App. H, Lemma 1 eq. 10)
+within 4 standard errors, the laws of the observations, fixed shapes and overflow.
+
+The closed forms are written here in NumPy; nothing relies on other jaxcrawl modules
+being correct (objectives/estimators are only cross-checked at the end).
+"""
+import dataclasses
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcrawl import simulate as S
+from jaxcrawl.problem import CrawlProblem
+
+N_PAGES = 1200
+NUM_WINDOWS = 30
+REPLICATES = 4
+Z = 4.0  # standard errors allowed
+
+
+# --------------------------------------------------------------------------- helpers
+def _mixed(seed, n=N_PAGES, dtype=np.float32, complete_frac=0.25):
+    """A mixed problem: heavy-tailed importance, change rates 0.02-4, some complete pages."""
+    rng = np.random.default_rng(seed)
+    mu = rng.lognormal(0.0, 1.0, n)
+    xi = np.clip(rng.lognormal(-0.5, 1.0, n), 0.02, 4.0)
+    comp = rng.random(n) < complete_frac
+    rho = rng.uniform(0.1, 2.0, n)
+    p = rng.uniform(0.05, 1.0, n)
+    nominal = np.where(comp, p * xi, rho)
+    prob = CrawlProblem(mu.astype(dtype), xi.astype(dtype), float(nominal.sum()), comp)
+    return prob, rho, p, comp, rng
+
+
+def _schedule(kind_incomplete, comp, rho, p, phase=None, dtype=np.float32):
+    n = comp.shape[0]
+    kind = np.where(comp, S.SIGNAL, kind_incomplete).astype(np.int32)
+    if kind_incomplete == S.POISSON:
+        rate, period = np.where(comp, 0.0, rho), np.full(n, np.inf)
+    else:
+        rate, period = np.zeros(n), np.where(comp, np.inf, 1.0 / rho)
+    phase = np.zeros(n) if phase is None else phase
+    return S.Schedule(
+        kind=jnp.asarray(kind),
+        rate=jnp.asarray(rate, dtype),
+        prob=jnp.asarray(np.where(comp, p, 0.0), dtype),
+        period=jnp.asarray(period, dtype),
+        phase=jnp.asarray(phase, dtype),
+    )
+
+
+def _ein(x):
+    """Ein(x) = ∫_0^x (1 - e^{-s}) / s ds by composite Gauss-Legendre (float64)."""
+    nodes, weights = np.polynomial.legendre.leggauss(40)
+    out = []
+    for xv in np.atleast_1d(x):
+        edges = [0.0, min(1.0, xv)]
+        while edges[-1] < xv:
+            edges.append(min(2.0 * edges[-1], xv))
+        tot = 0.0
+        for a, b in zip(edges[:-1], edges[1:]):
+            s = 0.5 * (b - a) * nodes + 0.5 * (a + b)
+            tot += 0.5 * (b - a) * np.sum(weights * (-np.expm1(-s)) / s)
+        out.append(tot)
+    return np.array(out)
+
+
+def _check(ev, name, expected):
+    value = float(getattr(ev, name))
+    se = float(getattr(ev, name + "_se"))
+    assert se > 0, name
+    assert abs(value - expected) < Z * se, (name, value, expected, se, (value - expected) / se)
+
+
+# --------------------------------------------------------------------------- shared config
+def _transient_problem():
+    rng = np.random.default_rng(2)
+    n = N_PAGES
+    mu = rng.uniform(0.5, 1.5, n)
+    xi = rng.uniform(0.005, 0.1, n)
+    rho = rng.uniform(0.005, 0.1, n)
+    prob = CrawlProblem(mu.astype(np.float32), xi.astype(np.float32), float(rho.sum()))
+    return prob, rho, rng
+
+
+@pytest.fixture(scope="module")
+def mixed_config():
+    """One SimConfig for all the 1,200-page Monte-Carlo tests (one compilation): the
+    field-wise largest of the configs the three problems need."""
+    cfgs = []
+    for seed in (0, 1):
+        prob, rho, p, comp, _ = _mixed(seed)
+        cfgs.append(S.config_for(prob, _schedule(S.POISSON, comp, rho, p), 1.0))
+    prob, rho, _ = _transient_problem()
+    cfgs.append(S.config_for(prob, S.poisson_schedule(jnp.asarray(rho, jnp.float32)), 1.0))
+    fields = {f: max(getattr(c, f) for c in cfgs) for f in
+              ("event_capacity", "crawl_capacity", "pool_capacity", "request_capacity", "heavy_pages")}
+    cfg = S.SimConfig(window=1.0, **fields)
+    # the periodic schedule of the same rates needs at most ceil(w * 2) + 1 crawl slots
+    assert cfg.crawl_capacity >= 3
+    return cfg
+
+
+# --------------------------------------------------------------------------- capacities
+@pytest.mark.parametrize("mean", [0.0, 0.01, 0.7, 3.0, 17.5, 120.0])
+def test_poisson_capacity_is_the_1e9_quantile(mean):
+    k = S.poisson_capacity(mean, 1e-9)
+
+    def upper(kk):  # P(X > kk) summed directly in float64
+        js = np.arange(kk + 1, kk + 2000)
+        return float(np.sum(np.exp(js * math.log(mean) - mean - np.array([math.lgamma(j + 1) for j in js])))) if mean > 0 else 0.0
+
+    assert upper(k) < 1e-9
+    if k > 1:
+        assert upper(k - 1) >= 1e-9
+
+
+def test_config_for_rejects_means_beyond_inversion():
+    prob = CrawlProblem(np.ones(3, np.float32), np.array([1.0, 2.0, 500.0], np.float32), 1.0)
+    with pytest.raises(ValueError, match="shorter window"):
+        S.config_for(prob, S.poisson_schedule(jnp.ones(3, jnp.float32)), 1.0)
+
+
+# --------------------------------------------------------------------------- exactness
+def _reference_window(ev_page, ev_time, ev_chg, ev_crl, ev_valid, n0, since, w, page):
+    """Plain event loop over one page's events: integrals, observations, next state."""
+    sel = np.flatnonzero(ev_valid & (ev_page == page))
+    n, t_prev, last, harm, stale = int(n0), 0.0, -float(since), 0.0, 0.0
+    obs = []
+    h = lambda k: float(np.sum(1.0 / np.arange(1, k + 1)))  # noqa: E731
+    for i in sel:
+        t = float(ev_time[i])
+        harm += h(n) * (t - t_prev)
+        stale += (n > 0) * (t - t_prev)
+        if ev_chg[i]:
+            n += 1
+        if ev_crl[i]:
+            obs.append((t - last, n, t))
+            n, last = 0, t
+        t_prev = t
+    harm += h(n) * (w - t_prev)
+    stale += (n > 0) * (w - t_prev)
+    since_new = w - last if last >= 0 else since + w
+    return harm, stale, obs, n, since_new, int(np.sum(ev_chg[sel]))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_windows_match_a_numpy_event_loop(dtype):
+    """Every integral, observation and carried state equals a plain event loop on the same
+    events, over three consecutive windows (carry-over included), for all three kinds."""
+    rng = np.random.default_rng(7)
+    n = 90
+    xi = rng.uniform(0.05, 3.0, n)
+    comp = np.arange(n) % 3 == 2
+    prob = CrawlProblem(rng.uniform(0.5, 3.0, n).astype(dtype), xi.astype(dtype), 10.0, comp)
+    kinds = np.where(comp, S.SIGNAL, np.where(np.arange(n) % 3 == 0, S.POISSON, S.PERIODIC))
+    rate = np.where(kinds == S.POISSON, rng.uniform(0.0, 3.0, n), 0.0)
+    rate[0] = 0.0  # never crawled
+    period = np.where(kinds == S.PERIODIC, rng.uniform(0.2, 1.5, n), np.inf)
+    period[1] = np.inf  # periodic page that is never crawled
+    prob_sig = np.where(comp, rng.uniform(0.0, 1.0, n), 0.0)
+    prob_sig[2] = 0.0
+    prob_sig[5] = 1.0
+    phase = rng.uniform(-3.0, 3.0, n)
+    sched = S.Schedule(
+        jnp.asarray(kinds, jnp.int32), jnp.asarray(rate, dtype), jnp.asarray(prob_sig, dtype),
+        jnp.asarray(period, dtype), jnp.asarray(phase, dtype),
+    )
+    cfg = S.config_for(prob, sched, 0.75)
+    state = S.init_state(
+        prob, since_crawl=rng.uniform(0.0, 2.0, n), num_changes=rng.integers(0, 4, n), time=0.3
+    )
+    step = jax.jit(lambda k, s: S.simulate_window(k, s, prob, sched, cfg))
+    tol = 1e-9 if dtype == np.float64 else 2e-5
+    for win_idx, key in enumerate(jax.random.split(jax.random.key(3), 3)):
+        new, out = step(key, state)
+        assert not np.any(np.asarray(out.overflow))
+        e = jax.tree_util.tree_map(np.asarray, out.events)
+        o = jax.tree_util.tree_map(np.asarray, out.observations)
+        t_abs = float(state.time)
+        for i in range(n):
+            harm, stale, obs, n_end, since_end, n_chg = _reference_window(
+                e.page, e.time, e.is_change, e.is_crawl, e.valid,
+                np.asarray(state.num_changes)[i], np.asarray(state.since_crawl)[i], 0.75, i,
+            )
+            sel = e.valid & (e.page == i)
+            ts = e.time[sel]
+            assert np.all(np.diff(ts) >= 0) and np.all((ts > 0) & (ts <= 0.75))
+            if kinds[i] == S.SIGNAL:  # crawls only right after changes
+                assert np.all(e.is_change[sel][e.is_crawl[sel]])
+            else:  # never both at once
+                assert not np.any(e.is_change[sel] & e.is_crawl[sel])
+            if kinds[i] == S.PERIODIC:  # crawls exactly on the grid phase + k * period
+                k = (t_abs + ts[e.is_crawl[sel]] - phase[i]) / period[i]
+                assert np.allclose(k, np.round(k), atol=1e-4)
+                expected_q = np.sum((np.arange(-100, 100) * period[i] + phase[i] > t_abs)
+                                    & (np.arange(-100, 100) * period[i] + phase[i] <= t_abs + 0.75)) if np.isfinite(period[i]) else 0
+                assert np.sum(e.is_crawl[sel]) == expected_q
+            if kinds[i] == S.POISSON and rate[i] == 0:
+                assert not np.any(e.is_crawl[sel])
+            np.testing.assert_allclose(out.harmonic[i], harm, rtol=tol, atol=tol)
+            np.testing.assert_allclose(out.stale_time[i], stale, rtol=tol, atol=tol)
+            assert int(out.num_changes[i]) == n_chg
+            assert int(out.num_crawls[i]) == len(obs) == int(o.mask[i].sum())
+            assert int(new.num_changes[i]) == n_end
+            np.testing.assert_allclose(new.since_crawl[i], since_end, rtol=tol, atol=tol)
+            for j, (interval, count, t) in enumerate(obs):
+                np.testing.assert_allclose(o.intervals[i, j], interval, rtol=tol, atol=tol)
+                assert o.counts[i, j] == count and o.changed[i, j] == float(count > 0)
+                np.testing.assert_allclose(o.crawl_times[i, j], t, rtol=tol, atol=tol)
+            assert np.all(o.intervals[i, len(obs):] == 0) and not np.any(o.mask[i, len(obs):])
+        # requests: integers, fresh <= total
+        assert np.all(np.asarray(out.fresh_requests) <= np.asarray(out.requests))
+        np.testing.assert_allclose(float(new.time), t_abs + 0.75, rtol=1e-6)
+        state = new
+
+
+# --------------------------------------------------------------------------- closed forms
+def test_poisson_and_signal_costs_match_prop1_prop4_eq12_13(mixed_config):
+    """Poisson crawling (K19 Π⁻ / L2C Δ_R) and crawl-on-signal (Π°) on 1,200 mixed pages."""
+    prob, rho, p, comp, _ = _mixed(0)
+    sched = _schedule(S.POISSON, comp, rho, p)
+    ev = S.evaluate(jax.random.key(0), prob, sched, horizon=float(NUM_WINDOWS),
+                    num_replicates=REPLICATES, config=mixed_config)
+    mu = np.asarray(prob.importance, np.float64)
+    xi = np.asarray(prob.change_rate, np.float64)
+    harmonic = np.where(comp, -mu * np.log(p), mu * np.log((xi + rho) / rho))  # Prop. 4 / 1
+    binary = np.where(comp, mu * (1 - p), mu * xi / (xi + rho))  # eq. 13 / 12
+    fresh = np.where(comp, mu * p, mu * rho / (rho + xi))  # L2C eq. 4 per unit time
+    assert int(ev.overflow) == 0
+    _check(ev, "harmonic_cost", harmonic.mean())
+    _check(ev, "binary_cost", binary.mean())
+    _check(ev, "freshness", fresh.mean())
+    _check(ev, "fresh_requests", fresh.mean())
+    _check(ev, "fresh_fraction", fresh.sum() / mu.sum())
+    _check(ev, "crawl_rate", np.where(comp, p * xi, rho).sum())
+
+
+def test_uniform_interval_costs_match_app_h(mixed_config):
+    """Periodic crawling every 1/ρ with random phases (L2C K_R, App. H) + signal pages."""
+    prob, rho, p, comp, rng = _mixed(1)
+    phase = rng.uniform(0.0, 1.0, N_PAGES) / rho
+    sched = _schedule(S.PERIODIC, comp, rho, p, phase=phase)
+    ev = S.evaluate(jax.random.key(1), prob, sched, horizon=float(NUM_WINDOWS),
+                    num_replicates=REPLICATES, config=mixed_config)
+    mu = np.asarray(prob.importance, np.float64)
+    xi = np.asarray(prob.change_rate, np.float64)
+    x = xi / rho  # ξ κ
+    g = -np.expm1(-x) / x  # fraction of time fresh, App. H
+    # harmonic: N(a) ~ Poisson(ξ a) at age a, E H(N) = Ein(ξ a); averaged over a in [0, κ]
+    h_per = _ein(x) - 1.0 + g
+    harmonic = np.where(comp, -mu * np.log(p), mu * h_per)
+    binary = np.where(comp, mu * (1 - p), mu * (1 - g))
+    fresh = np.where(comp, mu * p, mu * g)  # ζ (1 - e^{-ξ/ρ}) ρ / ξ
+    assert int(ev.overflow) == 0
+    _check(ev, "harmonic_cost", harmonic.mean())
+    _check(ev, "binary_cost", binary.mean())
+    _check(ev, "freshness", fresh.mean())
+    _check(ev, "fresh_requests", fresh.mean())
+    _check(ev, "fresh_fraction", fresh.sum() / mu.sum())
+    _check(ev, "crawl_rate", np.where(comp, p * xi, rho).sum())
+    # the uniform-interval policy beats Poisson crawling at the same rates (App. H)
+    assert np.all(g[~comp] >= rho[~comp] / (rho[~comp] + xi[~comp]))
+
+
+def test_transient_utility_matches_lemma1_eq10(mixed_config):
+    """From an arbitrary cache state S(t0), E[U] = (1/m) Σ ζ ∫ P(FRESH) dt with
+    P(FRESH at t) = a + (s - a) e^{-(ρ+ξ)(t-t0)}, a = ρ/(ρ+ξ) (L2C eq. 3, Lemma 1 eq. 10;
+    the extracted eq. 10 prints "+ (ζρ/(ρ+ξ) + ζ s)", a sign slip its line 3 corrects)."""
+    prob, rho, rng = _transient_problem()
+    n = N_PAGES
+    mu = np.asarray(prob.importance, np.float64)
+    xi = np.asarray(prob.change_rate, np.float64)
+    s = rng.random(n) < 0.25  # mostly stale: far from the stationary freshness
+    init = S.init_state(prob, fresh=s, since_crawl=rng.uniform(0, 5, n))
+    sched = S.poisson_schedule(jnp.asarray(rho, jnp.float32))
+    ev = S.evaluate(jax.random.key(2), prob, sched, horizon=float(NUM_WINDOWS),
+                    num_replicates=REPLICATES, initial=init, config=mixed_config)
+    T = float(NUM_WINDOWS)
+    a, c = rho / (rho + xi), rho + xi
+    utility = np.mean(mu * (a * T + (s - a) * (-np.expm1(-c * T)) / c))  # ∫_0^T of eq. 10
+    stationary = np.mean(mu * a * T)  # eq. 4
+    literal = np.mean(mu * (a * T + (a + s) * (-np.expm1(-c * T)) / c))
+    se_u = float(ev.freshness_se) * T
+    assert abs(float(ev.freshness) * T - utility) < Z * se_u
+    assert abs(float(ev.fresh_requests) * T - utility) < Z * float(ev.fresh_requests_se) * T
+    # the transient matters here, and the printed sign is distinguishable from it
+    assert abs(stationary - utility) > 10 * se_u
+    assert abs(literal - utility) > 10 * se_u
+
+
+# --------------------------------------------------------------------------- observations
+def test_observation_laws():
+    """Partial observations (L2C eq. 1): P(changed | interval w) = 1 - e^{-ξw}; full
+    observations (App. K): counts ~ Poisson(ξw); Poisson crawls: intervals ~ Exp(ρ);
+    signal crawls always see a change and their counts are geometric(p)."""
+    groups = np.array([0.1, 0.6, 1.5, 3.0])
+    per_group = 300
+    n = 3 * groups.size * per_group
+    xi = np.tile(np.repeat(groups, per_group), 3)
+    part = np.repeat(np.arange(3), groups.size * per_group)  # 0 periodic, 1 poisson, 2 signal
+    comp = part == 2
+    kappa, rho_c, p_sig = 0.5, 1.0, 0.3
+    rng = np.random.default_rng(4)
+    prob = CrawlProblem(np.ones(n, np.float32), xi.astype(np.float32), 1000.0, comp)
+    sched = S.Schedule(
+        kind=jnp.asarray(np.choose(part, [S.PERIODIC, S.POISSON, S.SIGNAL]), jnp.int32),
+        rate=jnp.full(n, rho_c, jnp.float32),
+        prob=jnp.full(n, p_sig, jnp.float32),
+        period=jnp.full(n, kappa, jnp.float32),
+        phase=jnp.asarray(rng.uniform(0, kappa, n), jnp.float32),
+    )
+    cfg = S.config_for(prob, sched, 1.0)
+    num_windows = 20
+
+    @jax.jit
+    def run(key):
+        k_init, k_sim = jax.random.split(key)
+        st = S.stationary_state(k_init, prob, sched)
+        _, tot, rec = S.simulate(
+            k_sim, prob, sched, st, cfg, num_windows,
+            record_fn=lambda w: (w.observations, w.num_changes),
+        )
+        return tot, rec
+
+    tot, (obs_rec, nchg) = run(jax.random.key(5))
+    assert int(tot.overflow.sum()) == 0
+    hist = jax.tree_util.tree_map(np.asarray, S.history(obs_rec))
+    assert hist.intervals.shape == (n, num_windows * cfg.crawl_capacity)
+    w_, c_, m_, k_ = hist.intervals, hist.changed, hist.mask, hist.counts
+    for g in groups:
+        # periodic: every interval is κ, P(changed) = 1 - e^{-ξκ}, counts ~ Poisson(ξκ)
+        rows = (part == 0) & (xi == g)
+        mm = m_[rows]
+        np.testing.assert_allclose(w_[rows][mm], kappa, rtol=1e-5)
+        ch = c_[rows][mm]
+        pc = -math.expm1(-g * kappa)
+        assert abs(ch.mean() - pc) < Z * math.sqrt(pc * (1 - pc) / ch.size)
+        cnt = k_[rows][mm]
+        lam = g * kappa
+        assert abs(cnt.mean() - lam) < Z * math.sqrt(lam / cnt.size)
+        for k in range(4):
+            pk = math.exp(-lam) * lam ** k / math.factorial(k)
+            assert abs(np.mean(cnt == k) - pk) < Z * math.sqrt(pk * (1 - pk) / cnt.size) + 1e-12
+        # Poisson crawls.  Pooling every observed interval would be biased (a page has
+        # more intervals when they are short); the 2nd-4th intervals of every page exist
+        # except with probability ~1e-6 (ρT = 20) and are iid Exp(ρ).
+        rows = (part == 1) & (xi == g)
+        order = np.cumsum(m_[rows], axis=1)
+        pick = m_[rows] & (order >= 2) & (order <= 4)
+        iv = w_[rows][pick]
+        assert abs(iv.mean() - 1 / rho_c) < Z * iv.std() / math.sqrt(iv.size)
+        pe = np.mean(iv > 1 / rho_c)
+        assert abs(pe - math.exp(-1)) < Z * math.sqrt(math.exp(-1) * (1 - math.exp(-1)) / iv.size)
+        # given its interval w, a crawl sees a change w.p. 1 - e^{-ξw} and counts
+        # Poisson(ξw) changes (any selection by crawl times alone keeps this)
+        mm = m_[rows]
+        iv, ch, cnt = w_[rows][mm], c_[rows][mm], k_[rows][mm]
+        resid = ch - (-np.expm1(-g * iv))
+        assert abs(resid.mean()) < Z * resid.std() / math.sqrt(resid.size)
+        resid = cnt - g * iv
+        assert abs(resid.mean()) < Z * resid.std() / math.sqrt(resid.size)
+        # signal crawls: every one saw a change, and each change is crawled w.p. p
+        rows = (part == 2) & (xi == g)
+        assert np.all(c_[rows][m_[rows]] == 1)
+        crawls = float(np.asarray(tot.crawls)[rows].sum())
+        changes = float(np.asarray(tot.changes)[rows].sum())
+        assert abs(crawls / changes - p_sig) < Z * math.sqrt(p_sig * (1 - p_sig) / changes)
+        # full observation of the change process: changes per window ~ Poisson(ξ w)
+        counts = np.asarray(nchg)[:, xi == g].ravel()
+        assert abs(counts.mean() - g) < Z * math.sqrt(g / counts.size)
+        assert abs(counts.var() - g) < Z * math.sqrt((g + 2 * g * g) / counts.size)
+    # the histories feed jaxcrawl.estimators as they are: under equal intervals the MLE is
+    # log(N / (N - U)) / κ (L2C §4), with N observations and U changes
+    estimators = pytest.importorskip("jaxcrawl.estimators")
+    rows = part == 0
+    est = np.asarray(estimators.mle(hist.intervals[rows], hist.changed[rows], hist.mask[rows]))
+    nobs = m_[rows].sum(1)
+    nch = c_[rows].sum(1)
+    ok = (nch > 0) & (nch < nobs)
+    np.testing.assert_allclose(est[ok], np.log(nobs / (nobs - nch))[ok] / kappa, rtol=1e-3)
+
+
+# --------------------------------------------------------------------------- structure
+def test_policy_changes_between_windows_and_scan_equals_loop():
+    """``schedule_per_window`` changes the policy every window; the scan equals a Python
+    loop of ``simulate_window`` on the same keys, and totals add up the windows."""
+    prob, rho, p, comp, _ = _mixed(3, n=64)
+    scheds = [
+        _schedule(S.POISSON, comp, rho * f, np.clip(p * f, 0, 1)) for f in (0.5, 1.0, 1.5, 0.25)
+    ]
+    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *scheds)
+    cfg = S.config_for(prob, scheds[2], 1.0)
+    st0 = S.init_state(prob)
+    key = jax.random.key(11)
+    final, tot, rec = jax.jit(
+        lambda k: S.simulate(k, prob, stacked, st0, cfg, 4, schedule_per_window=True,
+                             record_fn=lambda w: w.num_crawls)
+    )(key)
+    step = jax.jit(lambda k, s, sc: S.simulate_window(k, s, prob, sc, cfg))
+    st, harm = st0, 0.0
+    for t, k in enumerate(jax.random.split(key, 4)):
+        st, out = step(k, st, scheds[t])
+        np.testing.assert_array_equal(np.asarray(out.num_crawls), np.asarray(rec[t]))
+        harm = harm + np.asarray(out.harmonic)
+    np.testing.assert_array_equal(np.asarray(final.num_changes), np.asarray(st.num_changes))
+    np.testing.assert_allclose(np.asarray(final.since_crawl), np.asarray(st.since_crawl))
+    np.testing.assert_allclose(np.asarray(tot.harmonic), harm, rtol=1e-5)
+
+
+def test_batched_problem_equals_separate_instances():
+    """A problem with a leading instance axis runs as a vmap over instances: each
+    instance equals a separate run with its share of the key."""
+    prob_a, rho, p, comp, _ = _mixed(5, n=40)
+    sched = _schedule(S.POISSON, comp, rho, p)
+    both = CrawlProblem(
+        jnp.stack([prob_a.importance] * 2), jnp.stack([prob_a.change_rate, prob_a.change_rate * 0.5]),
+        jnp.asarray([1.0, 2.0], jnp.float32), jnp.stack([prob_a.complete] * 2),
+    )
+    prob_b = CrawlProblem(prob_a.importance, prob_a.change_rate * 0.5, 2.0, prob_a.complete)
+    cfg = S.config_for(prob_a, sched, 1.0)
+    step = jax.jit(lambda k, pr: S.simulate_window(k, S.init_state(pr), pr, sched, cfg))
+    key = jax.random.key(8)
+    st2, out2 = step(key, both)
+    assert out2.harmonic.shape == (2, 40) and st2.time.shape == (2,)
+    keys = jax.random.split(key, 2)
+    for b, pr in enumerate((prob_a, prob_b)):
+        st1, out1 = step(keys[b], pr)
+        np.testing.assert_array_equal(np.asarray(out1.harmonic), np.asarray(out2.harmonic[b]))
+        np.testing.assert_array_equal(
+            np.asarray(out1.observations.counts), np.asarray(out2.observations.counts[b])
+        )
+        np.testing.assert_array_equal(np.asarray(st1.num_changes), np.asarray(st2.num_changes[b]))
+
+
+def test_overflow_is_counted_and_reported():
+    prob, rho, p, comp, _ = _mixed(6, n=200)
+    sched = _schedule(S.POISSON, comp, rho, p)
+    cfg = S.config_for(prob, sched, 1.0)
+    tiny = dataclasses.replace(cfg, event_capacity=1, crawl_capacity=1)
+    with pytest.warns(RuntimeWarning, match="overflowed"):
+        ev = S.evaluate(jax.random.key(0), prob, sched, horizon=3.0, num_replicates=2, config=tiny)
+    assert int(ev.overflow) > 0
+    # a pool too small for all pages: the pages past it are flagged, the first are not
+    small = dataclasses.replace(cfg, pool_capacity=100)
+    _, out = jax.jit(lambda k: S.simulate_window(k, S.init_state(prob), prob, sched, small))(
+        jax.random.key(1))
+    flags = np.asarray(out.overflow)
+    first_bad = int(np.argmax(flags))
+    assert flags[-1] and np.all(flags[first_bad:]) and 0 < first_bad < 100
+    assert int(np.asarray(out.num_changes)[:first_bad].sum() + first_bad) <= 100
+
+
+def test_stationary_state_law():
+    """Poisson: P(N >= j) = (ξ/(ξ+ρ))^j; signal: P(N = 0) = p; periodic: age = (t - phase) mod κ."""
+    n = 4000
+    xi = np.full(n, 1.0, np.float32)
+    comp = np.arange(n) >= 2000
+    prob = CrawlProblem(np.ones(n, np.float32), xi, 10.0, comp)
+    sched = S.Schedule(
+        kind=jnp.asarray(np.where(comp, S.SIGNAL, S.POISSON), jnp.int32),
+        rate=jnp.full(n, 0.25, jnp.float32), prob=jnp.full(n, 0.4, jnp.float32),
+        period=jnp.full(n, jnp.inf, jnp.float32), phase=jnp.zeros(n, jnp.float32),
+    )
+    st = S.stationary_state(jax.random.key(0), prob, sched)
+    nn = np.asarray(st.num_changes)
+    q = 1.0 / 1.25
+    for j in (1, 2, 4):
+        pj = q ** j
+        assert abs(np.mean(nn[:2000] >= j) - pj) < Z * math.sqrt(pj * (1 - pj) / 2000)
+    assert abs(np.mean(nn[2000:] == 0) - 0.4) < Z * math.sqrt(0.24 / 2000)
+    age = np.asarray(st.since_crawl)[:2000]
+    assert abs(age.mean() - 4.0) < Z * 4.0 / math.sqrt(2000)
+    per = S.periodic_schedule(jnp.full(3, 2.0), jnp.asarray([0.0, 0.5, -0.7]))
+    p3 = CrawlProblem(np.ones(3), np.ones(3), 1.0)
+    st3 = S.stationary_state(jax.random.key(1), p3, per, time=5.0)
+    np.testing.assert_allclose(np.asarray(st3.since_crawl), [1.0, 0.5, 1.7], atol=1e-9)
+
+
+def test_harmonic_number():
+    n = np.array([0, 1, 2, 3, 10, 255, 256, 300, 5000])
+    ref = np.array([np.sum(1.0 / np.arange(1, k + 1)) for k in n])
+    np.testing.assert_allclose(np.asarray(S.harmonic_number(jnp.asarray(n), jnp.float64)), ref, rtol=1e-13)
+
+
+# --------------------------------------------------------------------------- validation
+def test_bad_input_raises_value_errors():
+    prob, rho, p, comp, _ = _mixed(0, n=20)
+    with pytest.raises(ValueError, match="not complete"):
+        S.config_for(prob, S.signal_schedule(jnp.full(20, 0.5)), 1.0)
+    with pytest.raises(ValueError, match="prob"):
+        S.signal_schedule(jnp.full(3, 1.5))
+    with pytest.raises(ValueError, match="rate"):
+        S.poisson_schedule(jnp.asarray([1.0, -1.0]))
+    with pytest.raises(ValueError, match="period"):
+        S.periodic_schedule(jnp.asarray([1.0, 0.0]))
+    sched = _schedule(S.POISSON, comp, rho, p)
+    with pytest.raises(ValueError, match="whole number of windows"):
+        S.evaluate(jax.random.key(0), prob, sched, horizon=2.5, window=1.0)
+    with pytest.raises(ValueError, match="num_replicates"):
+        S.evaluate(jax.random.key(0), prob, sched, horizon=2.0, num_replicates=1)
+    with pytest.raises(ValueError, match="window"):
+        S.SimConfig(window=0.0, event_capacity=1, crawl_capacity=1, pool_capacity=1)
+    with pytest.raises(ValueError, match="since_crawl"):
+        S.init_state(prob, since_crawl=-1.0)
+    with pytest.raises(TypeError):
+        S.evaluate(jax.random.key(0), prob, rho, horizon=2.0)
+
+
+# --------------------------------------------------------------------------- composition
+def test_closed_forms_agree_with_objectives():
+    """The closed forms written in this file agree with jaxcrawl.objectives."""
+    objectives = pytest.importorskip("jaxcrawl.objectives")
+    prob, rho, p, comp, _ = _mixed(0)
+    mu = np.asarray(prob.importance, np.float64)
+    xi = np.asarray(prob.change_rate, np.float64)
+    rate = jnp.asarray(np.where(comp, p * xi, rho), jnp.float32)
+    np.testing.assert_allclose(
+        float(objectives.harmonic_cost(prob, rate)),
+        np.where(comp, -mu * np.log(p), mu * np.log((xi + rho) / rho)).mean(), rtol=1e-4,
+    )
+    np.testing.assert_allclose(
+        float(objectives.binary_cost(prob, rate)),
+        np.where(comp, mu * (1 - p), mu * xi / (xi + rho)).mean(), rtol=1e-4,
+    )
