@@ -1,0 +1,244 @@
+"""NeurIPS-19 (Kolobov et al.) Fig. 1: harmonic and binary cost of LC, LCA, BLC, BLCε, UC, CC.
+
+Experiment 1 of *Staying up to Date with Online Content Changes Using Reinforcement
+Learning for Scheduling* (§7 and supplement §9.4): with known change rates and bandwidth
+R = 20% of the number of pages, evaluate the page-averaged harmonic cost J_h (eq. 1-2,
+Props. 1 and 4) and binary cost J_b (supplement eq. 12-13) of
+
+* LC   -- LambdaCrawl (Alg. 3): optimal for J_h, crawls complete-observation pages on
+  their change signals;
+* LCA  -- LambdaCrawlApprox (Prop. 9);
+* BLC  -- BinaryLambdaCrawl (Azar et al.), optimal for J_b when no page has signals;
+* BLCε -- BLC with a uniform floor of εR/n per page, ε = 0.4 (supplement §9.3);
+* UC, CC -- UniformCrawl and ChangeRateCrawl.
+
+BLC and the heuristics crawl every page as a Poisson process (their Policy's
+``on_signal`` is all False), so their binary cost of a complete page is eq. 12, not 13.
+
+The paper ran on 18,532,314 URLs of a production crawl; that data set is not reachable, so
+by default this runs on ``jaxcrawl.data.synthetic`` with the same number of pages (4%
+complete), or on ``--data DIR`` (the data set's published format).  Two extra panels
+explain where the synthetic data differ: the binary cost of LC and BLC as the share of
+complete-observation pages grows, and BLCε's harmonic cost against ε (the paper picked
+ε = 0.4 by such a sweep on its data).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import _common
+from _common import claim
+
+import jaxcrawl
+from jaxcrawl import objectives, solvers
+
+NAME = "neurips19_fig1"
+DESCRIPTION = ("NeurIPS-19 Fig. 1: harmonic and binary cost of LC, LCA, BLC, BLCε(0.4), UC, CC "
+               "at R = 20% of pages")
+
+EPSILON = 0.4
+PAPER_NUM_PAGES = 18_532_314
+ALGORITHMS = ("LC", "LCA", "BLC", "BLCε", "UC", "CC")
+COMPLETE_FRACTIONS = (0.0, 0.04, 0.1, 0.2, 0.3, 0.5)
+EPSILONS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+
+
+def _solver(name):
+    return {
+        "LC": solvers.lambda_crawl,
+        "LCA": solvers.lambda_crawl_approx,
+        "BLC": lambda p: solvers.binary_lambda_crawl(p, 0.0),
+        "BLCε": lambda p: solvers.binary_lambda_crawl(p, EPSILON),
+        "UC": solvers.uniform_crawl,
+        "CC": solvers.change_rate_crawl,
+    }[name]
+
+
+@jax.jit
+def _costs_jit(problem, policy):
+    return objectives.harmonic_cost(problem, policy), objectives.binary_cost(problem, policy)
+
+
+def evaluate(name, problem):
+    """Solve with algorithm ``name`` and return its costs (policies passed, so on_signal counts)."""
+    policy = jax.jit(_solver(name))(problem)
+    h, b = _costs_jit(problem, policy)
+    rate = np.asarray(policy.rate)
+    comp = np.asarray(problem.complete)
+    return dict(harmonic=float(h), binary=float(b), dual=float(policy.dual),
+                starved_pages=int(np.sum(rate <= 0)),
+                bandwidth_on_complete=float(rate[comp].sum() / max(float(problem.bandwidth), 1e-30)),
+                budget_residual=float(policy.residual))
+
+
+@jax.jit
+def _blc_eps_harmonic(problem, eps):
+    return objectives.harmonic_cost(problem, solvers.binary_lambda_crawl(problem, eps))
+
+
+@jax.jit
+def _lc_blc_binary(problem):
+    lc = solvers.lambda_crawl(problem)
+    blc = solvers.binary_lambda_crawl(problem, 0.0)
+    return objectives.binary_cost(problem, lc), objectives.binary_cost(problem, blc)
+
+
+def run(ctx):
+    num_pages = ctx.size(100_000, PAPER_NUM_PAGES)
+    sweep_pages = ctx.size(50_000, 1_000_000)
+    problem, source = _common.crawl_problem(ctx, num_pages)
+    synthetic = ctx.data is None
+
+    chunks = {f"costs_{name}_n{num_pages}": (lambda name=name: evaluate(name, problem)) for name in ALGORITHMS}
+    done = ctx.run_chunks("LC, LCA, BLC, BLCε, UC, CC", chunks)
+    costs = {name: done[f"costs_{name}_n{num_pages}"] for name in ALGORITHMS}
+
+    # Panel (c): LC vs BLC binary cost as the complete-observation share grows (synthetic only).
+    frac_curve = None
+    if synthetic:
+        def frac_chunk(f):
+            pr = jaxcrawl.data.synthetic(ctx.key("sweep"), sweep_pages, complete_fraction=f, dtype=jnp.float32)
+            lc, blc = _lc_blc_binary(pr)
+            return dict(lc=float(lc), blc=float(blc))
+
+        fr = ctx.run_chunks("complete-fraction sweep",
+                            {f"frac_{f}_n{sweep_pages}": (lambda f=f: frac_chunk(f)) for f in COMPLETE_FRACTIONS})
+        frac_curve = dict(complete_fraction=list(COMPLETE_FRACTIONS),
+                          lc_binary=[fr[f"frac_{f}_n{sweep_pages}"]["lc"] for f in COMPLETE_FRACTIONS],
+                          blc_binary=[fr[f"frac_{f}_n{sweep_pages}"]["blc"] for f in COMPLETE_FRACTIONS])
+
+    # Panel (d): BLCε harmonic cost against ε (on the main problem).
+    eps_done = ctx.run_chunks("BLCε ε sweep", {
+        f"eps_{e}_n{num_pages}": (lambda e=e: float(_blc_eps_harmonic(problem, jnp.asarray(e, problem.dtype))))
+        for e in EPSILONS})
+    eps_curve = dict(epsilon=list(EPSILONS), harmonic=[eps_done[f"eps_{e}_n{num_pages}"] for e in EPSILONS])
+
+    # ------------------------------------------------------------------------ claims
+    h = {k: v["harmonic"] for k, v in costs.items()}
+    b = {k: v["binary"] for k, v in costs.items()}
+    others_h = min(v for k, v in h.items() if k != "LC")
+    claims = [
+        claim("lc_best_harmonic", h["LC"] <= 0.95 * others_h,
+              description=f"LC's harmonic cost {h['LC']:.4g} is at least 5% below every other "
+                          f"algorithm's (next best {others_h:.4g})",
+              tolerance="J_h(LC) <= 0.95 * min over the others",
+              paper="Fig. 1 / §9.4: LambdaCrawl significantly outperforms BLCε and BLC w.r.t. J_h",
+              harmonic=h),
+        claim("blc_infinite_harmonic",
+              np.isinf(h["BLC"]) and costs["BLC"]["starved_pages"] > 0 and np.isfinite(h["BLCε"]),
+              description=f"BLC starves {costs['BLC']['starved_pages']} pages (rate 0), so its harmonic "
+                          f"cost is infinite; BLCε's floor makes it finite ({h['BLCε']:.4g})",
+              tolerance="exact: J_h(BLC) = inf, starved pages > 0, J_h(BLCε) finite",
+              paper="§7: BLC may crawl-starve sources and hence get J_h = inf (see Fig. 1)",
+              starved_pages=costs["BLC"]["starved_pages"]),
+        claim("lca_at_par_with_blce_harmonic", h["LCA"] <= 1.05 * h["BLCε"],
+              description=f"LCA's harmonic cost {h['LCA']:.4g} is at par with or below BLCε's {h['BLCε']:.4g}",
+              tolerance="J_h(LCA) <= 1.05 * J_h(BLCε)",
+              paper="§9.4: even the approximate LambdaCrawlApprox performs at par with BLCε on J_h"),
+        claim("lc_beats_blc_binary", b["LC"] < b["BLC"],
+              description=f"LC's binary cost is below BLC's (LC {b['LC']:.4g}, BLC {b['BLC']:.4g})",
+              tolerance="strict: J_b(LC) < J_b(BLC)",
+              paper="§9.4: what is even more surprising, LambdaCrawl also manages to outperform BLC on "
+                    "the binary objective J_b",
+              expected=not synthetic,
+              note=("On the synthetic generator the complete-observation pages are a random 4% with the "
+                    "same importance and change-rate distribution as the rest; LC's advantage from "
+                    "crawling them on signals is then too small to beat BLC on BLC's own objective. "
+                    "Panel (c) shows LC overtakes BLC once about "
+                    f"{_crossover(frac_curve):.0%} of pages are complete. The paper's data (not "
+                    "reachable here) evidently has a more favourable complete subset.")
+              if synthetic and frac_curve else "",
+              lc=b["LC"], blc=b["BLC"], ratio=b["LC"] / b["BLC"]),
+        claim("uc_beats_cc", h["UC"] < h["CC"] and b["UC"] < b["CC"],
+              description=f"UC beats CC on harmonic ({h['UC']:.4g} < {h['CC']:.4g}) and binary "
+                          f"({b['UC']:.4g} < {b['CC']:.4g}) cost",
+              tolerance="strict on both objectives",
+              paper="§9.3: UniformCrawl outperforms ChangeRateCrawl, as predicted by Cho & Garcia-Molina; "
+                    "CC was the weakest"),
+        claim("heuristics_far_behind",
+              min(h["UC"], h["CC"]) >= 1.25 * max(h["LC"], h["LCA"], h["BLCε"])
+              and min(b["UC"], b["CC"]) >= 1.25 * max(b["LC"], b["LCA"], b["BLC"], b["BLCε"]),
+              description=f"UC and CC are at least 25% worse than LC, LCA, BLC(ε) on both objectives "
+                          f"(best heuristic J_h {min(h['UC'], h['CC']):.4g}, J_b {min(b['UC'], b['CC']):.4g})",
+              tolerance="heuristic cost >= 1.25 x the worst of the optimisers (J_h: LC, LCA, BLCε; J_b: all four)",
+              paper="§9.4: UC and CC were outperformed by a large margin w.r.t. both objectives"),
+    ]
+    if frac_curve:
+        lc_c, blc_c = np.asarray(frac_curve["lc_binary"]), np.asarray(frac_curve["blc_binary"])
+        claims.append(claim(
+            "complete_pages_drive_lc_binary",
+            bool(np.all(np.diff(lc_c) < 0)) and float(np.ptp(blc_c)) <= 1e-3 * blc_c.mean()
+            and lc_c[-1] < blc_c[-1],
+            description=(f"as the complete share grows {COMPLETE_FRACTIONS[0]:.0%} -> {COMPLETE_FRACTIONS[-1]:.0%}, "
+                         f"LC's binary cost falls {lc_c[0]:.4g} -> {lc_c[-1]:.4g} while BLC's stays "
+                         f"{blc_c.mean():.4g} (BLC ignores signals); LC wins above ~{_crossover(frac_curve):.0%}"),
+            tolerance="LC strictly decreasing; BLC constant to 0.1%; LC < BLC at the largest share",
+            paper="§7 claim (2): utilizing complete change observations makes a very big difference",
+            **frac_curve))
+
+    # ------------------------------------------------------------------------ figure
+    fig, axes = _common.new_figure(2, 2, width=5.2, height=3.6,
+                                   title=f"NeurIPS-19 Fig. 1 — {source['num_pages']:,} pages "
+                                         f"({'synthetic' if synthetic else 'data set'}), R = 20% of pages")
+    _common.bar_panel(axes[0, 0], ALGORITHMS, [h[a] for a in ALGORITHMS],
+                      ylabel="harmonic cost $J_h$ (per page)", title="(a) harmonic staleness (lower is better)")
+    _common.bar_panel(axes[0, 1], ALGORITHMS, [b[a] for a in ALGORITHMS],
+                      ylabel="binary cost $J_b$ (per page)", title="(b) binary staleness (lower is better)")
+    ax = axes[1, 0]
+    if frac_curve:
+        ax.plot(np.asarray(COMPLETE_FRACTIONS) * 100, frac_curve["lc_binary"], "o-", label="LC",
+                color=_common.PALETTE["LC"])
+        ax.plot(np.asarray(COMPLETE_FRACTIONS) * 100, frac_curve["blc_binary"], "s--", label="BLC",
+                color=_common.PALETTE["BLC"])
+        ax.axvline(4, color="gray", lw=0.8, ls=":")
+        ax.text(4.5, ax.get_ylim()[0] + 0.05 * np.ptp(ax.get_ylim()), "paper: 4%", fontsize=8, color="gray")
+        ax.set_xlabel("complete-observation pages (%)")
+        ax.set_ylabel("binary cost $J_b$ (per page)")
+        ax.set_title(f"(c) LC vs BLC on $J_b$ ({sweep_pages:,} synthetic pages)", fontsize=10)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    else:
+        ax.axis("off")
+        ax.text(0.5, 0.5, "(c) complete-share sweep: synthetic data only", ha="center", va="center")
+    ax = axes[1, 1]
+    ax.plot(EPSILONS, eps_curve["harmonic"], "o-", color=_common.PALETTE["BLCε"], label="BLCε")
+    ax.axhline(h["LC"], color=_common.PALETTE["LC"], ls="--", label="LC")
+    ax.axvline(EPSILON, color="gray", lw=0.8, ls=":")
+    ax.set_xlabel("ε (fraction of R spread uniformly)")
+    ax.set_ylabel("harmonic cost $J_h$ (per page)")
+    ax.set_title("(d) BLCε harmonic cost vs ε (ε = 0 is BLC: ∞)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    ctx.savefig(fig)
+
+    finite = [(e, v) for e, v in zip(EPSILONS, eps_curve["harmonic"]) if np.isfinite(v)]
+    best_eps = min(finite, key=lambda t: t[1])[0] if finite else None
+    return dict(
+        params=dict(num_pages=source["num_pages"], bandwidth_fraction=0.2, epsilon=EPSILON,
+                    source=source, sweep_pages=sweep_pages if synthetic else None,
+                    complete_fractions=list(COMPLETE_FRACTIONS), epsilons=list(EPSILONS),
+                    dtype="float32"),
+        results=dict(costs=costs, complete_fraction_sweep=frac_curve, epsilon_sweep=eps_curve,
+                     best_epsilon_for_harmonic=best_eps),
+        claims=claims,
+        notes=[f"BLCε's best ε for J_h on this problem is {best_eps} (paper, on its data: 0.4)."],
+    )
+
+
+def _crossover(curve) -> float:
+    """Complete share where LC's binary cost meets BLC's (linear interpolation); nan if none."""
+    if not curve:
+        return float("nan")
+    f = np.asarray(curve["complete_fraction"])
+    d = np.asarray(curve["lc_binary"]) - np.asarray(curve["blc_binary"])
+    for i in range(len(f) - 1):
+        if d[i] > 0 >= d[i + 1]:
+            return float(f[i] + (f[i + 1] - f[i]) * d[i] / (d[i] - d[i + 1]))
+    return float("nan")
+
+
+if __name__ == "__main__":
+    raise SystemExit(_common.main(__file__))

@@ -1,0 +1,268 @@
+"""``jaxcrawl reproduce``: regenerate the papers' figures and check their claims.
+
+``jaxcrawl reproduce NAME|all [--quick] [--out DIR] [--seed S] [--data DIR] [--fresh]``
+runs the experiment scripts of the repository's top-level ``experiments/`` directory
+(one per paper figure; ``jaxcrawl reproduce --list`` lists them).  For each it writes
+
+* ``DIR/NAME.json`` -- the numbers, the parameters, the seed, the jaxcrawl and JAX
+  versions, the time taken, ``claims`` (claim name -> true/false: does the paper's finding
+  hold on our numbers) and ``claim_details`` (each claim's description, tolerance, the
+  paper's statement, the expected outcome and the numbers behind it);
+* ``DIR/NAME.png`` -- the figure;
+
+prints whether each claim holds, and ends by printing one JSON object (the summary of
+all claims) as its last line.  The exit status is 0 when every claim has its expected
+outcome, 1 when one does not (or an experiment raised), 130 when interrupted.
+
+Finished chunks of work are stored under ``DIR/.checkpoints/NAME/``; running the same
+command again after an interruption resumes where it stopped (``--fresh`` ignores them).
+The experiments are found at ``<repository>/experiments`` (the package is installed
+editable, see the README); the environment variable ``JAXCRAWL_EXPERIMENTS_DIR``
+overrides that location.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+__all__ = ["register", "run", "main", "experiments_dir", "discover", "load_experiment"]
+
+ENV_DIR = "JAXCRAWL_EXPERIMENTS_DIR"
+
+
+def experiments_dir() -> Path:
+    """The experiments directory: ``$JAXCRAWL_EXPERIMENTS_DIR`` or ``<repo>/experiments``."""
+    override = os.environ.get(ENV_DIR)
+    if override:
+        return Path(override).resolve()
+    import jaxcrawl
+
+    return Path(jaxcrawl.__file__).resolve().parent.parent / "experiments"
+
+
+def discover(directory: Path) -> Dict[str, Path]:
+    """``{NAME: path}`` of the experiment scripts (``*.py`` not starting with ``_``)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(
+            f"experiments directory {directory} not found: `jaxcrawl reproduce` runs the scripts in the "
+            "repository's experiments/ folder, so install jaxcrawl from a checkout in editable mode "
+            f"(`pip install -e .`), or point {ENV_DIR} at the folder")
+    return {p.stem: p for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
+
+
+def load_experiment(path: Path):
+    """Import an experiment script as a module (its folder goes on ``sys.path`` for ``_common``)."""
+    path = Path(path).resolve()
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(f"jaxcrawl_experiment_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for attr in ("NAME", "DESCRIPTION", "run"):
+        if not hasattr(module, attr):
+            raise ValueError(f"{path}: an experiment must define {attr} (see experiments/_common.py)")
+    if module.NAME != path.stem:
+        raise ValueError(f"{path}: NAME is {module.NAME!r} but the file is {path.name} (they must match)")
+    return module
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", help="experiment NAME, or 'all'")
+    p.add_argument("--quick", action="store_true",
+                   help="reduced sizes (a few minutes for all; what CI runs) instead of the papers' sizes")
+    p.add_argument("--out", default="results", help="output directory (default: ./results)")
+    p.add_argument("--seed", type=int, default=0, help="base random seed (default 0)")
+    p.add_argument("--data", default=None,
+                   help="NeurIPS-19 data set directory (its published file format); used by the "
+                        "NeurIPS-19 figures instead of the synthetic generator")
+    p.add_argument("--fresh", action="store_true", help="ignore stored checkpoints and recompute everything")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+def register(subparsers) -> None:
+    """Add the ``reproduce`` subcommand to an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "reproduce",
+        help="regenerate the papers' figures and check their claims",
+        description=(
+            "Run the paper reproductions in the repository's experiments/ folder: "
+            "`jaxcrawl reproduce NAME` or `jaxcrawl reproduce all`. Writes OUT/NAME.json (numbers, "
+            "parameters, seed, version, time, claims) and OUT/NAME.png, prints whether each claim "
+            "holds, and ends with one JSON summary line. Exit status 1 if a claim does not have its "
+            "expected outcome. Interrupted runs resume from OUT/.checkpoints."
+        ),
+    )
+    _add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _versions() -> Dict[str, str]:
+    import jax
+
+    import jaxcrawl
+
+    return dict(jaxcrawl=getattr(jaxcrawl, "__version__", "unknown"), jax=jax.__version__,
+                python=platform.python_version(), machine=platform.machine(),
+                processor=platform.processor() or platform.machine(), cpu_count=os.cpu_count())
+
+
+def _print_claims(name: str, claims, stream) -> None:
+    for c in claims:
+        status = "PASS" if c.passed else "FAIL"
+        tag = "holds" if c.holds else "does NOT hold"
+        extra = ""
+        if not c.expected:
+            extra = " [paper finding not reproduced here, as documented]"
+        stream.write(f"  {status}  {name}/{c.name}: {tag}{extra}\n        {c.description} "
+                     f"(tolerance: {c.tolerance})\n")
+        if c.note and (not c.holds or not c.passed):
+            stream.write(f"        note: {c.note}\n")
+
+
+def run_one(module, args, experiments_path: Path) -> dict:
+    """Run one experiment module; write NAME.json and check NAME.png; return the record."""
+    # _common is imported from the experiments folder (load_experiment put it on sys.path).
+    import _common  # noqa: E402  (resolved at run time)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = _common.Context(module.NAME, quick=args.quick, seed=args.seed, out=out, data=args.data,
+                          source_file=getattr(module, "__file__", None), fresh=args.fresh,
+                          progress=not args.no_progress)
+    if ctx.figure_path.exists():
+        ctx.figure_path.unlink()
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    result = module.run(ctx)
+    seconds = time.perf_counter() - t0
+    if not isinstance(result, dict) or "claims" not in result:
+        raise ValueError(f"{module.NAME}.run must return a dict with 'claims'")
+    claims = list(result["claims"])
+    names = [c.name for c in claims]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{module.NAME}: duplicate claim names {names}")
+    if not ctx.figure_path.is_file():
+        raise ValueError(f"{module.NAME}.run did not write its figure {ctx.figure_path} (use ctx.savefig)")
+    record = dict(
+        experiment=module.NAME,
+        description=module.DESCRIPTION,
+        quick=bool(args.quick),
+        seed=int(args.seed),
+        data=args.data,
+        versions=_versions(),
+        started=started,
+        seconds=round(seconds, 3),
+        checkpoints=dict(reused=ctx.store.reused, computed=ctx.store.computed,
+                         directory=str(ctx.store.directory)),
+        params=result.get("params", {}),
+        results=result.get("results", {}),
+        claims={c.name: bool(c.holds) for c in claims},
+        claim_details={c.name: c.as_dict() for c in claims},
+        passed=all(c.passed for c in claims),
+        paper_findings_not_reproduced=[c.name for c in claims if not c.holds],
+        notes=result.get("notes", []),
+        figure=ctx.figure_path.name,
+    )
+    path = out / f"{module.NAME}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_common.to_jsonable(record), indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    record["_claims"] = claims
+    return record
+
+
+def run(args) -> int:
+    """Run the ``reproduce`` subcommand (``args`` from :func:`register`'s parser)."""
+    directory = Path(getattr(args, "experiments_dir", None) or experiments_dir())
+    available = discover(directory)
+    if args.list:
+        for name, path in available.items():
+            mod = load_experiment(path)
+            print(f"{name:28s} {mod.DESCRIPTION}")
+        return 0
+    if not args.name:
+        raise ValueError("give an experiment NAME or 'all' (see `jaxcrawl reproduce --list`)")
+    if args.data is not None and not Path(args.data).is_dir():
+        raise ValueError(f"--data {args.data}: not a directory")
+    if args.name == "all":
+        names = list(available)
+        if not names:
+            raise ValueError(f"no experiment scripts in {directory}")
+    else:
+        if args.name not in available:
+            raise ValueError(f"unknown experiment {args.name!r}; available: {', '.join(available) or 'none'}")
+        names = [args.name]
+
+    out = sys.stdout
+    summary = dict(reproduce=args.name, quick=bool(args.quick), seed=int(args.seed), out=str(args.out),
+                   data=args.data, experiments={}, claims={}, failed=[], errors={}, not_reproduced=[])
+    t_all = time.perf_counter()
+    try:
+        for name in names:
+            module = load_experiment(available[name])
+            size = "quick" if args.quick else "full size"
+            out.write(f"== {name} ({size}): {module.DESCRIPTION}\n")
+            out.flush()
+            try:
+                record = run_one(module, args, directory)
+            except KeyboardInterrupt:
+                raise
+            except Exception as err:  # one broken experiment must not hide the others' results
+                if len(names) == 1:
+                    raise
+                traceback.print_exc()
+                summary["errors"][name] = f"{type(err).__name__}: {err}"
+                out.write(f"  ERROR {name}: {type(err).__name__}: {err}\n")
+                continue
+            _print_claims(name, record["_claims"], out)
+            out.write(f"  -> {Path(args.out) / (name + '.json')}, {Path(args.out) / (name + '.png')} "
+                      f"({record['seconds']:.1f} s; checkpoints reused {record['checkpoints']['reused']}, "
+                      f"computed {record['checkpoints']['computed']})\n")
+            out.flush()
+            summary["experiments"][name] = dict(passed=record["passed"], seconds=record["seconds"],
+                                                claims=record["claims"])
+            for c in record["_claims"]:
+                summary["claims"][f"{name}/{c.name}"] = bool(c.holds)
+                if not c.passed:
+                    summary["failed"].append(f"{name}/{c.name}")
+                if not c.holds:
+                    summary["not_reproduced"].append(f"{name}/{c.name}")
+    except KeyboardInterrupt:
+        out.write(f"\ninterrupted: finished chunks are stored in {Path(args.out) / '.checkpoints'}; "
+                  "run the same command again to resume\n")
+        out.flush()
+        return 130
+    summary["seconds"] = round(time.perf_counter() - t_all, 3)
+    summary["passed"] = not summary["failed"] and not summary["errors"]
+    n_claims = len(summary["claims"])
+    out.write(f"{n_claims - len(summary['failed'])}/{n_claims} claims have their expected outcome"
+              + (f"; failed: {', '.join(summary['failed'])}" if summary["failed"] else "")
+              + (f"; errors in: {', '.join(summary['errors'])}" if summary["errors"] else "") + "\n")
+    out.write(json.dumps(summary) + "\n")
+    out.flush()
+    return 0 if summary["passed"] else 1
+
+
+def main(argv: Optional[Sequence[str]] = None, *, experiments_dir: Optional[Path] = None) -> int:
+    """Standalone entry (``python experiments/NAME.py``): parse ``argv`` and :func:`run`."""
+    parser = argparse.ArgumentParser(prog="jaxcrawl reproduce", description=__doc__.splitlines()[0])
+    _add_arguments(parser)
+    args = parser.parse_args(argv)
+    args.experiments_dir = experiments_dir
+    try:
+        return run(args)
+    except ValueError as err:
+        print(f"jaxcrawl reproduce: error: {err}", file=sys.stderr)
+        return 2
