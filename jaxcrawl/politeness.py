@@ -68,7 +68,6 @@ from .solvers import (
     _blc_rate,
     _lc_marginal,
     _lc_rate,
-    _raw_problem,
     _ui_marginal,
     _ui_rate,
 )

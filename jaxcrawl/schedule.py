@@ -270,11 +270,13 @@ class Timetable(NamedTuple):
 
 
 def _sorted_events(time, page, valid):
+    """Sort events by time; ties keep the buffer order, which is by page index (the
+    buffers are laid out page by page), so ties are ordered by page."""
     inf = jnp.asarray(jnp.inf, time.dtype)
     time = jnp.where(valid, time, inf)
     page = jnp.where(valid, page, jnp.iinfo(jnp.int32).max).astype(jnp.int32)
-    time, page = jax.lax.sort((time, page), num_keys=2)
-    mask = jnp.isfinite(time) & (page != jnp.iinfo(jnp.int32).max)
+    time, page = jax.lax.sort((time, page), num_keys=1, is_stable=True)
+    mask = page != jnp.iinfo(jnp.int32).max
     return time, jnp.where(mask, page, -1), mask
 
 
@@ -283,10 +285,58 @@ def _timetable_impl(rate, phase, start, horizon, *, capacity):
     _, delta, count = _window_first(rate, phase, start, horizon)
     page, j, valid, total = _expand(count, capacity)
     r = jnp.where(rate > 0, rate, 1.0)
-    t = start + (j.astype(rate.dtype) + delta[page]) / r[page]
-    time, page, mask = _sorted_events(t, page, valid)
+    rel = (j.astype(rate.dtype) + delta[page]) / r[page]  # >= 0: time since start
+    time, page, mask = _sort_by_rank(rel, page, valid)
+    time = start + time
     overflow = jnp.maximum(total - capacity, 0).astype(jnp.int32)
     return Timetable(time, page, mask, total.astype(jnp.int32), overflow)
+
+
+def _sort_by_rank(rel, page, valid, max_tie: int = 16):
+    """Sort events (nonnegative times) by time, ties by buffer (= page) order.
+
+    The bit patterns of nonnegative floats order like the floats, and XLA sorts a single
+    integer array far faster than (time, page) pairs.  So: sort the integer keys alone;
+    each event's rank is the start of its key's run in the sorted keys (a binary search)
+    plus its position among the events with the same key in buffer order (resolved one
+    per pass, smallest slot first: as many passes as the longest run of equal times);
+    one scatter then puts every event in place.  When some time is shared by more than
+    ``max_tie`` events (e.g. equal rates with equal phases), the stable pair sort is used
+    instead (``lax.cond``: only the branch taken runs).
+    """
+    n = rel.shape[0]
+    itype = jnp.int32 if rel.dtype == jnp.float32 else jnp.int64
+    big = jnp.iinfo(itype).max
+    key = jnp.where(valid, jax.lax.bitcast_convert_type(rel, itype), big)
+    sorted_key = jnp.sort(key)
+    slot = jnp.arange(n, dtype=jnp.int32)
+    new_run = jnp.concatenate([jnp.ones((1,), bool), sorted_key[1:] != sorted_key[:-1]])
+    run_start = jax.lax.cummax(jnp.where(new_run, slot, 0), axis=0)
+    longest = jnp.max(jnp.where(sorted_key != big, slot - run_start + 1, 0))
+
+    def by_rank(_):
+        first = jnp.searchsorted(sorted_key, key, side="left", method="scan").astype(jnp.int32)
+
+        def resolve(state):
+            final, it = state
+            open_ = valid & (final < 0)
+            target = jnp.where(open_, first + it, n)
+            winner = jnp.full((n + 1,), n, jnp.int32).at[target].min(slot)
+            won = open_ & (winner[target] == slot)
+            return jnp.where(won, first + it, final), it + 1
+
+        final, _ = jax.lax.while_loop(lambda s: s[1] < longest, resolve,
+                                      (jnp.full((n,), -1, jnp.int32), jnp.asarray(0, jnp.int32)))
+        rank = jnp.where(valid, final, slot)
+        t = jnp.zeros_like(rel).at[rank].set(jnp.where(valid, rel, jnp.inf), unique_indices=True)
+        p = jnp.zeros((n,), jnp.int32).at[rank].set(jnp.where(valid, page, -1).astype(jnp.int32),
+                                                    unique_indices=True)
+        return t, p, slot < jnp.sum(valid)
+
+    def by_sort(_):
+        return _sorted_events(rel, page, valid)
+
+    return jax.lax.cond(longest > max_tie, by_sort, by_rank, None)
 
 
 @jax.jit
@@ -427,46 +477,63 @@ def _pending(rate, phase, next_index, tau, cap):
 
 
 @functools.partial(jax.jit, static_argnames=("num_crawls", "max_steps"))
-def _next_impl(state, rate, phase, *, num_crawls, max_steps=256):
+def _next_impl(state, rate, phase, *, num_crawls, max_steps=200):
     K = num_crawls
     dtype = rate.dtype
     pos = rate > 0
     r = jnp.where(pos, rate, 1.0)
     k = state.next_index
     nxt = jnp.where(pos, (k.astype(dtype) + phase) / r, jnp.inf)
+    n_pos = jnp.sum(pos)
     total_rate = jnp.sum(jnp.where(pos, rate, 0.0))
+    total_rate = jnp.where(total_rate > 0, total_rate, 1.0)
     eps = jnp.finfo(dtype).eps
-    lo = jnp.min(nxt)
+    count = lambda tau: jnp.sum(_pending(rate, phase, k, tau, K), dtype=jnp.int32)  # noqa: E731
+    t_min = jnp.min(nxt)
     # strictly below every pending crawl, with room for the rounding of (k + phase) / rate
-    lo = lo - 8.0 * eps * jnp.abs(lo) - jnp.finfo(dtype).tiny
-    hi = jnp.max(jnp.where(pos, nxt, -jnp.inf)) + K / jnp.where(total_rate > 0, total_rate, 1.0)
-    hi = hi + 8.0 * eps * jnp.abs(hi)
+    lo = t_min - 8.0 * eps * jnp.abs(t_min) - jnp.finfo(dtype).tiny
+    # Every pending crawl is at most one period after the last emitted one, so the window
+    # [t_min, t_min + (K + 2 n) / R) holds >= K crawls; max(next) + K / R always does.
+    t_max = jnp.max(jnp.where(pos, nxt, -jnp.inf))
+    hi_safe = t_max + K / total_rate
+    hi_safe = hi_safe + 8.0 * eps * jnp.abs(hi_safe)
+    hi_fast = t_min + (K + 2.0 * n_pos) / total_rate
+    hi_fast = hi_fast + 8.0 * eps * jnp.abs(hi_fast)
+    c_fast = count(hi_fast)
+    hi = jnp.where((c_fast >= K) & (hi_fast < hi_safe), hi_fast, hi_safe)
+    c_hi = jnp.where((c_fast >= K) & (hi_fast < hi_safe), c_fast, count(hi))
+    c_lo = jnp.asarray(0, jnp.int32)
 
-    # bisection: pending(lo) < K <= pending(hi), until lo and hi are adjacent floats
+    # Safeguarded interpolation on the step function count(tau) (two interpolation steps,
+    # aiming between the K-th and the (K+1)-th crawl, then one bisection step), keeping
+    # count(lo) < K <= count(hi); stop when count(hi) == K or lo, hi are adjacent floats.
     def cond(s):
-        lo, hi, it = s
+        lo, hi, c_lo, c_hi, it = s
         mid = lo + 0.5 * (hi - lo)
-        return (mid > lo) & (mid < hi) & (it < max_steps)
+        return (c_hi != K) & (mid > lo) & (mid < hi) & (it < max_steps)
 
     def body(s):
-        lo, hi, it = s
-        mid = lo + 0.5 * (hi - lo)
-        enough = jnp.sum(_pending(rate, phase, k, mid, K)) >= K
-        return jnp.where(enough, lo, mid), jnp.where(enough, mid, hi), it + 1
+        lo, hi, c_lo, c_hi, it = s
+        w = hi - lo
+        frac = (K - 0.5 - c_lo) / jnp.maximum(c_hi - c_lo, 1).astype(dtype)
+        interp = lo + jnp.clip(frac, 0.001, 0.999) * w
+        mid = jnp.where(it % 3 == 2, lo + 0.5 * w, interp)
+        mid = jnp.where((mid > lo) & (mid < hi), mid, lo + 0.5 * w)
+        c = count(mid)
+        enough = c >= K
+        return (jnp.where(enough, lo, mid), jnp.where(enough, mid, hi),
+                jnp.where(enough, c_lo, c), jnp.where(enough, c, c_hi), it + 1)
 
-    lo, hi, _ = jax.lax.while_loop(cond, body, (lo, hi, jnp.asarray(0)))
+    lo, hi, c_lo, c_hi, _ = jax.lax.while_loop(
+        cond, body, (lo, hi, c_lo, c_hi, jnp.asarray(0, jnp.int32)))
     before = _pending(rate, phase, k, lo, K)  # sum < K
-    # candidates at the boundary: each page's first crawl at or after lo and before hi
-    cand_time = jnp.where(pos, ((k + before).astype(dtype) + phase) / r, jnp.inf)
-    is_cand = _pending(rate, phase, k, hi, K) > before
+    upto = _pending(rate, phase, k, hi, K)
+    # Exactly K crawls before hi: take them.  Otherwise lo, hi are adjacent floats and the
+    # crawls in [lo, hi) tie in time (to rounding): take the first ones by page index.
+    is_cand = upto > before
     need = K - jnp.sum(before)
-    order_key = jnp.where(is_cand, cand_time, jnp.inf)
-    idx = jnp.arange(rate.shape[0], dtype=jnp.int32)
-    _, cand_sorted = jax.lax.sort((order_key, idx), num_keys=2)
-    take = jnp.arange(rate.shape[0]) < need
-    chosen = jnp.zeros(rate.shape, jnp.int32).at[cand_sorted].add(
-        (take & jnp.isfinite(order_key[cand_sorted])).astype(jnp.int32))
-    emit = before + chosen
+    chosen = is_cand & (jnp.cumsum(is_cand.astype(jnp.int32)) <= need)
+    emit = jnp.where(c_hi == K, upto, before + chosen.astype(jnp.int32))
     page, j, valid, total = _expand(emit, K)
     t = ((k[page] + j).astype(dtype) + phase[page]) / r[page]
     time, page, mask = _sorted_events(t, page, valid)
@@ -483,10 +550,11 @@ def next_crawls(state: CrawlerState, rate, phase=None, *, num_crawls: int):
 
     The ``step`` of an ``(init, step)`` pair (:func:`init_crawler`): a crawler pulls its
     work in batches, and the concatenated batches are exactly :func:`timetable`'s crawls
-    (ties in time ordered by page index).  The K-th crawl time is located by bisection on
-    the exact pending-crawl count (one pass over the pages per step, until the bracket is
-    two adjacent floats), then the crawls are laid out and sorted in a ``(K,)`` buffer.
-    O(n) per batch plus O(K log K); jittable with ``num_crawls`` static.
+    (ties in time ordered by page index; crawls whose times differ only by rounding may
+    be split across batches by page index).  The K-th crawl time is located by a
+    safeguarded interpolation/bisection on the exact pending-crawl count (one pass over
+    the pages per step, a few steps), then the crawls are laid out and sorted in a
+    ``(K,)`` buffer.  O(n) per step plus O(K log K); jittable with ``num_crawls`` static.
 
     If every page has rate 0 the batch is empty (``mask`` all False).
     """

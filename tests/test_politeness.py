@@ -194,9 +194,8 @@ def active_set_reference(mu, lam, comp, R, host, cap):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_matches_active_set_enumeration(seed):
-    n, num_hosts = 40, 4
-    p, host, cap, (mu, lam, comp) = make_instance(seed + 10, n=n, num_hosts=num_hosts)
-    cap[0] = np.inf
+    p, host, cap, (mu, lam, comp) = make_instance(seed + 10)
+    cap[1] = np.inf
     sol = P.lambda_crawl_with_host_caps(p, host, cap)
     x_ref, nu_ref, kappa_ref = active_set_reference(mu, lam, comp, float(p.bandwidth), host, cap)
     np.testing.assert_allclose(np.asarray(sol.policy.rate), x_ref, rtol=1e-9)
@@ -239,54 +238,63 @@ def test_beats_every_random_feasible_point():
 
 
 # ----------------------------------------------------------------- derivatives, jit, vmap
-def test_envelope_derivatives_and_jvp():
+def test_envelope_and_implicit_derivatives():
+    """Reverse mode through the custom JVP: the envelope theorem for the cost
+    (d cost/dR = -nu/n, d cost/dC_h = -kappa_h/n) and a random linear functional of the
+    rates against central finite differences (w.r.t. importance, caps and bandwidth)."""
     p, host, cap, _ = make_instance(1)
     sol = P.lambda_crawl_with_host_caps(p, host, cap)
+    w = jnp.asarray(np.random.default_rng(0).standard_normal(N))
 
-    def cost(bw, c):
-        q = p.replace(bandwidth=bw)
-        return jaxcrawl.harmonic_cost(q, P.lambda_crawl_with_host_caps(q, host, c).policy)
+    def outputs(bw, c, mu):
+        q = p.replace(bandwidth=bw, importance=mu)
+        sol = P.lambda_crawl_with_host_caps(q, host, c)
+        pol = sol.policy
+        return jnp.concatenate([jnp.stack([jaxcrawl.harmonic_cost(q, pol), jnp.sum(w * pol.rate),
+                                           jnp.sum(pol.rate)]), sol.host_rate])
 
-    g_bw, g_cap = jax.grad(cost, argnums=(0, 1))(p.bandwidth, jnp.asarray(cap))
-    # envelope theorem: d cost / dR = -nu / n, d cost / dC_h = -kappa_h / n
-    np.testing.assert_allclose(float(g_bw), -float(sol.policy.dual) / N, rtol=1e-9)
-    np.testing.assert_allclose(np.asarray(g_cap), -np.asarray(sol.host_dual) / N, rtol=1e-9, atol=1e-15)
-    # rates w.r.t. importance: JVP against central finite differences
-    direction = np.random.default_rng(0).standard_normal(N)
-
-    def rates(mu):
-        return P.lambda_crawl_with_host_caps(p.replace(importance=mu), host, cap).policy.rate
-
-    _, tangent = jax.jvp(rates, (p.importance,), (jnp.asarray(direction),))
+    args = (p.bandwidth, jnp.asarray(cap), p.importance)
+    jac = jax.jacrev(outputs, argnums=(0, 1, 2))(*args)
+    np.testing.assert_allclose(float(jac[0][0]), -float(sol.policy.dual) / N, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(jac[1][0]), -np.asarray(sol.host_dual) / N, rtol=1e-9,
+                               atol=1e-15)
+    rng = np.random.default_rng(1)
+    d_bw, d_cap, d_mu = 1.0, rng.standard_normal(H), rng.standard_normal(N)
     h = 1e-6
-    fd = (np.asarray(rates(p.importance * 1 + h * direction))
-          - np.asarray(rates(p.importance - h * direction))) / (2 * h)
-    np.testing.assert_allclose(np.asarray(tangent), fd, rtol=1e-5, atol=1e-8)
-    # the tangent keeps the binding caps and the budget
+    plus = outputs(args[0] + h * d_bw, args[1] + h * d_cap, args[2] + h * d_mu)
+    minus = outputs(args[0] - h * d_bw, args[1] - h * d_cap, args[2] - h * d_mu)
+    fd = (np.asarray(plus) - np.asarray(minus)) / (2 * h)
+    lin = (np.asarray(jac[0]) * d_bw + np.asarray(jac[1]) @ d_cap + np.asarray(jac[2]) @ d_mu)
+    np.testing.assert_allclose(lin, fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
+    # the derivatives keep the budget (row 2) and every binding cap (rows 3..)
     kappa = np.asarray(sol.host_dual)
-    dS = host_totals(np.asarray(tangent), host, H)
-    assert abs(np.asarray(tangent).sum()) < 1e-9
-    np.testing.assert_allclose(dS[kappa > 0], 0.0, atol=1e-9)
+    np.testing.assert_allclose(float(jac[0][2]), 1.0, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(jac[2][2]), 0.0, atol=1e-10)
+    dcap = np.asarray(jac[1][3:])  # d host totals / d caps
+    bind = kappa > 0
+    np.testing.assert_allclose(dcap[np.ix_(bind, bind)], np.eye(bind.sum()), atol=1e-10)
+    np.testing.assert_allclose(np.asarray(jac[2][3:])[bind], 0.0, atol=1e-10)
 
 
 def test_jit_and_vmap_match_loop():
+    """A batch of problems (vmapped inside), under jit, equals a Python loop of eager solves."""
     insts = [make_instance(s) for s in (20, 21, 22)]
     host = insts[0][1]
     probs = CrawlProblem(np.stack([i[3][0] for i in insts]), np.stack([i[3][1] for i in insts]),
                          np.array([float(i[0].bandwidth) for i in insts]),
                          np.stack([i[3][2] for i in insts]))
     caps = np.stack([i[2] for i in insts])
-    batched = P.lambda_crawl_with_host_caps(probs, host, caps)
-    jitted = jax.jit(lambda pr, c: jax.vmap(
-        lambda q, cc: P.lambda_crawl_with_host_caps(q, host, cc).policy.rate)(pr, c))(probs, caps)
+    batched = jax.jit(lambda pr, c: P.lambda_crawl_with_host_caps(pr, host, c))(probs, caps)
+    assert batched.policy.rate.shape == (3, N) and batched.host_dual.shape == (3, H)
     for k in range(3):
         one = P.lambda_crawl_with_host_caps(CrawlProblem(*[np.asarray(a)[k] for a in (
             probs.importance, probs.change_rate, probs.bandwidth, probs.complete)]), host, caps[k])
         np.testing.assert_allclose(np.asarray(batched.policy.rate[k]), np.asarray(one.policy.rate),
                                    rtol=1e-12)
-        np.testing.assert_allclose(np.asarray(jitted[k]), np.asarray(one.policy.rate), rtol=1e-12)
         np.testing.assert_allclose(np.asarray(batched.host_dual[k]), np.asarray(one.host_dual),
                                    rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(batched.host_rate[k]), np.asarray(one.host_rate),
+                                   rtol=1e-12)
 
 
 def test_other_objectives_meet_caps():

@@ -3,7 +3,6 @@ the crawl generator, phases, the periodic-cost closed forms, and periodic vs Poi
 crawling in the simulator."""
 import json
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -368,7 +367,6 @@ def periodic_expected_cost(mu, lam, period, offset, horizon, kind):
     return mu * integral / horizon
 
 
-@pytest.mark.slow
 def test_simulator_periodic_timetable_fresher_than_poisson():
     """Monte Carlo with jaxcrawl.simulate: the timetable (periodic) and Poisson crawling at the
     same LambdaCrawl rates, in one simulation (both halves of a doubled problem); each agrees
