@@ -351,9 +351,10 @@ def _check_hosts(problem, host_id, host_cap, lower, upper):
     lo = np.broadcast_to(np.asarray(lower, np.float64), problem.importance.shape)
     hi = np.broadcast_to(np.asarray(upper, np.float64), problem.importance.shape)
     R = np.broadcast_to(np.asarray(problem.bandwidth, np.float64), problem.importance.shape[:-1])
-    lo2 = lo.reshape(-1, n)
-    hi2 = hi.reshape(-1, n)
-    cap2 = np.broadcast_to(cap, problem.importance.shape[:-1] + (H,)).reshape(-1, H)
+    rows = int(np.prod(problem.importance.shape[:-1], dtype=np.int64))
+    lo2 = lo.reshape(rows, n)
+    hi2 = hi.reshape(rows, n)
+    cap2 = np.broadcast_to(cap, problem.importance.shape[:-1] + (H,)).reshape(rows, H)
     has = hid >= 0
     for l, u, c, r in zip(lo2, hi2, cap2, R.reshape(-1)):
         lo_h = np.bincount(hid[has], weights=l[has], minlength=H)
@@ -442,6 +443,9 @@ def solve_with_host_caps(problem: CrawlProblem, host_id, host_cap, objective: st
                 raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
         _check_hosts(problem, host, cap, lower, upper)
     host = host.astype(jnp.int32)
+    no_hosts = cap.shape[-1] == 0
+    if no_hosts:  # one uncapped dummy host keeps the gathers well-formed
+        cap = jnp.full(cap.shape[:-1] + (1,), jnp.inf, dtype)
     budget = jnp.asarray(problem.bandwidth, dtype)
     cfg = (int(max_steps), int(inner_steps),
            float(_default_rtol(dtype) if rtol is None else rtol))
@@ -459,6 +463,8 @@ def solve_with_host_caps(problem: CrawlProblem, host_id, host_cap, objective: st
     policy = make_policy(problem, x, nu, num_steps=steps, on_signal=on_signal)
     policy = policy._replace(residual=jax.lax.stop_gradient(policy.residual))
     binding = (kappa > 0) | (host_rate >= cap * (1 - 4 * jnp.finfo(dtype).eps))
+    if no_hosts:
+        kappa, host_rate, binding = (a[..., :0] for a in (kappa, host_rate, binding))
     return HostCapSolution(policy=policy, host_dual=kappa, host_rate=host_rate,
                            binding=binding, num_steps=steps)
 
