@@ -109,9 +109,9 @@ def golden_phase(num_pages: int, *, group=None, dtype=None) -> jax.Array:
     ``r_i`` is the page index, or with ``group`` (e.g. host ids) the page's rank within its
     group, so that each group's pages spread evenly over the period.  By the
     three-distance theorem the first ``m`` points of the sequence cut the circle into gaps
-    of at most three lengths within a factor :math:`1/g` of ``1/m``, so ``m`` pages with
-    equal rates give an aggregate load within :math:`O(\log m)` crawls of its mean in
-    every window.  Computed in 32-bit fixed point (exact, no loss for large indices).
+    of at most three lengths, all within a bounded factor of ``1/m`` (the golden ratio is
+    badly approximable), so ``m`` pages with equal rates give an aggregate load within
+    :math:`O(\log m)` crawls of its mean in every window.  Computed in 32-bit fixed point (exact, no loss for large indices).
 
     Args:
       num_pages: number of pages n (static).
