@@ -68,6 +68,7 @@ __all__ = [
     "new_figure",
     "band",
     "bar_panel",
+    "log_axis",
     "loglog_slope",
     "crawl_problem",
     "main",
@@ -187,6 +188,7 @@ class Progress:
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.log_interval = log_interval
         self._last = self.start
+        self._drawn = -1
         self._closed = False
         self._draw()
 
@@ -208,10 +210,11 @@ class Progress:
         if self.tty:
             self.stream.write("\r" + self._line())
             self.stream.flush()
-        elif force or now - self._last >= self.log_interval:
+        elif (force or now - self._last >= self.log_interval) and self._drawn != self.count:
             self.stream.write(self._line() + "\n")
             self.stream.flush()
             self._last = now
+            self._drawn = self.count
 
     def update(self, n: int = 1):
         self.count = min(self.total, self.count + int(n))
@@ -451,6 +454,18 @@ def bar_panel(ax, labels: Sequence[str], values: Sequence[float], *, ylabel: str
     if title:
         ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+
+
+def log_axis(ax, which: str = "y") -> None:
+    """Log scale with plain-number tick labels at 1, 2, 5 x 10^k (no ``4x10^2`` minor labels)."""
+    from matplotlib import ticker
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    axis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_locator(ticker.LogLocator(base=10, subs=tuple(range(1, 10))))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def loglog_slope(x, y) -> float:
