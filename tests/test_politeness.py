@@ -297,24 +297,24 @@ def test_jit_and_vmap_match_loop():
                                    rtol=1e-12)
 
 
-def test_other_objectives_meet_caps():
+@pytest.mark.parametrize("objective", ["uniform", pytest.param("delay", marks=pytest.mark.slow)])
+def test_other_objectives_meet_caps(objective):
     p, host, _, _ = make_instance(2)
-    for objective in ("delay", "uniform"):
-        free = (jaxcrawl.accumulated_delay_crawl if objective == "delay"
-                else jaxcrawl.uniform_interval_crawl)(p)
-        tot = host_totals(free.rate, host, H)
-        tighten = np.arange(H) % 2 == 0
-        cap = tot * np.where(tighten, np.linspace(0.4, 0.9, H), 3.0)
-        sol = P.solve_with_host_caps(p, host, cap, objective)
-        x = np.asarray(sol.policy.rate)
-        np.testing.assert_allclose(x.sum(), float(p.bandwidth), rtol=1e-12)
-        S = host_totals(x, host, H)
-        assert np.all(S <= cap * (1 + 1e-12))
-        kappa = np.asarray(sol.host_dual)
-        assert np.all((kappa > 0) == tighten)
-        np.testing.assert_allclose(S[tighten], cap[tighten], rtol=1e-12)
-        inf_sol = P.solve_with_host_caps(p, host, np.full(H, np.inf), objective)
-        np.testing.assert_allclose(np.asarray(inf_sol.policy.rate), np.asarray(free.rate), rtol=1e-9)
+    free = (jaxcrawl.accumulated_delay_crawl if objective == "delay"
+            else jaxcrawl.uniform_interval_crawl)(p)
+    tot = host_totals(free.rate, host, H)
+    tighten = np.arange(H) % 2 == 0
+    cap = tot * np.where(tighten, np.linspace(0.4, 0.9, H), 3.0)
+    sol = P.solve_with_host_caps(p, host, cap, objective)
+    x = np.asarray(sol.policy.rate)
+    np.testing.assert_allclose(x.sum(), float(p.bandwidth), rtol=1e-12)
+    S = host_totals(x, host, H)
+    assert np.all(S <= cap * (1 + 1e-12))
+    kappa = np.asarray(sol.host_dual)
+    assert np.all((kappa > 0) == tighten)
+    np.testing.assert_allclose(S[tighten], cap[tighten], rtol=1e-12)
+    inf_sol = P.solve_with_host_caps(p, host, np.full(H, np.inf), objective)
+    np.testing.assert_allclose(np.asarray(inf_sol.policy.rate), np.asarray(free.rate), rtol=1e-9)
 
 
 def test_errors():
