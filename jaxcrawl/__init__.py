@@ -24,5 +24,10 @@ from .solvers import (
 )
 from . import data as data
 from . import estimators as estimators
+from . import simulate as simulate
+from . import sync_bandits as sync_bandits
+from . import schedule as schedule
+from . import politeness as politeness
+from . import scale as scale
 
 __version__ = "0.1.0"

@@ -104,7 +104,7 @@ def _run_solve(args) -> int:
             from . import politeness
         except ImportError:
             raise ValueError("--host-caps: politeness constraints are not available in this build") from None
-        solve = politeness.solver_from_caps_file(args.host_caps, page_id, args.objective)
+        solve = politeness.solver_from_caps_file(args.host_caps, page_id, args.objective, epsilon=args.epsilon)
     else:
         solve = jax.jit(_solver_for(args.objective, args.epsilon))
     t0 = time.perf_counter()
