@@ -168,8 +168,9 @@ def root_update(state: RootState, f, df_dnu, log_mode, tol) -> RootState:
 
     f is nonincreasing in ν.  The bracket shrinks to the current point, a Newton step (in
     z = log ν when the bracket is positive) is taken when it stays inside the bracket and
-    shrinks the step at least by half, bisection otherwise.  Pure scalar JAX: it runs
-    inside ``lax.while_loop`` for in-memory solves and on the host for streamed ones.
+    shrinks the step at least by half, bisection otherwise.  Pure elementwise JAX: it runs
+    inside ``lax.while_loop`` for in-memory solves, on the host for streamed ones, and on
+    vectors of independent roots (one per host in :mod:`jaxcrawl.politeness`).
     """
     za, zb, z, dz_old, k, _ = state
     eps = jnp.finfo(jnp.result_type(z)).eps
@@ -181,8 +182,9 @@ def root_update(state: RootState, f, df_dnu, log_mode, tol) -> RootState:
     za = jnp.where(f == 0, z, za)
     width = zb - za
     converged = (jnp.abs(f) <= tol) | (width <= 4 * eps * jnp.maximum(jnp.abs(z), 1.0))
-    newton = z - f / jnp.where(df != 0, df, -1.0)
-    use_newton = (df < 0) & (newton > za) & (newton < zb) & (jnp.abs(2.0 * f) <= jnp.abs(dz_old * df))
+    ok_df = (df < 0) & jnp.isfinite(df) & jnp.isfinite(f)
+    newton = z - f / jnp.where(ok_df, df, -1.0)
+    use_newton = ok_df & (newton > za) & (newton < zb) & (jnp.abs(2.0 * f) <= jnp.abs(dz_old * df))
     znew = jnp.where(use_newton, newton, 0.5 * (za + zb))
     dz = jnp.abs(znew - z)
     znew = jnp.where(converged, z, znew)

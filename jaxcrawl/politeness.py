@@ -61,7 +61,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .allocate import _bracket_from_marginals
+from .allocate import RootState, _bracket_from_marginals, root_update
 from .problem import CrawlProblem, Policy, is_concrete, make_policy
 from .solvers import (
     _blc_marginal,
@@ -113,39 +113,23 @@ def _default_rtol(dtype):
 def _roots(f_and_df, za, zb, done0, max_steps, tol):
     """Vectorised safeguarded Newton (rtsafe) for independent nonincreasing f_j(z_j) = 0.
 
-    ``f(za) >= 0 >= f(zb)`` elementwise; elements with ``done0`` are not iterated.  The
-    loop stops when every element has ``|f| <= tol`` or a bracket of a few ulps, or after
-    ``max_steps`` passes.
+    ``f(za) >= 0 >= f(zb)`` elementwise; elements with ``done0`` are not iterated.  Each
+    step is :func:`jaxcrawl.allocate.root_update` applied elementwise (the same update as
+    the global dual's), frozen for finished elements.  The loop stops when every element
+    has ``|f| <= tol`` or a bracket of a few ulps, or after ``max_steps`` passes.
     """
-    eps = jnp.finfo(za.dtype).eps
-    z0 = jnp.where(done0, za, 0.5 * (za + zb))
-
-    def cond(s):
-        *_, k, done = s
-        return jnp.any(~done) & (k < max_steps)
+    init = RootState(za, zb, jnp.where(done0, za, 0.5 * (za + zb)), jnp.abs(zb - za),
+                     jnp.asarray(0, jnp.int32), done0)
 
     def body(s):
-        za, zb, z, dz_old, k, done = s
-        f, df = f_and_df(z)
-        za_n = jnp.where(f > 0, z, za)
-        zb_n = jnp.where(f > 0, zb, z)
-        za_n = jnp.where(f == 0, z, za_n)
-        zb_n = jnp.where(f == 0, z, zb_n)
-        width = zb_n - za_n
-        conv = (jnp.abs(f) <= tol) | (width <= 4 * eps * jnp.maximum(jnp.abs(z), 1.0))
-        ok_df = (df < 0) & jnp.isfinite(df) & jnp.isfinite(f)
-        newton = z - f / jnp.where(ok_df, df, -1.0)
-        use_newton = ok_df & (newton > za_n) & (newton < zb_n) & (
-            jnp.abs(2.0 * f) <= jnp.abs(dz_old * df))
-        znew = jnp.where(use_newton, newton, 0.5 * (za_n + zb_n))
-        stop = done | conv
-        keep = lambda new, old: jnp.where(done, old, new)  # noqa: E731
-        return (keep(za_n, za), keep(zb_n, zb), jnp.where(stop, z, znew),
-                keep(jnp.abs(znew - z), dz_old), k + 1, stop)
+        f, df = f_and_df(s.z)
+        new = root_update(s, f, df, False, tol)
+        keep = lambda n, o: jnp.where(s.done, o, n)  # noqa: E731
+        return RootState(keep(new.za, s.za), keep(new.zb, s.zb), keep(new.z, s.z),
+                         keep(new.dz_old, s.dz_old), new.k, s.done | new.done)
 
-    init = (za, zb, z0, jnp.abs(zb - za), jnp.asarray(0, jnp.int32), done0)
-    _, _, z, _, k, _ = jax.lax.while_loop(cond, body, init)
-    return z, k
+    final = jax.lax.while_loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, init)
+    return final.z, final.k
 
 
 def _page_eval(rate_fn, params, d, lower, upper):
