@@ -204,24 +204,28 @@ def schedule_from_policy(
 ) -> Schedule:
     """The schedule that executes a solver's :class:`~jaxcrawl.problem.Policy`.
 
-    Complete pages crawl on signals with ``policy.prob`` (K19 Π°, Prop. 4); incomplete
-    pages crawl as a Poisson process of rate ``policy.rate`` (K19 Π⁻, Prop. 1;
+    Pages with ``policy.on_signal`` (complete pages under LambdaCrawl) crawl on each
+    change signal with probability ``policy.prob`` (K19 Π°, Prop. 4); every other page
+    crawls as a Poisson process of rate ``policy.rate`` (K19 Π⁻, Prop. 1;
     ``incomplete="poisson"``) or every ``1 / policy.rate`` at ``phase`` (L2C K_R;
-    ``incomplete="periodic"``; a zero rate never crawls).
+    ``incomplete="periodic"``; a zero rate never crawls).  A policy without an
+    ``on_signal`` field uses ``problem.complete``.
     """
     if incomplete not in ("poisson", "periodic"):
         raise ValueError(f"incomplete must be 'poisson' or 'periodic', got {incomplete!r}")
     rate = jnp.asarray(policy.rate)
-    comp = jnp.broadcast_to(problem.complete, rate.shape)
-    prob = jnp.where(comp, jnp.asarray(policy.prob, rate.dtype), 0.0)
-    if is_concrete(prob):
+    on_signal = getattr(policy, "on_signal", None)
+    on_signal = problem.complete if on_signal is None else on_signal
+    sig = jnp.broadcast_to(jnp.asarray(on_signal, bool), rate.shape)
+    prob = jnp.where(sig, jnp.asarray(policy.prob, rate.dtype), 0.0)
+    if is_concrete(prob, rate):
         p = np.asarray(prob)
         if np.any(~np.isfinite(p)) or np.any(p < 0) or np.any(p > 1 + 1e-6):
-            raise ValueError("policy.prob must be in [0, 1] for complete pages")
+            raise ValueError("policy.prob must be in [0, 1] for pages crawled on signals")
         _check_nonneg_finite(rate, "policy.rate")
     prob = jnp.clip(prob, 0.0, 1.0)  # removes rounding above 1 only (checked above)
     inc_kind = POISSON if incomplete == "poisson" else PERIODIC
-    kind = jnp.where(comp, SIGNAL, inc_kind).astype(jnp.int32)
+    kind = jnp.where(sig, SIGNAL, inc_kind).astype(jnp.int32)
     if incomplete == "periodic":
         safe = jnp.where(rate > 0, rate, 1.0)
         period = jnp.where(rate > 0, 1.0 / safe, jnp.inf)
@@ -231,9 +235,9 @@ def schedule_from_policy(
         pois_rate = rate
     return Schedule(
         kind=kind,
-        rate=jnp.where(comp, 0.0, pois_rate),
+        rate=jnp.where(sig, 0.0, pois_rate),
         prob=prob,
-        period=jnp.where(comp, jnp.inf, period),
+        period=jnp.where(sig, jnp.inf, period),
         phase=jnp.broadcast_to(jnp.asarray(phase, rate.dtype), rate.shape),
     )
 
@@ -379,7 +383,7 @@ def stationary_state(key, problem: CrawlProblem, schedule: Schedule, *, time=0.0
     age = jnp.where(kind == PERIODIC, age_periodic, age_random)
     uncrawled_rate = jnp.where(kind == SIGNAL, (1.0 - sched.prob) * xi, xi)
     mean = uncrawled_rate * age
-    n = _poisson_chunked(key_count, mean)
+    n = _poisson_any(key_count, mean)
     return SimState(time=t, since_crawl=age.astype(dtype), num_changes=n)
 
 
@@ -403,7 +407,9 @@ class SimConfig:
         pages whose requests are drawn by inversion (expected requests per window
         ``ζ w <= 16``).
       heavy_pages: how many pages with ``ζ w > 16`` there may be; their requests are
-        drawn as sums of Poisson(<= 16) draws (no capacity).  Extra such pages overflow.
+        drawn by transformed rejection (no capacity).  Extra such pages overflow.
+      heavy_event_pages: the same for the event counts: how many pages may expect more
+        than 16 events per window.
     """
 
     window: float
@@ -412,6 +418,7 @@ class SimConfig:
     pool_capacity: int
     request_capacity: int = 1
     heavy_pages: int = 0
+    heavy_event_pages: int = 0
 
     def __post_init__(self):
         if not (math.isfinite(self.window) and self.window > 0):
@@ -420,13 +427,13 @@ class SimConfig:
             v = getattr(self, name)
             if int(v) != v or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("request_capacity", "heavy_pages"):
+        for name in ("request_capacity", "heavy_pages", "heavy_event_pages"):
             v = getattr(self, name)
             if int(v) != v or v < (1 if name == "request_capacity" else 0):
                 raise ValueError(f"{name} must be a nonnegative integer, got {v!r}")
 
 
-_LIGHT_REQUESTS = 16.0  # expected requests per window drawn by inversion
+_LIGHT_MEAN = 16.0  # larger expected counts per window go to _poisson_ptrs (rejection)
 
 
 def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
@@ -453,7 +460,7 @@ def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
     return max(1, int(ok[0]))
 
 
-_CHUNK_CAP = poisson_capacity(16.0, 1e-15)
+_LIGHT_CAP = poisson_capacity(_LIGHT_MEAN, 1e-9)
 
 
 def config_for(
@@ -471,21 +478,23 @@ def config_for(
     ``schedule`` and ``max_crawl_rate``, and ``C`` the total crawl rate
     (``total_crawl_rate``, else the larger of the bandwidth and the schedule's):
 
-    * ``event_capacity``: the Poisson((max ξ + ρ_max) w) quantile at ``tail``;
+    * ``event_capacity``: the Poisson((max ξ + ρ_max) w) quantile at ``tail``, and
+      ``heavy_event_pages`` the number of pages with ``(ξ + ρ) w > 16``;
     * ``crawl_capacity``: the Poisson(ρ_max w) quantile, at least ``ceil(w / min
       period) + 1`` for PERIODIC pages;
     * ``pool_capacity``: ``2 n + ceil(C w)`` plus the Poisson((Σ ξ + C) w) quantile
       (one overflow per ``1 / tail`` windows);
     * ``request_capacity``: the Poisson(min(max ζ w, 16)) quantile; ``heavy_pages``:
-      the number of pages with ``ζ w > 16`` (drawn as sums of Poisson(<= 16) draws).
+      the number of pages with ``ζ w > 16`` (drawn by transformed rejection).
 
     A learner whose schedule changes between windows passes ``max_crawl_rate`` (a bound
     on any page's Poisson or signal crawl rate) and, if its rates may sum to more than
     the bandwidth, ``total_crawl_rate``.  Needs concrete values (call it outside ``jit``).
 
-    Raises:
-      ValueError: if a Poisson mean per window is too large to invert in the working
-        precision (``exp(-mean)`` underflows): use a shorter window.
+    Pages expecting more than 16 events (or requests) per window are counted in
+    ``heavy_event_pages`` (``heavy_pages``): their counts are drawn by
+    transformed rejection (PTRS), so any rate works; only the pool and the per-page capacities
+    grow with it.
     """
     if not is_concrete(problem, schedule):
         raise ValueError("config_for needs concrete values: call it outside jit")
@@ -522,15 +531,13 @@ def config_for(
         nominal = np.where(kind == POISSON, rate, np.where(kind == PERIODIC, per_rate, 0.0))
         sched_total = float(nominal.reshape(xi_rows.shape).sum(-1).max())
     rho_max = max(crawl_rates)
-    event_mean = (float(xi.max()) + rho_max) * w
-    limit = _max_inversion_mean(problem.change_rate.dtype)
-    if event_mean > limit:
-        raise ValueError(
-            f"a page may have {event_mean:.4g} expected events per window (max change rate "
-            f"plus max crawl rate, times window={w}); counts are drawn by inversion, which "
-            f"in {problem.change_rate.dtype} needs at most {limit:.4g}: use a shorter window"
-        )
-    event_cap = poisson_capacity(event_mean, tail)
+    event_cap = poisson_capacity((float(xi.max()) + rho_max) * w, tail)
+    page_rate = np.zeros(xi.shape)
+    if schedule is not None:
+        page_rate = np.where(kind == POISSON, rate, 0.0)
+    if max_crawl_rate is not None:
+        page_rate = np.maximum(page_rate, float(max_crawl_rate))
+    heavy_events = int(((xi + page_rate) * w > _LIGHT_MEAN).reshape(xi_rows.shape).sum(-1).max())
     crawl_cap = max(poisson_capacity(rho_max * w, tail), periodic_cap)
     if total_crawl_rate is None:
         bw = float(np.max(np.asarray(problem.bandwidth, np.float64)))
@@ -540,8 +547,8 @@ def config_for(
     row_mean = (float(xi_rows.sum(-1).max()) + float(total_crawl_rate)) * w
     pool_cap = 2 * n + int(math.ceil(total_crawl_rate * w)) + poisson_capacity(row_mean, tail)
     zw = np.broadcast_to(np.asarray(problem.importance, np.float64), xi.shape) * w
-    req_cap = poisson_capacity(min(float(zw.max()), _LIGHT_REQUESTS), tail)
-    heavy = int((zw.reshape(xi_rows.shape) > _LIGHT_REQUESTS).sum(-1).max())
+    req_cap = poisson_capacity(min(float(zw.max()), _LIGHT_MEAN), tail)
+    heavy = int((zw.reshape(xi_rows.shape) > _LIGHT_MEAN).sum(-1).max())
     return SimConfig(
         window=w,
         event_capacity=event_cap,
@@ -549,6 +556,7 @@ def config_for(
         pool_capacity=int(pool_cap),
         request_capacity=int(req_cap),
         heavy_pages=heavy,
+        heavy_event_pages=heavy_events,
     )
 
 
@@ -619,34 +627,95 @@ def _max_inversion_mean(dtype) -> float:
     return 0.9 * -math.log(float(jnp.finfo(dtype).tiny))
 
 
-_CHUNK_MEAN = 16.0
+def _poisson_logpmf(k, lam):
+    """log P(Poisson(lam) = k) for float ``k >= 0``, ``lam >= 10``, without cancellation.
 
-
-def _poisson_chunked(key, mean):
-    """Poisson(mean) for any finite mean >= 0: a sum of Poisson(<= 16) inversions.
-
-    A ``while_loop`` adds independent Poisson(min(remaining, 16)) draws (by
-    :func:`_poisson_inverse`, capacity sized for a tail below 1e-15 per draw) until every
-    page's mean is used up, so its cost grows with the largest mean; exact in
-    distribution up to that tail.  Non-finite means are treated as 0.
+    For ``k >= 10`` Stirling's series gives
+    ``k log1p((lam - k)/k) + (k - lam) - log(2πk)/2 - 1/(12k) + 1/(360k³)``, accurate
+    to float precision of the *result* even when ``k log lam`` and ``lgamma(k+1)`` are
+    both ~1e5 (where the direct formula loses everything in float32).
     """
-    dtype = mean.dtype
-    cap = _CHUNK_CAP
-    rem0 = jnp.where(jnp.isfinite(mean), jnp.maximum(mean, 0.0), 0.0)
-    size = int(np.prod(mean.shape))
+    ks = jnp.maximum(k, 10.0)
+    stirling = (
+        ks * jnp.log1p((lam - ks) / ks) + (ks - lam) - 0.5 * jnp.log(2.0 * jnp.pi * ks)
+        - 1.0 / (12.0 * ks) + 1.0 / (360.0 * ks ** 3)
+    )
+    kd = jnp.maximum(k, 0.0)
+    direct = kd * jnp.log(lam) - lam - jax.lax.lgamma(kd + 1.0)
+    return jnp.where(k >= 10.0, stirling, direct)
+
+
+def _poisson_ptrs(key, lam):
+    """Poisson(lam) for ``lam >= 10`` by transformed rejection with squeeze (PTRS,
+    Hörmann 1993), in a ``while_loop`` until every element is accepted (about 1.15
+    proposals each).  Exact in distribution; the acceptance test uses
+    :func:`_poisson_logpmf`, so it stays accurate in float32 for large means.  Entries
+    with ``lam < 10`` are computed as if ``lam = 10`` (callers mask them).
+    """
+    dtype = lam.dtype
+    lam = jnp.maximum(lam, 10.0)
+    slam = jnp.sqrt(lam)
+    b = 0.931 + 2.53 * slam
+    a = -0.059 + 0.02483 * b
+    log_inv_alpha = jnp.log(1.1239 + 1.1328 / (b - 3.4))
+    vr = 0.9277 - 3.6224 / (b - 2.0)
 
     def cond(carry):
-        return jnp.any(carry[1] > 0)
+        return jnp.any(~carry[2])
 
     def body(carry):
-        k, rem, cnt = carry
+        k, out, done = carry
         k, sub = jax.random.split(k)
-        part = jnp.minimum(rem, _CHUNK_MEAN)
-        u = _uniform_fine(sub, size, dtype).reshape(mean.shape)
-        return k, rem - part, cnt + jnp.minimum(_poisson_inverse(u, part, cap), cap)
+        uv = jax.random.uniform(sub, (2,) + lam.shape, dtype)
+        u, v = uv[0] - 0.5, uv[1]
+        us = 0.5 - jnp.abs(u)
+        us_safe = jnp.maximum(us, jnp.finfo(dtype).tiny)
+        kk = jnp.floor((2.0 * a / us_safe + b) * u + lam + 0.43)
+        fast = (us >= 0.07) & (v <= vr)
+        reject = ~jnp.isfinite(kk) | (kk < 0) | ((us < 0.013) & (v > us))
+        ok = jnp.log(jnp.maximum(v, jnp.finfo(dtype).tiny)) + log_inv_alpha - jnp.log(
+            a / (us_safe * us_safe) + b
+        ) <= _poisson_logpmf(jnp.where(jnp.isfinite(kk), kk, 0.0), lam)
+        acc = ~done & (fast | (~reject & ok))
+        out = jnp.where(acc, kk, out)
+        return k, out, done | acc
 
-    init = (key, rem0, jnp.zeros(mean.shape, jnp.int32))
-    return jax.lax.while_loop(cond, body, init)[2]
+    init = (key, jnp.zeros(lam.shape, dtype), jnp.zeros(lam.shape, bool))
+    return jax.lax.while_loop(cond, body, init)[1].astype(jnp.int32)
+
+
+def _poisson_any(key, mean):
+    """Poisson(mean) for any finite mean >= 0 (non-finite treated as 0): inversion up to
+    16, :func:`_poisson_ptrs` above."""
+    key_small, key_large = jax.random.split(key)
+    mean = jnp.where(jnp.isfinite(mean), jnp.maximum(mean, 0.0), 0.0)
+    small = mean <= _LIGHT_MEAN
+    u = _uniform_fine(key_small, int(np.prod(mean.shape)), mean.dtype).reshape(mean.shape)
+    count_small = jnp.minimum(_poisson_inverse(u, jnp.where(small, mean, 0.0), _LIGHT_CAP), _LIGHT_CAP)
+    count_large = _poisson_ptrs(key_large, jnp.where(small, 10.0, mean))
+    return jnp.where(small, count_small, count_large)
+
+
+def _poisson_counts(key, mean, heavy, cap, num_heavy):
+    """Poisson(mean) for every page (1-D), with an overflow flag per page.
+
+    Pages where ``heavy`` is False are drawn by :func:`_poisson_inverse` with capacity
+    ``cap`` (flagged past it); the first ``num_heavy`` heavy pages are gathered and drawn
+    by :func:`_poisson_ptrs` (any mean >= 10, exact); the heavy pages past them are
+    flagged.
+    """
+    n = mean.shape[0]
+    key_light, key_heavy = jax.random.split(key)
+    u = _uniform_fine(key_light, n, mean.dtype)
+    count = _poisson_inverse(u, jnp.where(heavy, 0.0, mean), cap)
+    rank = _cumsum(heavy.astype(jnp.int32)) - 1
+    overflow = (count > cap) | (heavy & (rank >= num_heavy))
+    if num_heavy > 0:
+        idx = jnp.nonzero(heavy, size=num_heavy, fill_value=n)[0]
+        sel = jnp.minimum(idx, n - 1)
+        mh = jnp.where(idx < n, mean[sel], 0.0)
+        count = count.at[idx].set(_poisson_ptrs(key_heavy, mh), mode="drop")
+    return count, overflow
 
 
 _H_TABLE_SIZE = 256
@@ -760,8 +829,10 @@ def _window_1d(key, time, since, n0, xi, zeta, kind, rate, prob, period, phase, 
     rate = jnp.where(is_pois, rate, 0.0)
 
     # ---- page level: random event counts, periodic crawl counts, slot ranges
-    u = _uniform_fine(key_count, n, dtype)
-    m_raw = _poisson_inverse(u, (xi + rate) * wd, ke)  # changes (+ Poisson crawls)
+    ev_mean = (xi + rate) * wd  # changes (+ Poisson crawls)
+    m_raw, overflow_count = _poisson_counts(
+        key_count, ev_mean, ev_mean > _LIGHT_MEAN, min(ke, _LIGHT_CAP), config.heavy_event_pages
+    )
     per_ok = is_per & jnp.isfinite(period) & (period > 0)
     per = jnp.where(per_ok, period, 1.0)
     first = per - jnp.mod(time - phase, per)  # first scheduled crawl, in (0, period]
@@ -774,7 +845,7 @@ def _window_1d(key, time, since, n0, xi, zeta, kind, rate, prob, period, phase, 
     # not fuse the inversion's chain of operations into every gather below
     length = end - start - 1
     m = length - q
-    overflow = (m_raw > ke) | (end > npool)
+    overflow = overflow_count | (m_raw > ke) | (end > npool)
 
     # ---- slot level
     slot = jnp.arange(npool, dtype=jnp.int32)
@@ -881,25 +952,11 @@ def _window_1d(key, time, since, n0, xi, zeta, kind, rate, prob, period, phase, 
     # ---- requests: an independent Poisson process, split by the fresh / stale time
     fresh_time = wd - stale
     key_fresh, key_stale = jax.random.split(key_req)
-    kq = config.request_capacity
-    uq = _uniform_fine(key_fresh, 2 * n, dtype)
-    light = zeta * wd <= _LIGHT_REQUESTS
-    fresh_req = _poisson_inverse(uq[:n], jnp.where(light, zeta * fresh_time, 0.0), kq)
-    stale_req = _poisson_inverse(uq[n:], jnp.where(light, zeta * stale, 0.0), kq)
-    overflow = overflow | (fresh_req > kq) | (stale_req > kq)
-    heavy_rank = _cumsum((~light).astype(jnp.int32)) - 1
-    if config.heavy_pages > 0:
-        # the few pages with many requests: chunked draws on just those pages
-        hp = config.heavy_pages
-        idx = jnp.nonzero(~light, size=hp, fill_value=n)[0]
-        ok = idx < n
-        sel = jnp.minimum(idx, n - 1)
-        mf = jnp.where(ok, zeta[sel] * fresh_time[sel], 0.0)
-        ms = jnp.where(ok, zeta[sel] * stale[sel], 0.0)
-        hf = _poisson_chunked(key_stale, jnp.stack([mf, ms]))
-        fresh_req = fresh_req.at[idx].set(hf[0], mode="drop")
-        stale_req = stale_req.at[idx].set(hf[1], mode="drop")
-    overflow = overflow | (~light & (heavy_rank >= config.heavy_pages))
+    heavy = zeta * wd > _LIGHT_MEAN
+    kq, hp = config.request_capacity, config.heavy_pages
+    fresh_req, over_f = _poisson_counts(key_fresh, zeta * fresh_time, heavy, kq, hp)
+    stale_req, over_s = _poisson_counts(key_stale, zeta * stale, heavy, kq, hp)
+    overflow = overflow | over_f | over_s
     fresh_req = fresh_req.astype(dtype)
     stale_req = stale_req.astype(dtype)
 
@@ -1191,6 +1248,7 @@ def _monte_carlo_core(key, problem, schedule, state, config, num_windows, r):
         config,
         pool_capacity=config.pool_capacity * r,
         heavy_pages=config.heavy_pages * r,
+        heavy_event_pages=config.heavy_event_pages * r,
     )
     _, tot, _ = simulate(key, tiled, sched, state, cfg, num_windows)
 
