@@ -55,7 +55,8 @@ SAM_ETAS = (0.7, 0.9, 1.1)         # with β = 0.6
 def simulate(key, delta, p, runs, k):
     """Crawl intervals τ ~ Exp(p) and change indicators I ~ Bernoulli(1 - e^{-Δτ}), ``(runs, k)``."""
     key_tau, key_i = jax.random.split(key)
-    tau = jax.random.exponential(key_tau, (runs, k), jnp.float32) / p
+    # float32 exponential draws round to exactly 0 about once in 2^24 draws; an interval must be > 0
+    tau = jnp.maximum(jax.random.exponential(key_tau, (runs, k), jnp.float32) / p, 1e-30)
     changed = jax.random.uniform(key_i, (runs, k), jnp.float32) < -jnp.expm1(-delta * tau)
     return tau, changed
 

@@ -40,7 +40,8 @@ def simulate(key, kind, rho, xis, num_seeds, n_max):
     key_w, key_c = jax.random.split(key)
     shape = (len(xis), num_seeds, n_max)
     if kind == "poisson":
-        w = jax.random.exponential(key_w, shape, jnp.float32) / rho
+        # float32 exponential draws round to exactly 0 about once in 2^24 draws; intervals must be > 0
+        w = jnp.maximum(jax.random.exponential(key_w, shape, jnp.float32) / rho, 1e-30)
     else:
         w = jnp.full(shape, 1.0 / rho, jnp.float32)
     xi = jnp.asarray(xis, jnp.float32)[:, None, None]

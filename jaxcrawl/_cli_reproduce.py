@@ -1,6 +1,6 @@
 """``jaxcrawl reproduce``: regenerate the papers' figures and check their claims.
 
-``jaxcrawl reproduce NAME|all [--quick] [--out DIR] [--seed S] [--data DIR] [--fresh]``
+``jaxcrawl reproduce NAME [NAME ...]|all [--quick] [--out DIR] [--seed S] [--data DIR] [--fresh]``
 runs the experiment scripts of the repository's top-level ``experiments/`` directory
 (one per paper figure; ``jaxcrawl reproduce --list`` lists them).  For each it writes
 
@@ -78,7 +78,8 @@ def load_experiment(path: Path):
 
 
 def _add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", nargs="?", help="experiment NAME, or 'all'")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="experiment NAME(s), or 'all' (see --list)")
     p.add_argument("--quick", action="store_true",
                    help="reduced sizes (a few minutes for all; what CI runs) instead of the papers' sizes")
     p.add_argument("--out", default="results", help="output directory (default: ./results)")
@@ -192,21 +193,23 @@ def run(args) -> int:
             mod = load_experiment(path)
             print(f"{name:28s} {mod.DESCRIPTION}")
         return 0
-    if not args.name:
+    requested = list(args.names)
+    if not requested:
         raise ValueError("give an experiment NAME or 'all' (see `jaxcrawl reproduce --list`)")
     if args.data is not None and not Path(args.data).is_dir():
         raise ValueError(f"--data {args.data}: not a directory")
-    if args.name == "all":
+    if "all" in requested:
         names = list(available)
         if not names:
             raise ValueError(f"no experiment scripts in {directory}")
     else:
-        if args.name not in available:
-            raise ValueError(f"unknown experiment {args.name!r}; available: {', '.join(available) or 'none'}")
-        names = [args.name]
+        unknown = [n for n in requested if n not in available]
+        if unknown:
+            raise ValueError(f"unknown experiment {unknown[0]!r}; available: {', '.join(available) or 'none'}")
+        names = list(dict.fromkeys(requested))
 
     out = sys.stdout
-    summary = dict(reproduce=args.name, quick=bool(args.quick), seed=int(args.seed), out=str(args.out),
+    summary = dict(reproduce=names, quick=bool(args.quick), seed=int(args.seed), out=str(args.out),
                    data=args.data, experiments={}, claims={}, failed=[], errors={}, not_reproduced=[])
     t_all = time.perf_counter()
     try:

@@ -1,0 +1,270 @@
+"""`jaxcrawl reproduce`: every part-1 experiment at --quick size, the JSON/PNG it writes, its
+claims, and checkpoint/resume behaviour.
+
+The experiments run once, in one subprocess (as CI's `jaxcrawl reproduce ... --quick` does,
+without this suite's x64 setting), and the tests read what it wrote.  The resume tests use a
+tiny fake experiment in a temporary experiments folder (selected with
+JAXCRAWL_EXPERIMENTS_DIR), so they need no JAX work at all.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXPERIMENTS = REPO / "experiments"
+MINE = ("neurips19_fig1", "neurips19_fig2", "l2c_appj_fig3_4", "icml20_fig1_4",
+        "avrachenkov_fig2_5", "avrachenkov_fig6")
+
+
+def _run_cli(args, cwd, env_extra=None, timeout=900):
+    env = dict(os.environ)
+    env.pop("JAXCRAWL_EXPERIMENTS_DIR", None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "jaxcrawl.cli", "reproduce", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce_quick")
+    proc = _run_cli([*MINE, "--quick", "--out", str(out), "--no-progress"], cwd=out)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr[-3000:]
+    summary = json.loads(lines[-1])
+    return out, proc, summary
+
+
+def _png_size(path: Path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height, len(data)
+
+
+def test_quick_run_exits_zero_and_summarises_every_claim(quick_run):
+    out, proc, summary = quick_run
+    assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
+    assert summary["passed"] is True and summary["failed"] == [] and summary["errors"] == {}
+    assert summary["quick"] is True and summary["reproduce"] == list(MINE)
+    assert set(summary["experiments"]) == set(MINE)
+    for name in MINE:
+        for claim, holds in summary["experiments"][name]["claims"].items():
+            assert summary["claims"][f"{name}/{claim}"] == holds
+    # every claim was printed with its status
+    for key in summary["claims"]:
+        assert f"  PASS  {key}:" in proc.stdout
+
+
+@pytest.mark.parametrize("name", MINE)
+def test_experiment_writes_json_and_png_and_its_claims_hold(quick_run, name):
+    out, _, summary = quick_run
+    record = json.loads((out / f"{name}.json").read_text())
+    for field in ("experiment", "description", "quick", "seed", "versions", "seconds", "params", "results",
+                  "claims", "claim_details", "passed", "figure", "checkpoints"):
+        assert field in record, field
+    assert record["experiment"] == name and record["quick"] is True and record["seed"] == 0
+    assert record["versions"]["jaxcrawl"] and record["versions"]["jax"]
+    assert record["seconds"] > 0 and record["passed"] is True
+    assert len(record["claims"]) >= 3
+    for claim, holds in record["claims"].items():
+        detail = record["claim_details"][claim]
+        assert isinstance(holds, bool) and detail["holds"] == holds
+        assert detail["description"] and detail["tolerance"] and detail["paper"]
+        # a claim passes when it has its expected outcome; a paper finding that does not
+        # reproduce here must say why
+        assert detail["passed"] and detail["holds"] == detail["expected"], (claim, detail)
+        if not detail["expected"]:
+            assert len(detail.get("note", "")) > 40, claim
+    assert record["paper_findings_not_reproduced"] == [c for c, h in record["claims"].items() if not h]
+    width, height, size = _png_size(out / record["figure"])
+    assert width >= 600 and height >= 300 and size > 20_000
+
+
+def test_quick_results_are_the_papers_numbers_where_closed_forms_exist(quick_run):
+    """Spot checks of the numbers behind the claims against closed forms."""
+    out, _, _ = quick_run
+    avr = json.loads((out / "avrachenkov_fig2_5.json").read_text())
+    naive = avr["claim_details"]["naive_biased"]["values"]["values"]
+    for v in naive.values():  # the naive estimator's limit pΔ/(Δ+p)
+        assert abs(v["naive"] - v["limit"]) <= 0.03 * v["limit"]
+    appj = json.loads((out / "l2c_appj_fig3_4.json").read_text())
+    assert appj["claim_details"]["bound_matches_closed_form"]["values"]["max_relative_difference"] <= 0.05
+    fig1 = json.loads((out / "neurips19_fig1.json").read_text())
+    costs = fig1["results"]["costs"]
+    assert costs["BLC"]["harmonic"] == "inf"        # strict JSON: infinities as strings
+    assert costs["BLC"]["starved_pages"] > 0
+    assert all(abs(c["budget_residual"]) <= 1e-3 * fig1["params"]["num_pages"] for c in costs.values())
+
+
+def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, tmp_path):
+    """A finished run's chunks are reused; deleting one recomputes exactly that one."""
+    out, _, _ = quick_run
+    work = tmp_path / "rerun"
+    shutil.copytree(out, work)
+    name = "avrachenkov_fig6"
+    first = json.loads((work / f"{name}.json").read_text())
+    chunk_dir = work / ".checkpoints" / name
+    chunks = sorted(chunk_dir.glob("*.pkl"))
+    assert len(chunks) == 3
+    chunks[0].unlink()
+    proc = _run_cli([name, "--quick", "--out", str(work), "--no-progress"], cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    second = json.loads((work / f"{name}.json").read_text())
+    assert second["checkpoints"]["reused"] == 2 and second["checkpoints"]["computed"] == 1
+    assert second["results"] == first["results"] and second["claims"] == first["claims"]
+
+
+# ----------------------------------------------------------------- resume, on a fake experiment
+FAKE = textwrap.dedent('''
+    """A fake experiment: four chunks, interrupted after two when FAKE_INTERRUPT is set."""
+    import os
+    import _common
+    from _common import claim
+
+    NAME = "fake_chunks"
+    DESCRIPTION = "test double: four checkpointed chunks"
+
+
+    def run(ctx):
+        log = os.environ["FAKE_LOG"]
+
+        def work(i):
+            if os.environ.get("FAKE_INTERRUPT") and i == 2:
+                raise KeyboardInterrupt
+            with open(log, "a") as fh:
+                fh.write(f"{i}\\n")
+            return {"value": i * i + ctx.seed}
+
+        done = ctx.run_chunks("fake", {f"chunk{i}": (lambda i=i: work(i)) for i in range(4)})
+        total = sum(v["value"] for v in done.values())
+        fig, axes = _common.new_figure(1, 1)
+        axes[0, 0].plot([0, 1], [0, total])
+        ctx.savefig(fig)
+        return dict(params=dict(chunks=4), results=dict(total=total),
+                    claims=[claim("total_is_sum_of_squares", total == 14 + 4 * ctx.seed,
+                                  description="0 + 1 + 4 + 9 (+ 4 seed)", tolerance="exact",
+                                  paper="none: a test double")])
+
+
+    if __name__ == "__main__":
+        raise SystemExit(_common.main(__file__))
+''')
+
+
+@pytest.fixture
+def fake_dir(tmp_path, monkeypatch):
+    exp = tmp_path / "experiments"
+    exp.mkdir()
+    shutil.copy(EXPERIMENTS / "_common.py", exp / "_common.py")
+    (exp / "fake_chunks.py").write_text(FAKE)
+    log = tmp_path / "computed.log"
+    monkeypatch.setenv("JAXCRAWL_EXPERIMENTS_DIR", str(exp))
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.delenv("FAKE_INTERRUPT", raising=False)
+    return exp, log, tmp_path / "out"
+
+
+def _main(argv):
+    from jaxcrawl import cli
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        code = cli.main(["reproduce", *argv])
+    return code, buf.getvalue()
+
+
+def _computed(log: Path):
+    return [int(x) for x in log.read_text().split()] if log.exists() else []
+
+
+def test_interrupted_run_resumes_from_finished_chunks(fake_dir, monkeypatch):
+    exp, log, out = fake_dir
+    monkeypatch.setenv("FAKE_INTERRUPT", "1")
+    code, text = _main(["fake_chunks", "--out", str(out)])
+    assert code == 130 and "interrupted" in text
+    assert _computed(log) == [0, 1]
+    assert len(list((out / ".checkpoints" / "fake_chunks").glob("*.pkl"))) == 2
+    assert not (out / "fake_chunks.json").exists()
+
+    monkeypatch.delenv("FAKE_INTERRUPT")
+    code, text = _main(["fake_chunks", "--out", str(out)])
+    assert code == 0, text
+    assert _computed(log) == [0, 1, 2, 3]           # only the unfinished chunks ran
+    record = json.loads((out / "fake_chunks.json").read_text())
+    assert record["checkpoints"] == dict(reused=2, computed=2,
+                                         directory=str(out / ".checkpoints" / "fake_chunks"))
+    assert record["results"]["total"] == 14 and record["claims"] == {"total_is_sum_of_squares": True}
+    assert json.loads(text.strip().splitlines()[-1])["passed"] is True
+
+    code, _ = _main(["fake_chunks", "--out", str(out)])  # everything reused
+    assert code == 0 and _computed(log) == [0, 1, 2, 3]
+    code, _ = _main(["fake_chunks", "--out", str(out), "--fresh"])  # nothing reused
+    assert code == 0 and _computed(log) == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_checkpoints_are_not_reused_across_seeds_or_edited_sources(fake_dir):
+    exp, log, out = fake_dir
+    assert _main(["fake_chunks", "--out", str(out)])[0] == 0
+    assert _main(["fake_chunks", "--out", str(out), "--seed", "1"])[0] == 0   # other seed: recompute
+    assert _computed(log) == [0, 1, 2, 3] * 2
+    record = json.loads((out / "fake_chunks.json").read_text())
+    assert record["results"]["total"] == 18 and record["seed"] == 1
+    (exp / "fake_chunks.py").write_text(FAKE + "\n# edited\n")              # edited source: recompute
+    assert _main(["fake_chunks", "--out", str(out), "--seed", "1"])[0] == 0
+    assert _computed(log) == [0, 1, 2, 3] * 3
+
+
+def test_failed_claim_gives_exit_status_1(fake_dir):
+    exp, log, out = fake_dir
+    (exp / "fake_chunks.py").write_text(FAKE.replace("total == 14 + 4 * ctx.seed", "total == -1"))
+    code, text = _main(["fake_chunks", "--out", str(out)])
+    assert code == 1
+    assert "FAIL  fake_chunks/total_is_sum_of_squares" in text
+    summary = json.loads(text.strip().splitlines()[-1])
+    assert summary["passed"] is False and summary["failed"] == ["fake_chunks/total_is_sum_of_squares"]
+
+
+def test_script_runs_standalone(fake_dir, monkeypatch):
+    exp, log, out = fake_dir
+    monkeypatch.delenv("JAXCRAWL_EXPERIMENTS_DIR")
+    proc = subprocess.run([sys.executable, str(exp / "fake_chunks.py"), "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["experiments"]["fake_chunks"]["passed"] is True
+    assert (out / "fake_chunks.png").is_file()
+
+
+def test_clear_errors(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXCRAWL_EXPERIMENTS_DIR", str(tmp_path / "nowhere"))
+    from jaxcrawl import cli
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["reproduce", "all"]) == 2
+    assert "experiments directory" in err.getvalue() and "pip install -e" in err.getvalue()
+    monkeypatch.delenv("JAXCRAWL_EXPERIMENTS_DIR")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["reproduce", "no_such_figure"]) == 2
+    assert "unknown experiment 'no_such_figure'" in err.getvalue()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["reproduce", "neurips19_fig1", "--data", str(tmp_path / "missing")]) == 2
+    assert "--data" in err.getvalue()
+
+
+def test_list_names_every_experiment():
+    proc = _run_cli(["--list"], cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    listed = {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}
+    assert set(MINE) <= listed
