@@ -307,6 +307,15 @@ def _file_digest(path) -> str:
         return "missing"
 
 
+def _dir_signature(directory) -> list:
+    """Names, sizes and modification times of the files in ``directory`` (``[]`` for ``None``),
+    so checkpoints computed from a data set are not reused after its files change."""
+    if directory is None or not Path(directory).is_dir():
+        return []
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in Path(directory).iterdir() if p.is_file())
+
+
 class Context:
     """What an experiment's ``run(ctx)`` receives.
 
@@ -337,6 +346,7 @@ class Context:
             version = "unknown"
         fp = dict(name=name, quick=self.quick, seed=self.seed,
                   data=None if self.data is None else str(self.data.resolve()),
+                  data_files=_dir_signature(self.data),
                   version=version, source=_file_digest(source_file) if source_file else "",
                   common=_file_digest(__file__))
         fingerprint = hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()
