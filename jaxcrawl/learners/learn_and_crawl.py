@@ -1,0 +1,761 @@
+r"""LambdaLearnAndCrawl (LLC, LLCA, BLLCε) and Avrachenkov et al.'s online re-solving loop.
+
+**LambdaLearnAndCrawl** (Kolobov et al., NeurIPS-19, Alg. 4; "K19") learns change rates
+while it crawls, in epochs of length :math:`T_{epoch}`:
+
+1. (line 4) solve for the policy that is optimal for the current estimates
+   :math:`\hat\lambda_{n-1}` with the inner solver -- LambdaCrawl (LLC,
+   :func:`jaxcrawl.solvers.lambda_crawl`), LambdaCrawlApprox (LLCA, Prop. 9,
+   :func:`~jaxcrawl.solvers.lambda_crawl_approx`) or BLCε (BLLCε,
+   :func:`~jaxcrawl.solvers.binary_lambda_crawl` with ``epsilon``, 0.4 in the paper);
+2. (lines 5-8) execute it for one epoch -- :func:`jaxcrawl.simulate.simulate_window`,
+   Poisson crawls for pages in :math:`W^-` (and every page under BLCε), crawls on change
+   signals with probability :math:`p_w` for pages in :math:`W^\circ` -- and append the
+   observations to the history;
+3. (lines 10-13) re-estimate every rate from the history suffix of the last
+   :math:`S(n)` epochs: pages in :math:`W^-` by the smoothed MLE of eq. 10
+   (:func:`jaxcrawl.estimators.mle_smoothed`, imaginary intervals of length 0.5),
+   pages in :math:`W^\circ` by eq. 11 with the imaginary 0.5 observation,
+   :math:`(U + 0.5)/T` over the change signals of the suffix (computed as
+   :func:`jaxcrawl.estimators.full_observation`'s :math:`U/T` plus :math:`0.5/T`).
+
+The initial estimate is 1 change per unit time (K19 Experiment 3: 1 change/day).  After
+every epoch the new policy is evaluated under the *true* rates with the closed forms
+(harmonic cost, K19 Prop. 1 and 4 / eq. 8, and binary cost, supplement eq. 12-13), as
+in K19 Fig. 3.
+
+**History storage.** The likelihood equation (eq. 10) depends on the intervals of the
+crawls that saw no change only through their *sum*; so the history keeps, per page, the
+sum of those intervals per epoch, and the intervals of the crawls that *did* see a
+change in a ring buffer of ``history_capacity`` entries tagged with their epoch.  The
+estimate is exactly :func:`~jaxcrawl.estimators.mle_smoothed` on the full suffix (the
+tests check this against the uncompressed history), in O(pages × (capacity + epochs))
+memory instead of O(pages × crawls).  A page whose ring buffer overwrites an entry of
+its suffix (more changed crawls than the capacity) has its suffix shortened to the
+complete epochs it still holds -- both parts of the likelihood from the same epochs, so
+the estimate stays an exact MLE, over a shorter suffix; ``info.truncated`` counts such
+pages.
+
+**Online re-solving** (Avrachenkov, Patil & Thoppe 2022 §5): every page is crawled as a
+Poisson process at its current rate :math:`p_i`; an online estimator (LLN eq. 1, SA eq.
+2 or SAM eq. 3; :mod:`jaxcrawl.estimators`) consumes each observation as it arrives, and
+every round (on average :math:`K` = 50 observations per page) the estimates are handed to
+Azar et al.'s solver (:func:`~jaxcrawl.solvers.binary_lambda_crawl`) for new rates.
+
+Both are :class:`~jaxcrawl.learners.sweep.Learner` objects: ``init(problem, params)``,
+``step(key, state, problem)``; drive them with
+:func:`~jaxcrawl.learners.sweep.run_learner` and sweep them with
+:func:`~jaxcrawl.learners.sweep.sweep`.  The simulated world is the problem itself (its
+true change rates); the learner only reads what the simulator returns as observations.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcrawl import estimators, solvers
+from jaxcrawl.objectives import binary_cost, binary_freshness, harmonic_cost
+from jaxcrawl.problem import CrawlProblem, Policy, is_concrete
+from jaxcrawl.simulate import (
+    SimConfig,
+    SimState,
+    config_for,
+    init_state,
+    poisson_capacity,
+    poisson_schedule,
+    schedule_from_policy,
+    simulate_window,
+)
+
+from .sweep import Learner
+
+__all__ = [
+    "INNER_SOLVERS",
+    "LLCParams",
+    "CrawlHistory",
+    "LLCState",
+    "LLCInfo",
+    "executed_policy",
+    "policy_costs",
+    "empty_history",
+    "record_window",
+    "suffix_history",
+    "suffix_estimate",
+    "llc_settings",
+    "lambda_learn_and_crawl",
+    "llc",
+    "llca",
+    "bllc",
+    "OnlineParams",
+    "OnlineState",
+    "OnlineInfo",
+    "online_settings",
+    "online_learn_and_crawl",
+]
+
+#: Inner solvers of LambdaLearnAndCrawl and the names of the resulting learners (K19 §9.3).
+INNER_SOLVERS = {
+    "lambda_crawl": "llc",
+    "lambda_crawl_approx": "llca",
+    "binary_lambda_crawl": "bllc",
+}
+
+# Importance of the simulated world.  The learners evaluate policies with closed forms
+# and never read the simulated requests, so the simulator is given a negligible request
+# rate (its request sampling would otherwise dominate the run time on heavy-tailed
+# importances).  Change and crawl processes do not depend on the importance.
+_QUIET_IMPORTANCE = 1e-12
+
+
+def _observation_world(problem: CrawlProblem) -> CrawlProblem:
+    """The problem as the simulator needs it: true change rates, no requests to sample."""
+    return problem.replace(importance=jnp.full_like(problem.importance, _QUIET_IMPORTANCE))
+
+
+def _estimated_problem(problem: CrawlProblem, estimate) -> CrawlProblem:
+    return problem.replace(change_rate=jnp.asarray(estimate, problem.change_rate.dtype))
+
+
+def _inner_solve(solver, problem: CrawlProblem, estimate, epsilon, index=0) -> Policy:
+    """K19 Alg. 4 line 4: the inner solver on the estimated problem.
+
+    ``solver`` is a name of :data:`INNER_SOLVERS` or a tuple of names, of which the one
+    at ``index`` (traced: ``jax.lax.switch``) is used.
+    """
+    if isinstance(solver, tuple):
+        if len(solver) == 1:
+            return _inner_solve(solver[0], problem, estimate, epsilon)
+        branches = [lambda e, eps, name=name: _inner_solve(name, problem, e, eps) for name in solver]
+        idx = jnp.clip(jnp.asarray(index).astype(jnp.int32), 0, len(solver) - 1)
+        return jax.lax.switch(idx, branches, estimate, epsilon)
+    est = _estimated_problem(problem, estimate)
+    if solver == "lambda_crawl":
+        return solvers.lambda_crawl(est)
+    if solver == "lambda_crawl_approx":
+        return solvers.lambda_crawl_approx(est)
+    return solvers.binary_lambda_crawl(est, epsilon)
+
+
+# ------------------------------------------------------------------- evaluation
+def executed_policy(problem: CrawlProblem, policy: Policy) -> Policy:
+    r"""The policy a crawler executes, expressed under the *true* change rates.
+
+    A solver run on estimated rates :math:`\hat\lambda` returns, for a page crawled on
+    change signals, the probability :math:`p_w` of crawling on each signal and the rate
+    :math:`p_w\hat\lambda_w` it *expects*; the crawler executes :math:`p_w`, so under the
+    true rate the page is crawled at :math:`p_w\lambda_w` (K19 eq. 6, Prop. 4).  Poisson
+    pages keep their rate.  Use this before evaluating a learned policy with
+    :func:`jaxcrawl.objectives.harmonic_cost` or :func:`~jaxcrawl.objectives.binary_cost`.
+    """
+    rate = jnp.where(policy.on_signal, policy.prob * problem.change_rate, policy.rate)
+    return policy._replace(rate=rate, residual=jnp.sum(rate, axis=-1) - problem.bandwidth)
+
+
+def policy_costs(problem: CrawlProblem, policy: Policy):
+    """``(harmonic, binary)`` page-averaged costs of ``policy`` under the true rates.
+
+    K19 eq. 8 with Prop. 1 and 4 (harmonic) and supplement eq. 12-13 (binary), of the
+    :func:`executed_policy`.
+    """
+    ex = executed_policy(problem, policy)
+    return harmonic_cost(problem, ex), binary_cost(problem, ex)
+
+
+# ---------------------------------------------------------------------- history
+class CrawlHistory(NamedTuple):
+    """Compressed crawl history of every page (K19 Alg. 4's ``obs_hist``).
+
+    Attributes:
+      changed_interval: ``(n, C)`` ring buffer of the intervals of crawls that saw a change.
+      changed_epoch: ``(n, C)`` int32 epoch of each ring entry (-1: empty).
+      head: ``(n,)`` int32 number of changed crawls ever written (the write position is
+        ``head mod C``).
+      dropped_epoch: ``(n,)`` int32 latest epoch with a ring entry that was overwritten
+        (-1: none); the page's suffix starts after it.
+      unchanged_time: ``(n, E)`` per epoch column, the sum of the intervals of crawls
+        that saw no change.
+      signals: ``(n, E)`` per epoch column, the number of change signals (complete pages,
+        K19 eq. 11).
+      column_epoch: ``(E,)`` int32 epoch held by each column (-1: none); epoch ``e`` uses
+        column ``e mod E``.
+    """
+
+    changed_interval: jax.Array
+    changed_epoch: jax.Array
+    head: jax.Array
+    dropped_epoch: jax.Array
+    unchanged_time: jax.Array
+    signals: jax.Array
+    column_epoch: jax.Array
+
+
+def empty_history(num_pages: int, capacity: int, num_epochs: int, dtype) -> CrawlHistory:
+    """An empty :class:`CrawlHistory` (``capacity`` changed crawls, ``num_epochs`` columns)."""
+    n, c, e = int(num_pages), int(capacity), int(num_epochs)
+    return CrawlHistory(
+        changed_interval=jnp.zeros((n, c), dtype),
+        changed_epoch=jnp.full((n, c), -1, jnp.int32),
+        head=jnp.zeros((n,), jnp.int32),
+        dropped_epoch=jnp.full((n,), -1, jnp.int32),
+        unchanged_time=jnp.zeros((n, e), dtype),
+        signals=jnp.zeros((n, e), dtype),
+        column_epoch=jnp.full((e,), -1, jnp.int32),
+    )
+
+
+def _start_epoch(hist: CrawlHistory, epoch) -> CrawlHistory:
+    col = epoch % hist.column_epoch.shape[0]
+    return hist._replace(
+        unchanged_time=hist.unchanged_time.at[:, col].set(0.0),
+        signals=hist.signals.at[:, col].set(0.0),
+        column_epoch=hist.column_epoch.at[col].set(epoch),
+    )
+
+
+def record_window(hist: CrawlHistory, observations, num_changes, epoch) -> CrawlHistory:
+    """Append one window's observations (from :func:`jaxcrawl.simulate.simulate_window`).
+
+    Changed crawls go to the ring buffer (their interval and ``epoch``), unchanged ones
+    add their interval to the epoch's column, and ``num_changes`` (the change signals)
+    to the signal column.  The column of ``epoch`` must have been started (``step``
+    does it at the start of each epoch).
+    """
+    n, cap = hist.changed_interval.shape
+    obs = observations
+    chg = obs.mask & (obs.changed > 0)
+    unc = obs.mask & ~chg
+    rank = jnp.cumsum(chg.astype(jnp.int32), axis=-1) - 1
+    count = jnp.sum(chg, axis=-1, dtype=jnp.int32)
+    pos = jnp.where(chg, (hist.head[:, None] + rank) % cap, cap)  # cap: dropped scatter
+    rows = jnp.arange(n)[:, None]
+    old = jnp.where(chg, hist.changed_epoch[rows, jnp.minimum(pos, cap - 1)], -1)
+    dropped = jnp.maximum(hist.dropped_epoch, jnp.max(old, axis=-1, initial=-1))
+    dropped = jnp.where(count > cap, epoch, dropped)  # wrapped onto its own new entries
+    col = epoch % hist.column_epoch.shape[0]
+    dtype = hist.unchanged_time.dtype
+    return hist._replace(
+        changed_interval=hist.changed_interval.at[rows, pos].set(
+            obs.intervals.astype(dtype), mode="drop"),
+        changed_epoch=hist.changed_epoch.at[rows, pos].set(epoch, mode="drop"),
+        head=hist.head + count,
+        dropped_epoch=dropped,
+        unchanged_time=hist.unchanged_time.at[:, col].add(
+            jnp.sum(jnp.where(unc, obs.intervals, 0.0), axis=-1).astype(dtype)),
+        signals=hist.signals.at[:, col].add(num_changes.astype(dtype)),
+    )
+
+
+def _in_suffix(tag, epoch, suffix_epochs, num_columns, dropped):
+    """Epoch tags inside the suffix (epoch - S, epoch], still stored, after ``dropped``."""
+    t = tag.astype(jnp.result_type(float))
+    s = jnp.minimum(jnp.asarray(suffix_epochs, t.dtype), num_columns)
+    return (tag >= 0) & (t > epoch - s) & (tag > dropped)
+
+
+def suffix_history(hist: CrawlHistory, epoch, suffix_epochs):
+    """The history suffix :math:`S(n)` of K19 Alg. 4 as an estimator-ready padded history.
+
+    Returns ``(intervals, changed, mask)`` of shape ``(n, C + E)``: the ring's changed
+    crawls, then one unchanged pseudo-observation per epoch column whose interval is
+    the epoch's total unchanged time (the likelihood of eq. 10 depends on unchanged
+    intervals only through their sum), masked to the last ``suffix_epochs`` epochs up
+    to ``epoch`` and after each page's ``dropped_epoch``.
+    """
+    n, cap = hist.changed_interval.shape
+    num_cols = hist.column_epoch.shape[0]
+    dropped = hist.dropped_epoch[:, None]
+    ring_ok = _in_suffix(hist.changed_epoch, epoch, suffix_epochs, num_cols, dropped)
+    col_ok = _in_suffix(hist.column_epoch[None, :], epoch, suffix_epochs, num_cols, dropped)
+    col_ok = col_ok & (hist.unchanged_time > 0)
+    intervals = jnp.concatenate([hist.changed_interval, hist.unchanged_time], axis=-1)
+    changed = jnp.concatenate([jnp.ones((n, cap), bool), jnp.zeros((n, num_cols), bool)], axis=-1)
+    mask = jnp.concatenate([ring_ok, col_ok], axis=-1)
+    return intervals, changed, mask
+
+
+def suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epochs, smoothing, epoch_length,
+                    previous, *, min_rate=estimators.DEFAULT_MIN_RATE, max_rate=1e3):
+    r"""K19 Alg. 4 lines 10-13: change-rate estimates from the history suffix.
+
+    Incomplete pages: :func:`jaxcrawl.estimators.mle_smoothed` (eq. 10 with imaginary
+    changed and unchanged intervals of length ``smoothing``) on :func:`suffix_history`.
+    Complete pages: eq. 11 with the imaginary observation, :math:`(U + s)/T` with U the
+    change signals of the suffix and T its duration (``full_observation``'s U/T plus
+    s/T).  A page whose suffix is empty because its ring buffer wrapped inside the
+    current epoch keeps its ``previous`` estimate.
+
+    Returns:
+      ``(estimate, truncated)``: ``(n,)`` rates, and ``(n,)`` bool for pages whose suffix
+      was shortened by the ring buffer.
+    """
+    dtype = hist.unchanged_time.dtype
+    n = hist.changed_interval.shape[0]
+    num_cols = hist.column_epoch.shape[0]
+    intervals, changed, mask = suffix_history(hist, epoch, suffix_epochs)
+    inc = estimators.mle_smoothed(intervals, changed, mask, smoothing=smoothing,
+                                  min_rate=min_rate, max_rate=max_rate)
+    no_drop = jnp.full((1,), -1, jnp.int32)
+    col_ok = _in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
+    duration = jnp.sum(col_ok).astype(dtype) * jnp.asarray(epoch_length, dtype)
+    durations = jnp.broadcast_to(jnp.asarray(epoch_length, dtype), (n, num_cols))
+    u_over_t = estimators.full_observation(durations, hist.signals,
+                                           jnp.broadcast_to(col_ok, (n, num_cols)),
+                                           min_rate=min_rate, max_rate=max_rate)
+    comp = jnp.clip(u_over_t + jnp.asarray(smoothing, dtype) / duration, min_rate, max_rate)
+    s_eff = jnp.minimum(jnp.asarray(suffix_epochs, dtype), num_cols)
+    truncated = ~complete & (hist.dropped_epoch >= 0) & (hist.dropped_epoch.astype(dtype) > epoch - s_eff)
+    empty = ~complete & (hist.dropped_epoch >= epoch)
+    est = jnp.where(complete, comp, jnp.where(empty, previous, inc))
+    return est.astype(dtype), truncated
+
+
+# -------------------------------------------------------------------- LLC proper
+class LLCParams(NamedTuple):
+    """Hyperparameters of LambdaLearnAndCrawl (arrays, so ``jax.vmap`` sweeps them).
+
+    Attributes:
+      epsilon: BLCε's uniform floor fraction (K19 §9.3: 0.4); only BLLCε reads it.
+      suffix_epochs: :math:`S(n)`, the history suffix in epochs (``inf``: all the
+        ``history_epochs`` kept; K19 Prop. 8 needs the whole history asymptotically).
+      smoothing: length of the imaginary intervals / count (K19 Alg. 4: 0.5).
+      initial_rate: the initial change-rate estimate (K19 Experiment 3: 1 per day).
+      solver: for a learner built with several inner solvers, the index of the one to
+        use (so one compiled program sweeps LLC, LLCA and BLLCε); ignored otherwise.
+    """
+
+    epsilon: float = 0.4
+    suffix_epochs: float = float("inf")
+    smoothing: float = 0.5
+    initial_rate: float = 1.0
+    solver: float = 0.0
+
+
+class LLCState(NamedTuple):
+    """LambdaLearnAndCrawl state.
+
+    Attributes:
+      estimate: ``(n,)`` current change-rate estimates :math:`\\hat\\lambda_n`.
+      policy: the :class:`~jaxcrawl.problem.Policy` to execute in the next epoch
+        (optimal for ``estimate``).
+      sim: the simulator's :class:`~jaxcrawl.simulate.SimState` (the world).
+      history: :class:`CrawlHistory`.
+      epoch: epochs completed.
+      params: :class:`LLCParams`.
+    """
+
+    estimate: jax.Array
+    policy: Policy
+    sim: SimState
+    history: CrawlHistory
+    epoch: jax.Array
+    params: LLCParams
+
+
+class LLCInfo(NamedTuple):
+    """Diagnostics of one epoch (the policy is the one computed at the epoch's end).
+
+    Attributes:
+      harmonic_cost: K19 eq. 8 (Prop. 1, 4) of the new policy under the true rates.
+      binary_cost: K19 supplement eq. 12-13 of the new policy under the true rates.
+      estimate_error: mean over pages of :math:`|\\log(\\hat\\lambda/\\lambda)|`.
+      num_crawls: crawls made during the epoch (all pages).
+      overflow: page-windows of the epoch that overflowed a simulator capacity (0 for
+        an exact simulation).
+      truncated: pages whose suffix was shortened by the ring buffer.
+      dual: the new policy's bandwidth multiplier.
+      epoch: epochs completed.
+    """
+
+    harmonic_cost: jax.Array
+    binary_cost: jax.Array
+    estimate_error: jax.Array
+    num_crawls: jax.Array
+    overflow: jax.Array
+    truncated: jax.Array
+    dual: jax.Array
+    epoch: jax.Array
+
+
+def _params(params, cls, dtype):
+    if params is None:
+        params = cls()
+    return cls(*(jnp.asarray(v, dtype) for v in params))
+
+
+def _check_llc_params(p: LLCParams):
+    if not is_concrete(p):
+        return
+    eps, s, sm, r0, _ = (np.asarray(v) for v in p)
+    if np.any(~np.isfinite(eps)) or np.any(eps < 0) or np.any(eps > 1):
+        raise ValueError(f"epsilon must be in [0, 1]; got {eps}")
+    if np.any(np.isnan(s)) or np.any(s < 1):
+        raise ValueError(f"suffix_epochs must be >= 1 (inf: the whole kept history); got {s}")
+    if np.any(~np.isfinite(sm)) or np.any(sm <= 0):
+        raise ValueError(f"smoothing must be finite and > 0; got {sm}")
+    if np.any(~np.isfinite(r0)) or np.any(r0 <= 0):
+        raise ValueError(f"initial_rate must be finite and > 0; got {r0}")
+
+
+def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_per_epoch: int,
+                    history_capacity: int = 64, history_epochs: int = 21,
+                    min_rate: float = estimators.DEFAULT_MIN_RATE, max_rate: float = 1e3) -> Learner:
+    r"""LambdaLearnAndCrawl (K19 Alg. 4) with a given inner solver, as a :class:`Learner`.
+
+    One ``step`` is one epoch of length ``windows_per_epoch * config.window``: execute
+    the current policy in the simulator, record the observations, re-estimate from the
+    suffix (:func:`suffix_estimate`), re-solve (K19 Alg. 4 line 4) and evaluate the new
+    policy under the true rates (:class:`LLCInfo`).
+
+    Args:
+      solver: ``"lambda_crawl"`` (LLC), ``"lambda_crawl_approx"`` (LLCA) or
+        ``"binary_lambda_crawl"`` (BLLCε, with ``params.epsilon``); or a tuple of these,
+        of which ``params.solver`` picks one (all share one compiled program; under
+        ``jax.vmap`` every listed solver is evaluated and the chosen one kept).
+      config: the simulator's static :class:`~jaxcrawl.simulate.SimConfig` (see
+        :func:`llc_settings`, which sizes it for the learner's policies).
+      windows_per_epoch: simulator windows per epoch.
+      history_capacity: changed crawls kept per page (the ring buffer ``C``).
+      history_epochs: epoch columns kept (``E``): the longest possible suffix.
+      min_rate, max_rate: clip range of the estimates (the smoothing keeps them finite;
+        the clip only guards the solvers).
+
+    Returns:
+      :class:`Learner` named ``"llc"``, ``"llca"`` or ``"bllc"`` (names joined by ``+``
+      for a tuple); ``init(problem, params: LLCParams = None)``.
+    """
+    names = solver if isinstance(solver, tuple) else (solver,)
+    if not names or any(s not in INNER_SOLVERS for s in names):
+        raise ValueError(f"solver must be one of {sorted(INNER_SOLVERS)} or a tuple of them, got {solver!r}")
+    if not isinstance(config, SimConfig):
+        raise TypeError("config must be a jaxcrawl.simulate.SimConfig (see llc_settings)")
+    for name, v in (("windows_per_epoch", windows_per_epoch), ("history_capacity", history_capacity),
+                    ("history_epochs", history_epochs)):
+        if not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if not (0 < min_rate < max_rate):
+        raise ValueError("need 0 < min_rate < max_rate")
+    epoch_length = config.window * windows_per_epoch
+
+    def init(problem: CrawlProblem, params: Optional[LLCParams] = None) -> LLCState:
+        dtype = problem.change_rate.dtype
+        prm = _params(params, LLCParams, dtype)
+        _check_llc_params(prm)
+        n = problem.change_rate.shape[-1]
+        estimate = jnp.broadcast_to(prm.initial_rate, (n,)).astype(dtype)
+        policy = _inner_solve(solver, problem, estimate, prm.epsilon, prm.solver)
+        sim = init_state(_observation_world(problem))
+        hist = empty_history(n, history_capacity, history_epochs, dtype)
+        return LLCState(estimate, policy, sim, hist, jnp.zeros((), jnp.int32), prm)
+
+    def step(key, state: LLCState, problem: CrawlProblem):
+        prm = state.params
+        epoch = state.epoch
+        world = _observation_world(problem)
+        schedule = schedule_from_policy(world.replace(complete=state.policy.on_signal), state.policy)
+        hist = _start_epoch(state.history, epoch)
+        window_keys = jax.random.split(key, windows_per_epoch)
+
+        def window(carry, k):
+            sim, h = carry
+            sim, win = simulate_window(k, sim, world, schedule, config)
+            h = record_window(h, win.observations, win.num_changes, epoch)
+            return (sim, h), (jnp.sum(win.overflow, dtype=jnp.int32),
+                              jnp.sum(win.num_crawls, dtype=jnp.int32))
+
+        (sim, hist), (overflow, crawls) = jax.lax.scan(window, (state.sim, hist), window_keys)
+        estimate, truncated = suffix_estimate(
+            hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
+            state.estimate, min_rate=min_rate, max_rate=max_rate)
+        policy = _inner_solve(solver, problem, estimate, prm.epsilon, prm.solver)
+        harm, binc = policy_costs(problem, policy)
+        err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
+        new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
+        info = LLCInfo(harm, binc, err, jnp.sum(crawls), jnp.sum(overflow),
+                       jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1)
+        return new, info
+
+    return Learner(init, step, "+".join(INNER_SOLVERS[s] for s in names))
+
+
+def llc(**kwargs) -> Learner:
+    """LLC: :func:`lambda_learn_and_crawl` with LambdaCrawl (K19 Alg. 1-3) as the inner solver."""
+    return lambda_learn_and_crawl("lambda_crawl", **kwargs)
+
+
+def llca(**kwargs) -> Learner:
+    """LLCA: :func:`lambda_learn_and_crawl` with LambdaCrawlApprox (K19 Prop. 9) as the inner solver."""
+    return lambda_learn_and_crawl("lambda_crawl_approx", **kwargs)
+
+
+def bllc(**kwargs) -> Learner:
+    """BLLCε: :func:`lambda_learn_and_crawl` with BLCε (K19 §9.3) as the inner solver."""
+    return lambda_learn_and_crawl("binary_lambda_crawl", **kwargs)
+
+
+def _pilot_rates(problem: CrawlProblem, solver, rates_list, epsilon):
+    """Executed crawl rates of the inner solver(s) for several candidate estimates (eager)."""
+    out = []
+    for name in (solver if isinstance(solver, tuple) else (solver,)):
+        for r in rates_list:
+            pol = executed_policy(problem, _inner_solve(name, problem, r, epsilon))
+            out.append(np.asarray(pol.rate, np.float64))
+    return out
+
+
+def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: float = 1.0,
+                 epsilon: float = 0.4, initial_rate: float = 1.0, safety: float = 2.0,
+                 events_per_window: float = 24.0, history_epochs: int = 21,
+                 history_capacity: Optional[int] = None, tail: float = 1e-9) -> dict:
+    """Static settings for :func:`lambda_learn_and_crawl` sized for ``problem`` (eager).
+
+    Pilot policies (the inner solver(s) at the initial estimate and at the true rates)
+    bound the crawl rates the learner will use; ``safety`` multiplies that bound.  The
+    epoch is cut into windows with about ``events_per_window`` expected events for the
+    busiest page, and the simulator's capacities come from
+    :func:`jaxcrawl.simulate.config_for` with that crawl-rate bound.  Overflows, if the
+    learner goes beyond the bound, are counted in :attr:`LLCInfo.overflow`.  The
+    default ``history_capacity`` holds the expected changed crawls of the busiest page
+    over one epoch (times ``safety``) at tail ``tail``, at least 16.
+
+    Returns:
+      ``dict(config=..., windows_per_epoch=..., history_capacity=..., history_epochs=...)``
+      to pass to :func:`lambda_learn_and_crawl` as keyword arguments.  Works for a batch of
+      problems (the bounds are maxima over the batch).
+    """
+    if not is_concrete(problem):
+        raise ValueError("llc_settings needs concrete values: call it outside jit")
+    names = solver if isinstance(solver, tuple) else (solver,)
+    if not names or any(s not in INNER_SOLVERS for s in names):
+        raise ValueError(f"solver must be one of {sorted(INNER_SOLVERS)} or a tuple of them, got {solver!r}")
+    if not (epoch_length > 0 and safety >= 1 and events_per_window > 0):
+        raise ValueError("need epoch_length > 0, safety >= 1 and events_per_window > 0")
+    flat = problem
+    if problem.importance.ndim > 1:
+        batch = problem.importance.shape[:-1]
+        n = problem.importance.shape[-1]
+        flat = CrawlProblem(problem.importance.reshape(-1, n), problem.change_rate.reshape(-1, n),
+                            jnp.broadcast_to(problem.bandwidth, batch).reshape(-1),
+                            problem.complete.reshape(-1, n))
+    lam = np.asarray(flat.change_rate, np.float64)
+    init_est = jnp.full_like(flat.change_rate, initial_rate)
+    pilots = _pilot_rates(flat, solver, [init_est, flat.change_rate], epsilon)
+    rho_max = safety * max(float(r.max()) for r in pilots)
+    changed = max(float((r * lam / (r + lam)).max()) for r in pilots)
+    busiest = float(lam.max()) + rho_max
+    windows = max(1, int(math.ceil(busiest * epoch_length / events_per_window)))
+    window = epoch_length / windows
+    comp = np.asarray(flat.complete)
+    bw = np.broadcast_to(np.asarray(flat.bandwidth, np.float64), lam.shape[:-1])
+    total = float(np.max(bw + np.where(comp, lam, 0.0).sum(-1))) * safety
+    world = _observation_world(problem)
+    config = config_for(world, None, window, max_crawl_rate=rho_max, total_crawl_rate=total, tail=tail)
+    if history_capacity is None:
+        cap = poisson_capacity(safety * changed * epoch_length, tail)
+        history_capacity = int(max(16, -(-cap // 8) * 8))
+    return dict(config=config, windows_per_epoch=windows, history_capacity=int(history_capacity),
+                history_epochs=int(history_epochs))
+
+
+# ---------------------------------------------------------- Avrachenkov et al. §5
+class OnlineParams(NamedTuple):
+    """Hyperparameters of :func:`online_learn_and_crawl` (arrays: ``jax.vmap`` sweeps them).
+
+    ``None`` fields take the estimator's paper defaults (Avrachenkov et al. §5: LLN
+    α_k ≡ 1; SA η = 0.75; SAM η = 1.3, β = 0.75).
+
+    Attributes:
+      alpha: LLN's constant :math:`\\alpha_k` (eq. 1).
+      eta: exponent of :math:`\\eta_k = (k+1)^{-\\eta}` (SA eq. 2, SAM eq. 3).
+      beta: exponent of :math:`\\beta_k = (k+1)^{-\\beta}` (SAM eq. 3).
+      epsilon: BLCε floor of the re-solve (0: Azar et al.'s Algorithm 2, as §5).
+      initial_rate: the estimators' starting value before any observation.
+    """
+
+    alpha: Optional[float] = None
+    eta: Optional[float] = None
+    beta: Optional[float] = None
+    epsilon: float = 0.0
+    initial_rate: float = 0.0
+
+
+_ONLINE_DEFAULTS = {
+    "lln": dict(alpha=1.0, eta=0.75, beta=0.75),
+    "sa": dict(alpha=1.0, eta=0.75, beta=0.75),
+    "sam": dict(alpha=1.0, eta=1.3, beta=0.75),
+}
+
+
+class OnlineState(NamedTuple):
+    """State of :func:`online_learn_and_crawl`.
+
+    Attributes:
+      estimator: the online estimator's state (:class:`~jaxcrawl.estimators.LLNState`,
+        ``SAState`` or ``SAMState``); ``estimator.rate`` is the current estimate.
+      rate: ``(n,)`` current crawl rates :math:`p_i`.
+      sim: the simulator's state.
+      round: rounds completed.
+      params: :class:`OnlineParams` (all fields arrays).
+    """
+
+    estimator: NamedTuple
+    rate: jax.Array
+    sim: SimState
+    round: jax.Array
+    params: OnlineParams
+
+
+class OnlineInfo(NamedTuple):
+    """Diagnostics of one round.
+
+    Attributes:
+      rate: ``(n,)`` the re-solved crawl rates.
+      estimate: ``(n,)`` the estimates handed to the solver (clipped).
+      freshness: :math:`F(p;\\Delta) = \\sum_i w_i p_i/(p_i+\\Delta_i)` of the new rates
+        under the true rates (Avrachenkov eq. 17 / L2C eq. 5).
+      num_observations: observations made during the round (all pages).
+      overflow: page-windows that overflowed a simulator capacity.
+    """
+
+    rate: jax.Array
+    estimate: jax.Array
+    freshness: jax.Array
+    num_observations: jax.Array
+    overflow: jax.Array
+
+
+def _online_estimator(kind: str, prm: OnlineParams, omega: float):
+    if kind == "lln":
+        return estimators.lln(lambda k: jnp.full_like(k, prm.alpha))
+    if kind == "sa":
+        return estimators.sa(lambda k: (k + 1.0) ** (-prm.eta))
+    return estimators.sam(lambda k: (k + 1.0) ** (-prm.eta), lambda k: (k + 1.0) ** (-prm.beta), omega)
+
+
+def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_per_round: int,
+                           omega: float = 1.0, min_rate: float = 1e-3,
+                           max_rate: float = estimators.DEFAULT_MAX_RATE) -> Learner:
+    r"""Online estimates re-solved with Azar et al.'s algorithm (Avrachenkov et al. §5).
+
+    Start with :math:`p_i = B/N`.  One ``step`` is a round of ``windows_per_round``
+    simulator windows: every page is crawled as a Poisson process at :math:`p_i`, and
+    the online estimator (``"lln"``: eq. 1, ``"sa"``: eq. 2, ``"sam"``: eq. 3) is
+    updated with every observation, in time order.  At the end of the round the
+    estimates, clipped to ``[min_rate, max_rate]`` (a starved page's estimate can be 0),
+    go to :func:`jaxcrawl.solvers.binary_lambda_crawl` (Azar et al.'s Algorithm 2 when
+    ``epsilon = 0``) for new rates.  §5 re-solves every 50 observations per page; make
+    the round last ``K N / B`` time units (:func:`online_settings`) for an average of K.
+
+    The estimators assume one known crawl rate p; SA and SAM continue across rounds with
+    the new p (their fixed point, :math:`E[I](y+p) = y`, is the true rate for any p),
+    while LLN's ratio :math:`p\hat I_k/(k+\alpha_k-\hat I_k)` holds for a single p, so
+    its counts restart every round from the previous estimate.
+
+    Args:
+      estimator: ``"lln"``, ``"sa"`` or ``"sam"``.
+      config: the simulator's static config.
+      windows_per_round: simulator windows per round.
+      omega: SAM's ω (static).
+      min_rate, max_rate: clip of the estimates handed to the solver.
+
+    Returns:
+      :class:`Learner` named ``"online_<estimator>"``; ``init(problem, params: OnlineParams = None)``.
+    """
+    if estimator not in _ONLINE_DEFAULTS:
+        raise ValueError(f"estimator must be 'lln', 'sa' or 'sam', got {estimator!r}")
+    if not isinstance(windows_per_round, (int, np.integer)) or windows_per_round < 1:
+        raise ValueError(f"windows_per_round must be a positive int, got {windows_per_round!r}")
+    if not (0 < min_rate < max_rate):
+        raise ValueError("need 0 < min_rate < max_rate")
+    omega = float(omega)
+    if not omega > 0:
+        raise ValueError(f"omega must be > 0, got {omega!r}")
+
+    def full_params(params, dtype):
+        given = OnlineParams() if params is None else params
+        d = {f: getattr(given, f) for f in OnlineParams._fields}
+        for f, v in _ONLINE_DEFAULTS[estimator].items():
+            if d[f] is None:
+                d[f] = v
+        prm = OnlineParams(**{f: jnp.asarray(d[f], dtype) for f in OnlineParams._fields})
+        if is_concrete(prm):
+            a, e, b, eps, r0 = (np.asarray(v) for v in prm)
+            if np.any(~(a > 0)) or np.any(~(e > 0)) or np.any(~(b > 0)):
+                raise ValueError("alpha, eta and beta must be > 0")
+            if np.any(~((eps >= 0) & (eps <= 1))):
+                raise ValueError(f"epsilon must be in [0, 1]; got {eps}")
+            if np.any(~np.isfinite(r0)) or np.any(r0 < 0):
+                raise ValueError(f"initial_rate must be finite and >= 0; got {r0}")
+        return prm
+
+    def init(problem: CrawlProblem, params: Optional[OnlineParams] = None) -> OnlineState:
+        dtype = problem.change_rate.dtype
+        prm = full_params(params, dtype)
+        n = problem.change_rate.shape[-1]
+        rate = jnp.full((n,), 1.0, dtype) * (problem.bandwidth / n)
+        est = _online_estimator(estimator, prm, omega)
+        est_state = est.init(rate, prm.initial_rate)
+        sim = init_state(_observation_world(problem))
+        return OnlineState(est_state, rate, sim, jnp.zeros((), jnp.int32), prm)
+
+    def step(key, state: OnlineState, problem: CrawlProblem):
+        prm = state.params
+        est = _online_estimator(estimator, prm, omega)
+        world = _observation_world(problem)
+        schedule = poisson_schedule(state.rate)
+        window_keys = jax.random.split(key, windows_per_round)
+
+        def window(carry, k):
+            sim, es = carry
+            sim, win = simulate_window(k, sim, world, schedule, config)
+            obs = win.observations
+
+            def observe(s, slot):
+                changed, mask = slot
+                return est.update(s, changed, mask), None
+
+            es, _ = jax.lax.scan(observe, es, (jnp.moveaxis(obs.changed, -1, 0),
+                                               jnp.moveaxis(obs.mask, -1, 0)))
+            return (sim, es), (jnp.sum(win.overflow, dtype=jnp.int32),
+                               jnp.sum(obs.mask, dtype=jnp.int32))
+
+        (sim, es), (overflow, num_obs) = jax.lax.scan(window, (state.sim, state.estimator), window_keys)
+        estimate = jnp.clip(es.rate, min_rate, max_rate)
+        new_rate = solvers.binary_lambda_crawl(_estimated_problem(problem, estimate), prm.epsilon).rate
+        es = es._replace(crawl_rate=new_rate)
+        if estimator == "lln":  # restart the counts; the estimate carries over
+            es = es._replace(num_obs=jnp.zeros_like(es.num_obs), num_changes=jnp.zeros_like(es.num_changes))
+        info = OnlineInfo(new_rate, estimate, binary_freshness(problem, new_rate),
+                          jnp.sum(num_obs), jnp.sum(overflow))
+        return OnlineState(es, new_rate, sim, state.round + 1, prm), info
+
+    return Learner(init, step, f"online_{estimator}")
+
+
+def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50.0,
+                    events_per_window: float = 24.0, max_crawl_rate: Optional[float] = None,
+                    tail: float = 1e-9) -> dict:
+    """Static settings for :func:`online_learn_and_crawl` (eager).
+
+    A round lasts ``observations_per_round * n / B`` time units (on average that many
+    observations per page; Avrachenkov et al. §5 re-solve every 50), cut into windows
+    with about ``events_per_window`` expected events for the busiest page.  Crawl rates
+    are bounded by ``max_crawl_rate`` (default: the bandwidth, which no page can exceed).
+
+    Returns:
+      ``dict(config=..., windows_per_round=...)``.
+    """
+    if not is_concrete(problem):
+        raise ValueError("online_settings needs concrete values: call it outside jit")
+    n = problem.change_rate.shape[-1]
+    bw = float(np.max(np.asarray(problem.bandwidth)))
+    round_length = observations_per_round * n / bw
+    rho = bw if max_crawl_rate is None else float(max_crawl_rate)
+    busiest = float(np.max(np.asarray(problem.change_rate))) + rho
+    windows = max(1, int(math.ceil(busiest * round_length / events_per_window)))
+    config = config_for(_observation_world(problem), None, round_length / windows,
+                        max_crawl_rate=rho, total_crawl_rate=bw, tail=tail)
+    return dict(config=config, windows_per_round=windows)

@@ -1,0 +1,364 @@
+r"""One driver for every crawling learner, and a resumable sweep over seeds × instances × a grid.
+
+A crawling learner is a :class:`Learner`: two pure functions over NamedTuple states,
+
+* ``state = init(problem, params=None)`` -- ``params`` holds the values one sweeps
+  (τ, ε, suffix lengths, ...) as arrays, so ``jax.vmap`` over them does not retrace;
+* ``state, info = step(key, state, problem)`` -- one epoch / phase / window of the
+  learner (the key first, split inside with descriptive names),
+
+plus a ``name``.  Everything shape-determining (capacities, epochs, windows per epoch)
+is closed over by the factory that builds the learner (:mod:`.learn_and_crawl`,
+:mod:`.explore_commit`), as in optax and blackjax.  The learners of
+:mod:`.mirror_sync` have the same shape (``bandit`` in place of ``problem``), so the
+functions here drive them too.
+
+:func:`run_learner` is the driver: ``jax.lax.scan`` of ``step`` with the key of step ``i``
+equal to ``jax.random.fold_in(key, i)`` (so a longer run extends a shorter one).
+
+:func:`run_sweep` runs a learner over a grid of hyperparameters × a batch of problem
+instances × seeds, one compiled (jit of nested vmaps) call per chunk of the grid.  It
+returns NumPy arrays with leading axes ``(grid, instance, seed)``, and, given
+``out_dir``, writes every finished chunk to ``chunk_XXXXX.npz`` plus a JSON manifest, so
+that a sweep interrupted at any point resumes without recomputing finished chunks.  The
+key of instance ``p`` and seed ``s`` is :func:`sweep_key` ``(key, p, s)``, the same for
+every grid point (common random numbers, as in ICML-20 App. B's fixed seed), so row
+``[g, p, s]`` equals ``run_learner(sweep_key(key, p, s), learner, problem_p, num_steps,
+params_g)`` -- seed by seed, as the tests check.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import time
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "Learner",
+    "run_learner",
+    "sweep_key",
+    "grid_product",
+    "SweepResult",
+    "run_sweep",
+    "load_sweep",
+]
+
+MANIFEST = "manifest.json"
+_VERSION = 1
+
+
+class Learner(NamedTuple):
+    """A crawling learner: ``init(problem, params=None) -> state`` and
+    ``step(key, state, problem) -> (state, info)``; ``name`` identifies the algorithm.
+
+    Hashable (it is passed to ``jax.jit`` as a static argument): build it once and reuse
+    the same object, or every call compiles again.
+    """
+
+    init: Callable
+    step: Callable
+    name: str
+
+
+# ----------------------------------------------------------------------------- driver
+@functools.partial(jax.jit, static_argnames=("learner", "num_steps"))
+def run_learner(key, learner: Learner, problem, num_steps: int, params=None):
+    """Run ``num_steps`` steps of ``learner`` with ``jax.lax.scan``.
+
+    Args:
+      key: PRNG key; step ``i`` uses ``jax.random.fold_in(key, i)``.
+      learner: a :class:`Learner` (static: build it once).
+      problem: the (unbatched) problem the learner acts on; ``jax.vmap`` this function
+        over problems for instances, over keys for seeds, over ``params`` for a grid.
+      num_steps: number of steps (static).
+      params: the learner's hyperparameters (``None``: its defaults).
+
+    Returns:
+      ``(final_state, info)`` with every leaf of ``info`` stacked over the steps.
+    """
+    state = learner.init(problem, params)
+
+    def body(st, i):
+        return learner.step(jax.random.fold_in(key, i), st, problem)
+
+    return jax.lax.scan(body, state, jnp.arange(num_steps))
+
+
+def sweep_key(key, problem_index, seed):
+    """The key :func:`run_sweep` gives instance ``problem_index`` and seed ``seed``:
+    ``fold_in(fold_in(key, problem_index), seed)`` (independent of the grid point)."""
+    return jax.random.fold_in(jax.random.fold_in(key, problem_index), seed)
+
+
+def grid_product(cls, **axes):
+    """The Cartesian product of 1-D value lists as a ``cls`` NamedTuple of ``(G,)`` arrays.
+
+    Fields not given take ``cls``'s defaults (broadcast to ``(G,)``).  Axes vary in the
+    order given, the last fastest (like ``itertools.product``).
+
+    Example: ``grid_product(LLCParams, suffix_epochs=[3, 7, 21], smoothing=[0.25, 0.5])``.
+    """
+    if not axes:
+        raise ValueError("grid_product needs at least one axis")
+    names = list(axes)
+    unknown = [n for n in names if n not in cls._fields]
+    if unknown:
+        raise ValueError(f"unknown fields {unknown} for {cls.__name__}; fields are {cls._fields}")
+    values = [np.asarray(axes[n], dtype=float).ravel() for n in names]
+    if any(v.size == 0 for v in values):
+        raise ValueError("every grid axis needs at least one value")
+    mesh = np.meshgrid(*values, indexing="ij")
+    flat = {n: m.ravel() for n, m in zip(names, mesh)}
+    size = mesh[0].size
+    defaults = cls()
+    fields = {}
+    for f in cls._fields:
+        v = flat[f] if f in flat else np.full(size, np.asarray(getattr(defaults, f), float))
+        fields[f] = jnp.asarray(v)
+    return cls(**fields)
+
+
+# ------------------------------------------------------------------------------ sweep
+class SweepResult(NamedTuple):
+    """What :func:`run_sweep` returns.
+
+    Attributes:
+      params: the grid (a pytree of ``(G, ...)`` arrays), or ``None``.
+      outputs: the pytree returned by ``transform(final_state, info)`` (default
+        ``info``) as NumPy arrays with leading axes ``(G, P, S)`` -- grid, instance,
+        seed -- then the step axis.
+      computed_chunks: indices of the chunks computed by this call (the others were
+        loaded from ``out_dir``).
+      num_chunks: number of chunks of the grid.
+      out_dir: where the chunks are stored (``None``: in memory only).
+    """
+
+    params: Any
+    outputs: Any
+    computed_chunks: tuple
+    num_chunks: int
+    out_dir: Optional[str]
+
+
+def _leading(tree):
+    leaves = jax.tree_util.tree_leaves(tree)
+    return None if not leaves else int(np.shape(leaves[0])[0])
+
+
+def _hash_update(h, tree):
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    h.update(str(treedef).encode())
+    for leaf in leaves:
+        a = np.asarray(leaf)
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+
+
+def _key_bytes(key):
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        key = jax.random.key_data(key)
+    return np.asarray(key)
+
+
+def _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk_size, tag):
+    h = hashlib.sha256()
+    h.update(f"v{_VERSION}|{learner.name}|{num_steps}|{num_seeds}|{chunk_size}|{tag}".encode())
+    h.update(_key_bytes(key).tobytes())
+    _hash_update(h, problems)
+    _hash_update(h, params)
+    return h.hexdigest()
+
+
+def _atomic_write(path, write_fn):
+    d = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+    os.close(fd)
+    try:
+        write_fn(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _save_npz(path, tree):
+    leaves, _ = jax.tree_util.tree_flatten(tree)
+    arrays = {f"leaf_{i:04d}": np.asarray(a) for i, a in enumerate(leaves)}
+
+    def write(tmp):
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    _atomic_write(path, write)
+
+
+def _load_npz(path, treedef):
+    with np.load(path) as z:
+        leaves = [z[f"leaf_{i:04d}"] for i in range(len(z.files))]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _write_manifest(path, manifest):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+
+    _atomic_write(path, write)
+
+
+@functools.partial(jax.jit, static_argnames=("learner", "num_steps", "num_seeds", "transform"))
+def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform):
+    """(g, P, S) runs in one call: vmap over grid ∘ vmap over instances ∘ vmap over seeds."""
+    num_problems = _leading(problems)
+
+    def one(p_idx, problem, prm, seed):
+        final, info = run_learner(sweep_key(key, p_idx, seed), learner, problem, num_steps, prm)
+        return info if transform is None else transform(final, info)
+
+    seeds = jnp.arange(num_seeds)
+    over_seeds = jax.vmap(one, in_axes=(None, None, None, 0))
+    over_problems = jax.vmap(over_seeds, in_axes=(0, 0, None, None))
+    p_idx = jnp.arange(num_problems)
+    if params is None:
+        return over_problems(p_idx, problems, None, seeds)[None]
+    over_grid = jax.vmap(over_problems, in_axes=(None, None, 0, None))
+    return over_grid(p_idx, problems, params, seeds)
+
+
+def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, num_steps: int,
+          chunk_size: Optional[int] = None, out_dir: Optional[str] = None,
+          transform: Optional[Callable] = None, tag: str = "",
+          on_chunk: Optional[Callable[[int, Any], None]] = None) -> SweepResult:
+    """Run ``learner`` for every grid point × instance × seed; resumable on disk.
+
+    Each chunk of ``chunk_size`` grid points is one compiled call (jit of three nested
+    ``vmap``s around :func:`run_learner`); the last chunk is padded by repeating its
+    last grid point (so every chunk has one shape and compiles once) and the padding is
+    dropped.  With ``out_dir`` every finished chunk is written atomically to
+    ``out_dir/chunk_XXXXX.npz`` and recorded in ``out_dir/manifest.json`` with a
+    fingerprint of all inputs (key, learner name, problems, grid, sizes, ``tag``); a
+    later call with the same inputs loads the finished chunks and computes only the
+    missing ones.  A manifest with a different fingerprint raises ``ValueError``
+    (results of different sweeps are never mixed).
+
+    Args:
+      key: PRNG key; instance ``p`` and seed ``s`` use :func:`sweep_key` ``(key, p, s)``.
+      learner: a :class:`Learner`.
+      problems: the instances, a pytree (e.g. a batched
+        :class:`~jaxcrawl.problem.CrawlProblem`) with a leading instance axis ``P``;
+        scalar leaves (e.g. a shared bandwidth) must be broadcast to ``(P,)`` first.
+      params: the grid, a pytree of arrays with a leading axis ``G`` (e.g. from
+        :func:`grid_product`), or ``None`` (the learner's defaults; ``G = 1``).
+      num_seeds: seeds per instance (static).
+      num_steps: steps per run (static).
+      chunk_size: grid points per compiled call (default: the whole grid).
+      out_dir: directory for the chunk files and the manifest (created if missing).
+      transform: optional ``(final_state, info) -> pytree`` applied inside the compiled
+        call to keep only what is needed (default: all of ``info``).  Must be hashable
+        (a module-level function), it is a static argument.
+      tag: free text folded into the fingerprint (e.g. a code version).
+      on_chunk: optional callback ``on_chunk(index, outputs)`` after each computed chunk
+        is stored (for progress reports; an exception raised here interrupts the sweep
+        after that chunk was saved).
+
+    Returns:
+      :class:`SweepResult` with outputs of shape ``(G, P, S, ...)``.
+    """
+    if not isinstance(num_seeds, int) or num_seeds < 1:
+        raise ValueError(f"num_seeds must be a positive int, got {num_seeds!r}")
+    if not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
+    num_problems = _leading(problems)
+    if num_problems is None or any(np.ndim(l) == 0 or np.shape(l)[0] != num_problems
+                                   for l in jax.tree_util.tree_leaves(problems)):
+        raise ValueError("problems must have a leading instance axis on every leaf "
+                         "(broadcast scalar fields such as bandwidth to (P,))")
+    grid_size = 1 if params is None else _leading(params)
+    if params is not None and any(np.shape(l)[:1] != (grid_size,) for l in jax.tree_util.tree_leaves(params)):
+        raise ValueError("every leaf of params must have the same leading grid axis")
+    chunk = grid_size if chunk_size is None else int(chunk_size)
+    if chunk < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")
+    chunk = min(chunk, grid_size)
+    num_chunks = -(-grid_size // chunk)
+
+    manifest_path = None
+    manifest = None
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+        manifest_path = os.path.join(out_dir, MANIFEST)
+        fp = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag)
+        if os.path.exists(manifest_path):
+            with open(manifest_path) as f:
+                manifest = json.load(f)
+            if manifest.get("fingerprint") != fp:
+                raise ValueError(
+                    f"{manifest_path} belongs to a different sweep (fingerprint mismatch); "
+                    "use another out_dir or remove it")
+        else:
+            manifest = dict(version=_VERSION, fingerprint=fp, learner=learner.name,
+                            grid_size=grid_size, chunk_size=chunk, num_chunks=num_chunks,
+                            num_problems=num_problems, num_seeds=num_seeds,
+                            num_steps=num_steps, tag=tag, finished={})
+            _write_manifest(manifest_path, manifest)
+
+    def chunk_params(c):
+        if params is None:
+            return None
+        idx = np.minimum(np.arange(c * chunk, (c + 1) * chunk), grid_size - 1)
+        return jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params)
+
+    results = [None] * num_chunks
+    computed = []
+    treedef = None
+    for c in range(num_chunks):
+        fname = f"chunk_{c:05d}.npz"
+        if manifest is not None and str(c) in manifest["finished"] and treedef is not None:
+            results[c] = _load_npz(os.path.join(out_dir, fname), treedef)
+            continue
+        if manifest is not None and str(c) in manifest["finished"]:
+            # the tree structure is only known after tracing once: get it abstractly
+            shapes = jax.eval_shape(_sweep_chunk, key, learner, problems, chunk_params(c),
+                                    num_steps, num_seeds, transform)
+            treedef = jax.tree_util.tree_structure(shapes)
+            results[c] = _load_npz(os.path.join(out_dir, fname), treedef)
+            continue
+        out = _sweep_chunk(key, learner, problems, chunk_params(c), num_steps, num_seeds, transform)
+        valid = min(chunk, grid_size - c * chunk)
+        out = jax.tree_util.tree_map(lambda a: np.asarray(a)[:valid], out)
+        treedef = jax.tree_util.tree_structure(out)
+        results[c] = out
+        computed.append(c)
+        if manifest is not None:
+            _save_npz(os.path.join(out_dir, fname), out)
+            manifest["finished"][str(c)] = dict(file=fname, rows=valid, time=time.time())
+            _write_manifest(manifest_path, manifest)
+        if on_chunk is not None:
+            on_chunk(c, out)
+    outputs = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=0), *results)
+    grid = None if params is None else jax.tree_util.tree_map(np.asarray, params)
+    return SweepResult(grid, outputs, tuple(computed), num_chunks, out_dir)
+
+
+def load_sweep(out_dir: str, treedef=None):
+    """Read the finished chunks of a sweep directory (without recomputing anything).
+
+    Returns ``(manifest, chunks)`` where ``chunks`` maps chunk index to its outputs: a
+    pytree if ``treedef`` is given, else the list of leaves in ``tree_flatten`` order.
+    """
+    with open(os.path.join(out_dir, MANIFEST)) as f:
+        manifest = json.load(f)
+    chunks = {}
+    for c, entry in sorted(manifest["finished"].items(), key=lambda kv: int(kv[0])):
+        path = os.path.join(out_dir, entry["file"])
+        with np.load(path) as z:
+            leaves = [z[f"leaf_{i:04d}"] for i in range(len(z.files))]
+        chunks[int(c)] = leaves if treedef is None else jax.tree_util.tree_unflatten(treedef, leaves)
+    return manifest, chunks
