@@ -640,8 +640,9 @@ def _poisson_logpmf(k, lam):
         ks * jnp.log1p((lam - ks) / ks) + (ks - lam) - 0.5 * jnp.log(2.0 * jnp.pi * ks)
         - 1.0 / (12.0 * ks) + 1.0 / (360.0 * ks ** 3)
     )
-    kd = jnp.maximum(k, 0.0)
-    direct = kd * jnp.log(lam) - lam - jax.lax.lgamma(kd + 1.0)
+    log_fact = jnp.asarray([math.lgamma(j + 1.0) for j in range(10)], lam.dtype)
+    kd = jnp.clip(k, 0.0, 9.0)
+    direct = kd * jnp.log(lam) - lam - log_fact[kd.astype(jnp.int32)]
     return jnp.where(k >= 10.0, stirling, direct)
 
 

@@ -129,6 +129,21 @@ def test_config_counts_heavy_pages():
     assert cfg.event_capacity >= 500 + 6 * math.sqrt(500)
 
 
+@pytest.mark.parametrize("lam", [0.05, 3.0, 16.0, 40.0, 2.0e4])
+def test_count_samplers_have_the_poisson_law(lam):
+    """Counts by tail inversion (means <= 16) and by transformed rejection (larger):
+    mean, variance and the pmf at the mode and in the tails, in float32."""
+    size = 200_000
+    x = np.asarray(jax.jit(lambda k: S._poisson_any(k, jnp.full(size, lam, jnp.float32)))(
+        jax.random.key(int(lam * 100) + 1)))
+    assert abs(x.mean() - lam) < Z * math.sqrt(lam / size)
+    assert abs(x.var() - lam) < Z * math.sqrt((lam + 2 * lam * lam) / size)
+    mode = int(lam)
+    for k in {0, mode, mode + 1, int(lam + 2 * math.sqrt(lam)) + 1}:
+        pk = math.exp(k * math.log(lam) - lam - math.lgamma(k + 1))
+        assert abs(np.mean(x == k) - pk) < Z * math.sqrt(pk * (1 - pk) / size) + 1e-12
+
+
 # --------------------------------------------------------------------------- exactness
 def _reference_window(ev_page, ev_time, ev_chg, ev_crl, ev_valid, n0, since, w, page):
     """Plain event loop over one page's events: integrals, observations, next state."""
