@@ -167,7 +167,7 @@ def _reference_window(ev_page, ev_time, ev_chg, ev_crl, ev_valid, n0, since, w, 
     return harm, stale, obs, n, since_new, int(np.sum(ev_chg[sel]))
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=pytest.mark.slow)])
 def test_windows_match_a_numpy_event_loop(dtype):
     """Every integral, observation and carried state equals a plain event loop on the same
     events, over three consecutive windows (carry-over included), for all three kinds."""
@@ -462,13 +462,17 @@ def test_batched_problem_equals_separate_instances():
 
 
 def test_overflow_is_counted_and_reported():
-    prob, rho, p, comp, _ = _mixed(6, n=200)
+    prob, rho, p, comp, _ = _mixed(0)
     sched = _schedule(S.POISSON, comp, rho, p)
     cfg = S.config_for(prob, sched, 1.0)
     tiny = dataclasses.replace(cfg, event_capacity=1, crawl_capacity=1)
     with pytest.warns(RuntimeWarning, match="overflowed"):
-        ev = S.evaluate(jax.random.key(0), prob, sched, horizon=3.0, num_replicates=2, config=tiny)
+        ev = S.evaluate(jax.random.key(0), prob, sched, horizon=3.0, num_replicates=REPLICATES,
+                        config=tiny)
     assert int(ev.overflow) > 0
+    prob, rho, p, comp, _ = _mixed(6, n=200)
+    sched = _schedule(S.POISSON, comp, rho, p)
+    cfg = S.config_for(prob, sched, 1.0)
     # a pool too small for all pages: the pages past it are flagged, the first are not
     small = dataclasses.replace(cfg, pool_capacity=100)
     _, out = jax.jit(lambda k: S.simulate_window(k, S.init_state(prob), prob, sched, small))(
@@ -490,7 +494,7 @@ def test_stationary_state_law():
         rate=jnp.full(n, 0.25, jnp.float32), prob=jnp.full(n, 0.4, jnp.float32),
         period=jnp.full(n, jnp.inf, jnp.float32), phase=jnp.zeros(n, jnp.float32),
     )
-    st = S.stationary_state(jax.random.key(0), prob, sched)
+    st = jax.jit(S.stationary_state)(jax.random.key(0), prob, sched)
     nn = np.asarray(st.num_changes)
     q = 1.0 / 1.25
     for j in (1, 2, 4):
@@ -501,7 +505,7 @@ def test_stationary_state_law():
     assert abs(age.mean() - 4.0) < Z * 4.0 / math.sqrt(2000)
     per = S.periodic_schedule(jnp.full(3, 2.0), jnp.asarray([0.0, 0.5, -0.7]))
     p3 = CrawlProblem(np.ones(3), np.ones(3), 1.0)
-    st3 = S.stationary_state(jax.random.key(1), p3, per, time=5.0)
+    st3 = jax.jit(S.stationary_state, static_argnames="time")(jax.random.key(1), p3, per, time=5.0)
     np.testing.assert_allclose(np.asarray(st3.since_crawl), [1.0, 0.5, 1.7], atol=1e-9)
 
 
