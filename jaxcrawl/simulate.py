@@ -698,24 +698,26 @@ def _poisson_any(key, mean):
 
 
 def _poisson_counts(key, mean, heavy, cap, num_heavy):
-    """Poisson(mean) for every page (1-D), with an overflow flag per page.
+    """Poisson(mean) for every page, with an overflow flag per page.
 
-    Pages where ``heavy`` is False are drawn by :func:`_poisson_inverse` with capacity
-    ``cap`` (flagged past it); the first ``num_heavy`` heavy pages are gathered and drawn
-    by :func:`_poisson_ptrs` (any mean >= 10, exact); the heavy pages past them are
-    flagged.
+    ``mean`` is ``(n,)`` or ``(m, n)`` (m counts per page sharing the ``(n,)`` mask
+    ``heavy``).  Pages where ``heavy`` is False are drawn by :func:`_poisson_inverse`
+    with capacity ``cap`` (flagged past it); the first ``num_heavy`` heavy pages are
+    gathered and drawn by :func:`_poisson_ptrs` (any mean >= 10, exact) in one loop; the
+    heavy pages past them are flagged.
     """
-    n = mean.shape[0]
+    n = mean.shape[-1]
     key_light, key_heavy = jax.random.split(key)
-    u = _uniform_fine(key_light, n, mean.dtype)
+    u = _uniform_fine(key_light, mean.size, mean.dtype).reshape(mean.shape)
     count = _poisson_inverse(u, jnp.where(heavy, 0.0, mean), cap)
     rank = _cumsum(heavy.astype(jnp.int32)) - 1
-    overflow = (count > cap) | (heavy & (rank >= num_heavy))
+    overflow = heavy & (rank >= num_heavy)
+    overflow = overflow | jnp.any(count > cap, axis=tuple(range(mean.ndim - 1)))
     if num_heavy > 0:
         idx = jnp.nonzero(heavy, size=num_heavy, fill_value=n)[0]
         sel = jnp.minimum(idx, n - 1)
-        mh = jnp.where(idx < n, mean[sel], 0.0)
-        count = count.at[idx].set(_poisson_ptrs(key_heavy, mh), mode="drop")
+        mh = jnp.where(idx < n, mean[..., sel], 0.0)
+        count = count.at[..., idx].set(_poisson_ptrs(key_heavy, mh), mode="drop")
     return count, overflow
 
 
@@ -952,12 +954,12 @@ def _window_1d(key, time, since, n0, xi, zeta, kind, rate, prob, period, phase, 
 
     # ---- requests: an independent Poisson process, split by the fresh / stale time
     fresh_time = wd - stale
-    key_fresh, key_stale = jax.random.split(key_req)
+    key_fresh = key_req
     heavy = zeta * wd > _LIGHT_MEAN
     kq, hp = config.request_capacity, config.heavy_pages
-    fresh_req, over_f = _poisson_counts(key_fresh, zeta * fresh_time, heavy, kq, hp)
-    stale_req, over_s = _poisson_counts(key_stale, zeta * stale, heavy, kq, hp)
-    overflow = overflow | over_f | over_s
+    req, over_req = _poisson_counts(key_fresh, zeta * jnp.stack([fresh_time, stale]), heavy, kq, hp)
+    fresh_req, stale_req = req[0], req[1]
+    overflow = overflow | over_req
     fresh_req = fresh_req.astype(dtype)
     stale_req = stale_req.astype(dtype)
 
