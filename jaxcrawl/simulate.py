@@ -701,23 +701,28 @@ def _poisson_counts(key, mean, heavy, cap, num_heavy):
     """Poisson(mean) for every page, with an overflow flag per page.
 
     ``mean`` is ``(n,)`` or ``(m, n)`` (m counts per page sharing the ``(n,)`` mask
-    ``heavy``).  Pages where ``heavy`` is False are drawn by :func:`_poisson_inverse`
-    with capacity ``cap`` (flagged past it); the first ``num_heavy`` heavy pages are
-    gathered and drawn by :func:`_poisson_ptrs` (any mean >= 10, exact) in one loop; the
-    heavy pages past them are flagged.
+    ``heavy``, which must cover every page with a mean above 16).  Means up to 16 are
+    drawn by :func:`_poisson_inverse` with capacity ``cap`` (flagged past it); means
+    above 16 of the first ``num_heavy`` heavy pages are gathered and drawn by
+    :func:`_poisson_ptrs` (exact for means >= 10) in one loop; heavy pages past them are
+    flagged.
     """
     n = mean.shape[-1]
     key_light, key_heavy = jax.random.split(key)
+    small = mean <= _LIGHT_MEAN
     u = _uniform_fine(key_light, mean.size, mean.dtype).reshape(mean.shape)
-    count = _poisson_inverse(u, jnp.where(heavy, 0.0, mean), cap)
+    count = _poisson_inverse(u, jnp.where(small, mean, 0.0), cap)
+    lead = tuple(range(mean.ndim - 1))
     rank = _cumsum(heavy.astype(jnp.int32)) - 1
-    overflow = heavy & (rank >= num_heavy)
-    overflow = overflow | jnp.any(count > cap, axis=tuple(range(mean.ndim - 1)))
+    overflow = (heavy & (rank >= num_heavy)) | jnp.any(~small & ~heavy, axis=lead)
+    overflow = overflow | jnp.any(small & (count > cap), axis=lead)
     if num_heavy > 0:
         idx = jnp.nonzero(heavy, size=num_heavy, fill_value=n)[0]
         sel = jnp.minimum(idx, n - 1)
         mh = jnp.where(idx < n, mean[..., sel], 0.0)
-        count = count.at[..., idx].set(_poisson_ptrs(key_heavy, mh), mode="drop")
+        big = mh > _LIGHT_MEAN
+        draw = jnp.where(big, _poisson_ptrs(key_heavy, jnp.where(big, mh, 10.0)), count[..., sel])
+        count = count.at[..., idx].set(draw, mode="drop")
     return count, overflow
 
 
