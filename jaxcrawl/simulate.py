@@ -13,9 +13,9 @@ per-page *schedules*:
   change signal with probability ``prob`` (K19's Π°, eq. 6).
 
 Time is cut into windows of a fixed length.  In a window ``(t, t + w]`` the simulator
-draws, per page, the change times (cumulative sums of exponential gaps, so they come out
-sorted, no sort needed), the crawl times, and from these it computes *exactly* (no time
-grid) the integrals that the policy costs average:
+draws, per page, the number of changes (and of Poisson crawls), their times as sorted
+uniforms (exponential spacings, no sort needed), the periodic or signal crawls, and from
+these it computes *exactly* (no time grid) the integrals that the policy costs average:
 
 .. math::
 

@@ -7,7 +7,6 @@ being correct (objectives/estimators are only cross-checked at the end).
 """
 import dataclasses
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp
