@@ -410,6 +410,8 @@ class SimConfig:
         drawn by transformed rejection (no capacity).  Extra such pages overflow.
       heavy_event_pages: the same for the event counts: how many pages may expect more
         than 16 events per window.
+      requests: simulate the request counts (default).  Learners that never read them
+        pass ``False``: ``requests`` and ``fresh_requests`` are then 0 and cost nothing.
     """
 
     window: float
@@ -419,6 +421,7 @@ class SimConfig:
     request_capacity: int = 1
     heavy_pages: int = 0
     heavy_event_pages: int = 0
+    requests: bool = True
 
     def __post_init__(self):
         if not (math.isfinite(self.window) and self.window > 0):
@@ -471,6 +474,7 @@ def config_for(
     max_crawl_rate: Optional[float] = None,
     total_crawl_rate: Optional[float] = None,
     tail: float = 1e-9,
+    requests: bool = True,
 ) -> SimConfig:
     """Capacities for ``problem`` under ``schedule`` (or any schedule within given rates).
 
@@ -489,7 +493,8 @@ def config_for(
 
     A learner whose schedule changes between windows passes ``max_crawl_rate`` (a bound
     on any page's Poisson or signal crawl rate) and, if its rates may sum to more than
-    the bandwidth, ``total_crawl_rate``.  Needs concrete values (call it outside ``jit``).
+    the bandwidth, ``total_crawl_rate``; one that never reads the requests passes
+    ``requests=False``.  Needs concrete values (call it outside ``jit``).
 
     Pages expecting more than 16 events (or requests) per window are counted in
     ``heavy_event_pages`` (``heavy_pages``): their counts are drawn by
@@ -557,6 +562,7 @@ def config_for(
         request_capacity=int(req_cap),
         heavy_pages=heavy,
         heavy_event_pages=heavy_events,
+        requests=bool(requests),
     )
 
 
@@ -960,11 +966,16 @@ def _window_1d(key, time, since, n0, xi, zeta, kind, rate, prob, period, phase, 
     # ---- requests: an independent Poisson process, split by the fresh / stale time
     fresh_time = wd - stale
     key_fresh = key_req
-    heavy = zeta * wd > _LIGHT_MEAN
-    kq, hp = config.request_capacity, config.heavy_pages
-    req, over_req = _poisson_counts(key_fresh, zeta * jnp.stack([fresh_time, stale]), heavy, kq, hp)
-    fresh_req, stale_req = req[0], req[1]
-    overflow = overflow | over_req
+    if config.requests:
+        heavy = zeta * wd > _LIGHT_MEAN
+        kq, hp = config.request_capacity, config.heavy_pages
+        req, over_req = _poisson_counts(
+            key_fresh, zeta * jnp.stack([fresh_time, stale]), heavy, kq, hp
+        )
+        fresh_req, stale_req = req[0], req[1]
+        overflow = overflow | over_req
+    else:
+        fresh_req = stale_req = jnp.zeros((n,), jnp.int32)
     fresh_req = fresh_req.astype(dtype)
     stale_req = stale_req.astype(dtype)
 
@@ -1357,6 +1368,8 @@ def evaluate(
     _check_schedule(problem, schedule)
     if config is None:
         config = config_for(problem, schedule, window, tail=tail)
+    if not config.requests:
+        raise ValueError("evaluate needs a config with requests=True (it reports requests served fresh)")
     w = config.window
     nw = horizon / w
     num_windows = int(round(nw))

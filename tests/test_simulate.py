@@ -119,6 +119,17 @@ def test_poisson_capacity_is_the_1e9_quantile(mean):
         assert upper(k - 1) >= 1e-9
 
 
+def test_requests_can_be_switched_off():
+    prob, rho, p, comp, _ = _mixed(6, n=50)
+    sched = _schedule(S.POISSON, comp, rho, p)
+    cfg = S.config_for(prob, sched, 1.0, requests=False)
+    _, out = jax.jit(lambda k: S.simulate_window(k, S.init_state(prob), prob, sched, cfg))(
+        jax.random.key(0))
+    assert float(np.asarray(out.requests).sum()) == 0.0 and np.all(np.asarray(out.stale_time) >= 0)
+    with pytest.raises(ValueError, match="requests=True"):
+        S.evaluate(jax.random.key(0), prob, sched, horizon=2.0, config=cfg)
+
+
 def test_config_counts_heavy_pages():
     """Pages expecting more than 16 events or requests per window are drawn in chunks."""
     prob = CrawlProblem(np.array([1.0, 40.0, 2.0], np.float32),
