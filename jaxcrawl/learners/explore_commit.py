@@ -83,6 +83,7 @@ __all__ = [
     "exploration_utility",
     "commit_transient",
     "PaddedHistory",
+    "ETCParams",
     "ETCState",
     "ETCInfo",
     "ETCOutcome",
@@ -92,6 +93,7 @@ __all__ = [
     "commit",
     "etc_regret",
     "run_etc",
+    "etc_grid_transform",
     "simulate_etc",
     "EpsGreedyParams",
     "EpsGreedyState",
@@ -239,6 +241,22 @@ def _window_fresh(problem, win, window):
 
 
 # ------------------------------------------------------------ explore-then-commit
+class ETCParams(NamedTuple):
+    """Hyperparameters of explore-then-commit (arrays: ``jax.vmap`` sweeps them).
+
+    The horizon τ is not one of them: every τ of a grid commits from the same
+    exploration (:func:`run_etc`, :func:`etc_grid_transform`).
+
+    Attributes:
+      min_rate, max_rate: the clip of the estimates, L2C's known bounds
+        :math:`[\\xi_{\\min}, \\xi_{\\max}]` (§2, Lemma 3); ``None``: the learner's
+        defaults (L2C §6: 1e-9 and 25).
+    """
+
+    min_rate: Optional[float] = None
+    max_rate: Optional[float] = None
+
+
 class ETCState(NamedTuple):
     """Explore-then-commit state during exploration.
 
@@ -247,12 +265,14 @@ class ETCState(NamedTuple):
       history: :class:`PaddedHistory` of the exploration crawls.
       num_windows: windows explored.
       time: time explored.
+      params: :class:`ETCParams` (arrays).
     """
 
     sim: SimState
     history: PaddedHistory
     num_windows: jax.Array
     time: jax.Array
+    params: ETCParams
 
 
 class ETCInfo(NamedTuple):
@@ -350,7 +370,7 @@ def etc_settings(problem: CrawlProblem, max_tau: float, *, events_per_window: fl
     return dict(config=config, num_windows=num_windows, rounds_per_window=rounds)
 
 
-def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator, min_rate, max_rate):
+def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator: str, min_rate, max_rate):
     """Estimates from the first floor(τR/m) rounds and Azar et al.'s optimum for them."""
     dtype = problem.change_rate.dtype
     w = _exploration_period(problem)
@@ -380,18 +400,17 @@ def _outcome(problem, tau, n_rounds, est, rate, f_star, g_ui):
                       num_pages=jnp.asarray(problem.change_rate.shape[-1], dtype))
 
 
-def commit(state: ETCState, problem: CrawlProblem, tau, *, estimator: str = "moment_matching",
-           min_rate: float = estimators.DEFAULT_MIN_RATE,
-           max_rate: float = estimators.DEFAULT_MAX_RATE) -> ETCOutcome:
+def commit(state: ETCState, problem: CrawlProblem, tau, *,
+           estimator: str = "moment_matching") -> ETCOutcome:
     r"""Commit after exploring until ``tau`` (L2C §5): estimate, solve, and the exact utilities.
 
     Uses the first :math:`N = \lfloor\tau R/m\rfloor` observations of every page (the
     uniform-interval crawls up to τ; at most the explored ones), the estimator of eq. 7
-    (or eq. 6) clipped to ``[min_rate, max_rate]`` (L2C §6: 1e-9 and 25), and Azar et
-    al.'s optimum for the estimates.  ``tau`` may be traced (vmap over a grid).
+    (or eq. 6) clipped to ``state.params``' ``[min_rate, max_rate]``, and Azar et al.'s
+    optimum for the estimates.  ``tau`` may be traced (vmap over a grid).
     """
     tau_eff, n_rounds, est, rate = _commit_rates(state.history, problem, tau, estimator,
-                                                 min_rate, max_rate)
+                                                 state.params.min_rate, state.params.max_rate)
     f_star, g_ui = _reference_freshness(problem)
     return _outcome(problem, tau_eff, n_rounds, est, rate, f_star, g_ui)
 
@@ -429,10 +448,13 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
         ``config.window / (m/R)``; :func:`run_etc` uses it to commit from short
         prefixes without scanning the whole history.
       estimator: ``"moment_matching"`` (eq. 7, Thm 1) or ``"mle"`` (eq. 6).
-      min_rate, max_rate: the estimator's clip (L2C §6: 1e-9 and 25).
+      min_rate, max_rate: the default clip of the estimates (L2C §6: 1e-9 and 25);
+        :class:`ETCParams` overrides it per run.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {sorted(ESTIMATORS)}, got {estimator!r}")
+    if not (0 < min_rate < max_rate < np.inf):
+        raise ValueError("need 0 < min_rate < max_rate < inf")
     for name, v in (("num_windows", num_windows), ("rounds_per_window", rounds_per_window)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -441,12 +463,19 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
                          "window does not hold its exploration crawls")
     slots = num_windows * config.crawl_capacity
 
-    def init(problem: CrawlProblem, params=None) -> ETCState:
+    def init(problem: CrawlProblem, params: Optional[ETCParams] = None) -> ETCState:
         dtype = problem.change_rate.dtype
+        given = params or ETCParams()
+        prm = ETCParams(jnp.asarray(min_rate if given.min_rate is None else given.min_rate, dtype),
+                        jnp.asarray(max_rate if given.max_rate is None else given.max_rate, dtype))
+        if is_concrete(prm):
+            lo, hi = np.asarray(prm.min_rate), np.asarray(prm.max_rate)
+            if np.any(~(lo > 0)) or np.any(~(hi > lo)) or np.any(~np.isfinite(hi)):
+                raise ValueError(f"need 0 < min_rate < max_rate < inf; got {lo}, {hi}")
         sim = init_state(_observation_world(problem))
         n = problem.change_rate.shape[-1]
         zero = jnp.zeros((), dtype)
-        return ETCState(sim, _empty_padded(n, slots, dtype), jnp.zeros((), jnp.int32), zero)
+        return ETCState(sim, _empty_padded(n, slots, dtype), jnp.zeros((), jnp.int32), zero, prm)
 
     def step(key, state: ETCState, problem: CrawlProblem):
         world = _observation_world(problem)
@@ -454,18 +483,53 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
         schedule = periodic_schedule(jnp.broadcast_to(w, problem.change_rate.shape))
         sim, win = simulate_window(key, state.sim, world, schedule, config)
         hist = _append(state.history, win.observations, state.num_windows)
-        new = ETCState(sim, hist, state.num_windows + 1, state.time + config.window)
+        new = ETCState(sim, hist, state.num_windows + 1, state.time + config.window, state.params)
         info = ETCInfo(_window_fresh(problem, win, config.window), jnp.sum(win.num_crawls),
                        jnp.sum(win.overflow, dtype=jnp.int32), new.time)
         return new, info
 
-    commit_fn = functools.partial(commit, estimator=estimator, min_rate=min_rate, max_rate=max_rate)
-    rates_fn = functools.partial(_commit_rates, estimator=estimator, min_rate=min_rate, max_rate=max_rate)
+    commit_fn = functools.partial(commit, estimator=estimator)
+    rates_fn = functools.partial(_commit_rates, estimator=estimator)
     return ETC(init, step, f"etc_{estimator}", commit_fn, config, int(num_windows),
                int(rounds_per_window), rates_fn)
 
 
-def run_etc(key, learner: ETC, problem: CrawlProblem, taus, *, group_ratio: int = 4):
+def _grid_commit(state: ETCState, problem: CrawlProblem, learner: "ETC", taus, group_ratio: int):
+    """Commit at every τ of a concrete grid, in groups of similar history prefixes."""
+    taus = np.asarray(taus, dtype=float).ravel()
+    if taus.size == 0 or np.any(~np.isfinite(taus)) or np.any(taus <= 0):
+        raise ValueError("taus must be a non-empty grid of positive, finite horizons")
+    if not (isinstance(group_ratio, (int, np.integer)) and group_ratio >= 2):
+        raise ValueError(f"group_ratio must be an int >= 2, got {group_ratio!r}")
+    window = learner.config.window
+    explored = learner.num_windows * window
+    if np.any(taus > explored * (1 + 1e-9)):
+        raise ValueError(f"every tau must be <= the explored time {explored} "
+                         "(num_windows * config.window)")
+    need = np.clip(np.ceil(taus / window * (1 - 1e-9)), 1, learner.num_windows).astype(int)
+    level = np.ceil(np.log(need) / np.log(group_ratio) - 1e-9).astype(int)
+    width = np.minimum(group_ratio ** level, learner.num_windows)
+    k = learner.config.crawl_capacity
+    lo, hi = state.params.min_rate, state.params.max_rate
+    parts, order = [], []
+    for wd in np.unique(width):
+        idx = np.flatnonzero(width == wd)
+        short = jax.tree_util.tree_map(lambda a: a[..., : wd * k], state.history)
+        grid = jnp.asarray(taus[idx], problem.change_rate.dtype)
+        parts.append(jax.vmap(lambda t: learner.commit_rates(short, problem, t, min_rate=lo, max_rate=hi))(grid))
+        order.append(idx)
+    order = np.concatenate(order)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(order.size)
+    tau_eff, n_rounds, est, rate = jax.tree_util.tree_map(
+        lambda *xs: jnp.concatenate(xs, axis=0)[inverse], *parts)
+    f_star, g_ui = _reference_freshness(problem)
+    return jax.vmap(lambda t, n, e, r: _outcome(problem, t, n, e, r, f_star, g_ui))(
+        tau_eff, n_rounds, est, rate)
+
+
+def run_etc(key, learner: "ETC", problem: CrawlProblem, taus, params: Optional[ETCParams] = None, *,
+            group_ratio: int = 4):
     """Explore once for ``learner.num_windows`` windows, then commit at every τ of ``taus``.
 
     All τ share the same simulated exploration (common random numbers across the grid,
@@ -480,6 +544,8 @@ def run_etc(key, learner: ETC, problem: CrawlProblem, taus, *, group_ratio: int 
       problem: one problem (vmap this function over keys / problems for more).
       taus: concrete 1-D grid of exploration horizons (multiples of m/R; at most the
         explored time ``num_windows * config.window``).
+      params: :class:`ETCParams` (the clip of the estimates).
+      group_ratio: see above.
 
     Returns:
       ``(outcome, info)``: an :class:`ETCOutcome` with leading axis ``len(taus)`` (in the
@@ -488,37 +554,60 @@ def run_etc(key, learner: ETC, problem: CrawlProblem, taus, *, group_ratio: int 
     """
     if not is_concrete(taus):
         raise ValueError("taus must be concrete (a list or NumPy array): it sets static shapes")
-    taus = np.asarray(taus, dtype=float).ravel()
-    if taus.size == 0 or np.any(~np.isfinite(taus)) or np.any(taus <= 0):
+    grid = np.asarray(taus, dtype=float)  # validated before simulating
+    if grid.size == 0 or np.any(~(grid > 0)) or np.any(~np.isfinite(grid)):
         raise ValueError("taus must be a non-empty grid of positive, finite horizons")
-    window = learner.config.window
-    explored = learner.num_windows * window
-    if np.any(taus > explored * (1 + 1e-9)):
-        raise ValueError(f"every tau must be <= the explored time {explored} "
-                         "(num_windows * config.window)")
-    state, info = run_learner(key, learner, problem, learner.num_windows)
-    if not (isinstance(group_ratio, (int, np.integer)) and group_ratio >= 2):
-        raise ValueError(f"group_ratio must be an int >= 2, got {group_ratio!r}")
-    need = np.clip(np.ceil(taus / window * (1 - 1e-9)), 1, learner.num_windows).astype(int)
-    level = np.ceil(np.log(need) / np.log(group_ratio) - 1e-9).astype(int)
-    width = np.minimum(group_ratio ** level, learner.num_windows)
-    k = learner.config.crawl_capacity
-    parts, order = [], []
-    for wd in np.unique(width):
-        idx = np.flatnonzero(width == wd)
-        short = jax.tree_util.tree_map(lambda a: a[..., : wd * k], state.history)
-        grid = jnp.asarray(taus[idx], problem.change_rate.dtype)
-        parts.append(jax.vmap(lambda t: learner.commit_rates(short, problem, t))(grid))
-        order.append(idx)
-    order = np.concatenate(order)
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(order.size)
-    tau_eff, n_rounds, est, rate = jax.tree_util.tree_map(
-        lambda *xs: jnp.concatenate(xs, axis=0)[inverse], *parts)
-    f_star, g_ui = _reference_freshness(problem)
-    outcome = jax.vmap(lambda t, n, e, r: _outcome(problem, t, n, e, r, f_star, g_ui))(
-        tau_eff, n_rounds, est, rate)
-    return outcome, info
+    state, info = run_learner(key, learner, problem, learner.num_windows, params)
+    return _grid_commit(state, problem, learner, taus, group_ratio), info
+
+
+class _GridTransform:
+    """Hashable ``transform`` for :func:`~jaxcrawl.learners.sweep.run_sweep` (see
+    :func:`etc_grid_transform`)."""
+
+    def __init__(self, learner, taus, group_ratio, clips):
+        self.learner, self.taus, self.group_ratio = learner, tuple(float(t) for t in taus), int(group_ratio)
+        self.clips = None if clips is None else tuple((float(a), float(b)) for a, b in clips)
+        self.__qualname__ = (f"etc_grid_transform[{len(self.taus)} taus, ratio {self.group_ratio}, "
+                             f"clips {self.clips}]")
+
+    def __call__(self, final_state, info, problem, params):
+        if self.clips is None:
+            return _grid_commit(final_state, problem, self.learner, self.taus, self.group_ratio), info
+        dtype = problem.change_rate.dtype
+        outs = [_grid_commit(final_state._replace(params=ETCParams(jnp.asarray(a, dtype), jnp.asarray(b, dtype))),
+                             problem, self.learner, self.taus, self.group_ratio) for a, b in self.clips]
+        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs), info
+
+    def _key(self):
+        return (id(self.learner), self.taus, self.group_ratio, self.clips)
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _GridTransform) and other._key() == self._key()
+
+
+def etc_grid_transform(learner: "ETC", taus, *, group_ratio: int = 4, clips=None):
+    """A :func:`~jaxcrawl.learners.sweep.run_sweep` ``transform`` that commits at every τ.
+
+    ``run_sweep(key, learner, problems, params, num_seeds=S, num_steps=learner.num_windows,
+    transform=etc_grid_transform(learner, taus))`` returns ``(outcome, info)`` with an
+    :class:`ETCOutcome` of shape ``(G, P, S, len(taus), ...)``: :func:`run_etc` for every
+    grid point × instance × seed in one compiled call.  With ``clips`` (a list of
+    ``(min_rate, max_rate)``) every exploration commits once per clip instead of with its
+    ``params`` clip, and the outcome gets an axis ``len(clips)`` before the τ axis (the
+    clips then share each exploration: common random numbers).
+    """
+    taus = np.asarray(taus, dtype=float).ravel()
+    if taus.size == 0 or np.any(~(taus > 0)) or np.any(~np.isfinite(taus)):
+        raise ValueError("taus must be a non-empty grid of positive, finite horizons")
+    if clips is not None:
+        clips = [(float(a), float(b)) for a, b in clips]
+        if not clips or any(not (0 < a < b < np.inf) for a, b in clips):
+            raise ValueError("clips must be a non-empty list of (min_rate, max_rate) with 0 < min < max < inf")
+    return _GridTransform(learner, taus, group_ratio, clips)
 
 
 @functools.partial(jax.jit, static_argnames=("learner", "tau_windows", "commit_windows", "commit_config"))

@@ -736,14 +736,16 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
 
 
 def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50.0,
-                    events_per_window: float = 24.0, max_crawl_rate: Optional[float] = None,
-                    tail: float = 1e-9) -> dict:
+                    events_per_window: float = 24.0, safety: float = 3.0,
+                    max_crawl_rate: Optional[float] = None, tail: float = 1e-9) -> dict:
     """Static settings for :func:`online_learn_and_crawl` (eager).
 
     A round lasts ``observations_per_round * n / B`` time units (on average that many
     observations per page; Avrachenkov et al. §5 re-solve every 50), cut into windows
     with about ``events_per_window`` expected events for the busiest page.  Crawl rates
-    are bounded by ``max_crawl_rate`` (default: the bandwidth, which no page can exceed).
+    are bounded by ``max_crawl_rate`` (default: ``safety`` times the largest of B/n and
+    Azar et al.'s optimal rates for the true change rates); rates beyond it are counted
+    as overflows in :attr:`OnlineInfo.overflow`.
 
     Returns:
       ``dict(config=..., windows_per_round=...)``.
@@ -753,7 +755,10 @@ def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50
     n = problem.change_rate.shape[-1]
     bw = float(np.max(np.asarray(problem.bandwidth)))
     round_length = observations_per_round * n / bw
-    rho = bw if max_crawl_rate is None else float(max_crawl_rate)
+    if max_crawl_rate is None:
+        opt = float(np.max(np.asarray(solvers.binary_lambda_crawl(problem).rate)))
+        max_crawl_rate = safety * max(bw / n, opt)
+    rho = min(float(max_crawl_rate), bw)
     busiest = float(np.max(np.asarray(problem.change_rate))) + rho
     windows = max(1, int(math.ceil(busiest * round_length / events_per_window)))
     config = config_for(_observation_world(problem), None, round_length / windows,

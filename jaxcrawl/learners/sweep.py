@@ -131,7 +131,7 @@ class SweepResult(NamedTuple):
 
     Attributes:
       params: the grid (a pytree of ``(G, ...)`` arrays), or ``None``.
-      outputs: the pytree returned by ``transform(final_state, info)`` (default
+      outputs: the pytree returned by ``transform(final_state, info, problem, params)`` (default
         ``info``) as NumPy arrays with leading axes ``(G, P, S)`` -- grid, instance,
         seed -- then the step axis.
       computed_chunks: indices of the chunks computed by this call (the others were
@@ -167,9 +167,17 @@ def _key_bytes(key):
     return np.asarray(key)
 
 
-def _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk_size, tag):
+def _transform_name(transform):
+    if transform is None:
+        return "info"
+    f = getattr(transform, "func", transform)
+    return f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', type(f).__name__)}"
+
+
+def _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk_size, tag, transform):
     h = hashlib.sha256()
-    h.update(f"v{_VERSION}|{learner.name}|{num_steps}|{num_seeds}|{chunk_size}|{tag}".encode())
+    h.update(f"v{_VERSION}|{learner.name}|{num_steps}|{num_seeds}|{chunk_size}|{tag}|"
+             f"{_transform_name(transform)}".encode())
     h.update(_key_bytes(key).tobytes())
     _hash_update(h, problems)
     _hash_update(h, params)
@@ -220,14 +228,14 @@ def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform
 
     def one(p_idx, problem, prm, seed):
         final, info = run_learner(sweep_key(key, p_idx, seed), learner, problem, num_steps, prm)
-        return info if transform is None else transform(final, info)
+        return info if transform is None else transform(final, info, problem, prm)
 
     seeds = jnp.arange(num_seeds)
     over_seeds = jax.vmap(one, in_axes=(None, None, None, 0))
     over_problems = jax.vmap(over_seeds, in_axes=(0, 0, None, None))
     p_idx = jnp.arange(num_problems)
     if params is None:
-        return over_problems(p_idx, problems, None, seeds)[None]
+        return jax.tree_util.tree_map(lambda x: x[None], over_problems(p_idx, problems, None, seeds))
     over_grid = jax.vmap(over_problems, in_axes=(None, None, 0, None))
     return over_grid(p_idx, problems, params, seeds)
 
@@ -243,7 +251,8 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
     last grid point (so every chunk has one shape and compiles once) and the padding is
     dropped.  With ``out_dir`` every finished chunk is written atomically to
     ``out_dir/chunk_XXXXX.npz`` and recorded in ``out_dir/manifest.json`` with a
-    fingerprint of all inputs (key, learner name, problems, grid, sizes, ``tag``); a
+    fingerprint of all inputs (key, learner name, problems, grid, sizes, transform name,
+    ``tag``); a
     later call with the same inputs loads the finished chunks and computes only the
     missing ones.  A manifest with a different fingerprint raises ``ValueError``
     (results of different sweeps are never mixed).
@@ -260,9 +269,11 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
       num_steps: steps per run (static).
       chunk_size: grid points per compiled call (default: the whole grid).
       out_dir: directory for the chunk files and the manifest (created if missing).
-      transform: optional ``(final_state, info) -> pytree`` applied inside the compiled
-        call to keep only what is needed (default: all of ``info``).  Must be hashable
-        (a module-level function), it is a static argument.
+      transform: optional ``(final_state, info, problem, params) -> pytree`` applied
+        inside the compiled call to keep or derive what is needed (default: all of
+        ``info``; e.g. :func:`~jaxcrawl.learners.explore_commit.etc_grid_transform`).  It
+        is a static argument: pass the same hashable object (a module-level function)
+        to reuse the compiled program.  Its qualified name enters the fingerprint.
       tag: free text folded into the fingerprint (e.g. a code version).
       on_chunk: optional callback ``on_chunk(index, outputs)`` after each computed chunk
         is stored (for progress reports; an exception raised here interrupts the sweep
@@ -294,7 +305,7 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
         manifest_path = os.path.join(out_dir, MANIFEST)
-        fp = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag)
+        fp = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag, transform)
         if os.path.exists(manifest_path):
             with open(manifest_path) as f:
                 manifest = json.load(f)
