@@ -29,10 +29,6 @@ from .mirror_sync import (  # noqa: F401
     run_sync_learner,
 )
 
-try:  # the crawling learners (added alongside)
-    from .explore_commit import *  # noqa: F401,F403
-    from .learn_and_crawl import *  # noqa: F401,F403
-    from .sweep import *  # noqa: F401,F403
-except ModuleNotFoundError as _err:  # pragma: no cover - only while a module is absent
-    if not (_err.name or "").startswith("jaxcrawl.learners."):
-        raise
+from .explore_commit import *  # noqa: F401,F403  (names listed in its __all__)
+from .learn_and_crawl import *  # noqa: F401,F403
+from .sweep import *  # noqa: F401,F403
