@@ -67,7 +67,6 @@ from jaxcrawl.simulate import (
 from .learn_and_crawl import (
     CrawlHistory,
     _estimated_problem,
-    _observation_world,
     _start_epoch,
     empty_history,
     record_window,
@@ -364,9 +363,8 @@ def etc_settings(problem: CrawlProblem, max_tau: float, *, events_per_window: fl
     rounds = min(rounds, total_rounds)
     window = rounds * w
     num_windows = int(math.ceil(total_rounds / rounds))
-    world = _observation_world(problem)
-    sched = periodic_schedule(jnp.full_like(world.change_rate, w))
-    config = config_for(world, sched, window, tail=tail)
+    sched = periodic_schedule(jnp.full_like(problem.change_rate, w))
+    config = config_for(problem, sched, window, tail=tail, requests=False)
     return dict(config=config, num_windows=num_windows, rounds_per_window=rounds)
 
 
@@ -472,16 +470,15 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
             lo, hi = np.asarray(prm.min_rate), np.asarray(prm.max_rate)
             if np.any(~(lo > 0)) or np.any(~(hi > lo)) or np.any(~np.isfinite(hi)):
                 raise ValueError(f"need 0 < min_rate < max_rate < inf; got {lo}, {hi}")
-        sim = init_state(_observation_world(problem))
+        sim = init_state(problem)
         n = problem.change_rate.shape[-1]
         zero = jnp.zeros((), dtype)
         return ETCState(sim, _empty_padded(n, slots, dtype), jnp.zeros((), jnp.int32), zero, prm)
 
     def step(key, state: ETCState, problem: CrawlProblem):
-        world = _observation_world(problem)
         w = _exploration_period(problem)
         schedule = periodic_schedule(jnp.broadcast_to(w, problem.change_rate.shape))
-        sim, win = simulate_window(key, state.sim, world, schedule, config)
+        sim, win = simulate_window(key, state.sim, problem, schedule, config)
         hist = _append(state.history, win.observations, state.num_windows)
         new = ETCState(sim, hist, state.num_windows + 1, state.time + config.window, state.params)
         info = ETCInfo(_window_fresh(problem, win, config.window), jnp.sum(win.num_crawls),
@@ -621,15 +618,14 @@ def simulate_etc(key, learner: ETC, problem: CrawlProblem, tau_windows: int, com
     H for the exploration plus eq. 4 and the Lemma 1 transient (:func:`commit_transient`,
     from the fresh state at τ) for the commit phase, given this run's :math:`\hat\rho`.
     Their difference has mean zero over seeds (the tests check it).  ``commit_config``
-    must allow Poisson crawling at the committed rates (e.g. ``config_for(problem,
-    max_crawl_rate=R)``).
+    must allow Poisson crawling at the committed rates (e.g. ``config_for(problem, window,
+    max_crawl_rate=R, requests=False)``).
     """
     key_explore, key_commit = jax.random.split(key)
     state, info = run_learner(key_explore, learner, problem, tau_windows)
     tau = tau_windows * learner.config.window
     out = learner.commit(state, problem, tau)
-    world = _observation_world(problem)
-    _, totals, _ = simulate(key_commit, world, poisson_schedule(out.rate), state.sim,
+    _, totals, _ = simulate(key_commit, problem, poisson_schedule(out.rate), state.sim,
                             commit_config, commit_windows)
     duration = commit_windows * commit_config.window
     m = problem.change_rate.shape[-1]
@@ -724,8 +720,8 @@ def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int,
     lam = np.asarray(problem.change_rate, np.float64)
     busiest = float(lam.max()) + rho
     windows = max(1, int(math.ceil(busiest * phase_length / events_per_window)))
-    config = config_for(_observation_world(problem), None, phase_length / windows,
-                        max_crawl_rate=rho, total_crawl_rate=bw, tail=tail)
+    config = config_for(problem, None, phase_length / windows,
+                        max_crawl_rate=rho, total_crawl_rate=bw, tail=tail, requests=False)
     if history_capacity is None:
         opt = np.asarray(solvers.binary_lambda_crawl(problem).rate, np.float64)
         eps_rate = (1 - epsilon) * opt + epsilon * bw / m
@@ -782,13 +778,12 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
             raise ValueError(f"epsilon must be in [0, 1]; got {prm.epsilon}")
         n = problem.change_rate.shape[-1]
         uniform = jnp.full((n,), 1.0, dtype) * (problem.bandwidth / n)
-        sim = init_state(_observation_world(problem))
+        sim = init_state(problem)
         hist = empty_history(n, history_capacity, num_phases, dtype)
         return EpsGreedyState(sim, hist, uniform, jnp.full((n,), jnp.nan, dtype),
                               jnp.zeros((), jnp.int32), prm)
 
     def step(key, state: EpsGreedyState, problem: CrawlProblem):
-        world = _observation_world(problem)
         schedule = poisson_schedule(state.rate)
         phase = state.phase
         hist = _start_epoch(state.history, phase)
@@ -796,7 +791,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
 
         def window(carry, k):
             sim, h = carry
-            sim, win = simulate_window(k, sim, world, schedule, config)
+            sim, win = simulate_window(k, sim, problem, schedule, config)
             h = record_window(h, win.observations, win.num_changes, phase)
             return (sim, h), (_window_fresh(problem, win, config.window),
                               jnp.sum(win.overflow, dtype=jnp.int32))

@@ -45,8 +45,10 @@ Azar et al.'s solver (:func:`~jaxcrawl.solvers.binary_lambda_crawl`) for new rat
 Both are :class:`~jaxcrawl.learners.sweep.Learner` objects: ``init(problem, params)``,
 ``step(key, state, problem)``; drive them with
 :func:`~jaxcrawl.learners.sweep.run_learner` and sweep them with
-:func:`~jaxcrawl.learners.sweep.sweep`.  The simulated world is the problem itself (its
-true change rates); the learner only reads what the simulator returns as observations.
+:func:`~jaxcrawl.learners.sweep.run_sweep`.  The simulated world is the problem itself (its
+true change rates); the learner only reads what the simulator returns as observations,
+and its settings helpers build configs with ``requests=False`` (no request sampling:
+policies are evaluated with closed forms).
 """
 from __future__ import annotations
 
@@ -103,18 +105,6 @@ INNER_SOLVERS = {
     "lambda_crawl_approx": "llca",
     "binary_lambda_crawl": "bllc",
 }
-
-# Importance of the simulated world.  The learners evaluate policies with closed forms
-# and never read the simulated requests, so the simulator is given a negligible request
-# rate (its request sampling would otherwise dominate the run time on heavy-tailed
-# importances).  Change and crawl processes do not depend on the importance.
-_QUIET_IMPORTANCE = 1e-12
-
-
-def _observation_world(problem: CrawlProblem) -> CrawlProblem:
-    """The problem as the simulator needs it: true change rates, no requests to sample."""
-    return problem.replace(importance=jnp.full_like(problem.importance, _QUIET_IMPORTANCE))
-
 
 def _estimated_problem(problem: CrawlProblem, estimate) -> CrawlProblem:
     return problem.replace(change_rate=jnp.asarray(estimate, problem.change_rate.dtype))
@@ -401,8 +391,9 @@ def _check_llc_params(p: LLCParams):
 
 
 def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_per_epoch: int,
-                    history_capacity: int = 64, history_epochs: int = 21,
-                    min_rate: float = estimators.DEFAULT_MIN_RATE, max_rate: float = 1e3) -> Learner:
+                           history_capacity: int = 64, history_epochs: int = 21,
+                           min_rate: float = estimators.DEFAULT_MIN_RATE,
+                           max_rate: float = 1e3) -> Learner:
     r"""LambdaLearnAndCrawl (K19 Alg. 4) with a given inner solver, as a :class:`Learner`.
 
     One ``step`` is one epoch of length ``windows_per_epoch * config.window``: execute
@@ -447,21 +438,20 @@ def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_
         n = problem.change_rate.shape[-1]
         estimate = jnp.broadcast_to(prm.initial_rate, (n,)).astype(dtype)
         policy = _inner_solve(solver, problem, estimate, prm.epsilon, prm.solver)
-        sim = init_state(_observation_world(problem))
+        sim = init_state(problem)
         hist = empty_history(n, history_capacity, history_epochs, dtype)
         return LLCState(estimate, policy, sim, hist, jnp.zeros((), jnp.int32), prm)
 
     def step(key, state: LLCState, problem: CrawlProblem):
         prm = state.params
         epoch = state.epoch
-        world = _observation_world(problem)
-        schedule = schedule_from_policy(world.replace(complete=state.policy.on_signal), state.policy)
+        schedule = schedule_from_policy(problem.replace(complete=state.policy.on_signal), state.policy)
         hist = _start_epoch(state.history, epoch)
         window_keys = jax.random.split(key, windows_per_epoch)
 
         def window(carry, k):
             sim, h = carry
-            sim, win = simulate_window(k, sim, world, schedule, config)
+            sim, win = simulate_window(k, sim, problem, schedule, config)
             h = record_window(h, win.observations, win.num_changes, epoch)
             return (sim, h), (jnp.sum(win.overflow, dtype=jnp.int32),
                               jnp.sum(win.num_crawls, dtype=jnp.int32))
@@ -513,11 +503,13 @@ def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: 
     """Static settings for :func:`lambda_learn_and_crawl` sized for ``problem`` (eager).
 
     Pilot policies (the inner solver(s) at the initial estimate and at the true rates)
-    bound the crawl rates the learner will use; ``safety`` multiplies that bound.  The
-    epoch is cut into windows with about ``events_per_window`` expected events for the
-    busiest page, and the simulator's capacities come from
-    :func:`jaxcrawl.simulate.config_for` with that crawl-rate bound.  Overflows, if the
-    learner goes beyond the bound, are counted in :attr:`LLCInfo.overflow`.  The
+    bound each page's crawl rate: ``safety`` times the larger of its pilot rates and
+    R/n (a page crawled on signals: at least its change rate).  The epoch is cut into
+    windows with about ``events_per_window`` expected events for the busiest page, and
+    the simulator's capacities come from :func:`jaxcrawl.simulate.config_for` with these
+    per-page bounds (so only truly busy pages take the simulator's slow path).
+    Overflows, if the learner goes beyond the bounds, are counted in
+    :attr:`LLCInfo.overflow`.  The
     default ``history_capacity`` holds the expected changed crawls of the busiest page
     over one epoch (times ``safety``) at tail ``tail``, at least 16.
 
@@ -543,16 +535,21 @@ def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: 
     lam = np.asarray(flat.change_rate, np.float64)
     init_est = jnp.full_like(flat.change_rate, initial_rate)
     pilots = _pilot_rates(flat, solver, [init_est, flat.change_rate], epsilon)
-    rho_max = safety * max(float(r.max()) for r in pilots)
-    changed = max(float((r * lam / (r + lam)).max()) for r in pilots)
-    busiest = float(lam.max()) + rho_max
-    windows = max(1, int(math.ceil(busiest * epoch_length / events_per_window)))
-    window = epoch_length / windows
     comp = np.asarray(flat.complete)
     bw = np.broadcast_to(np.asarray(flat.bandwidth, np.float64), lam.shape[:-1])
+    n = lam.shape[-1]
+    # per-page crawl-rate bound: safety x the pilots' rates (at least safety x R/n); a
+    # page crawled on signals is crawled at most at its change rate
+    bound = safety * np.maximum(np.max(np.stack(pilots), axis=0), bw[:, None] / n)
+    bound = np.where(comp, np.maximum(bound, lam), bound)
+    changed = max(float((r * lam / (r + lam)).max()) for r in pilots)
+    busiest = float((lam + bound).max())
+    windows = max(1, int(math.ceil(busiest * epoch_length / events_per_window)))
+    window = epoch_length / windows
     total = float(np.max(bw + np.where(comp, lam, 0.0).sum(-1))) * safety
-    world = _observation_world(problem)
-    config = config_for(world, None, window, max_crawl_rate=rho_max, total_crawl_rate=total, tail=tail)
+    shape = np.shape(problem.change_rate)
+    sizing = poisson_schedule(jnp.asarray(bound.reshape(shape), problem.change_rate.dtype))
+    config = config_for(problem, sizing, window, total_crawl_rate=total, tail=tail, requests=False)
     if history_capacity is None:
         cap = poisson_capacity(safety * changed * epoch_length, tail)
         history_capacity = int(max(16, -(-cap // 8) * 8))
@@ -698,19 +695,18 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
         rate = jnp.full((n,), 1.0, dtype) * (problem.bandwidth / n)
         est = _online_estimator(estimator, prm, omega)
         est_state = est.init(rate, prm.initial_rate)
-        sim = init_state(_observation_world(problem))
+        sim = init_state(problem)
         return OnlineState(est_state, rate, sim, jnp.zeros((), jnp.int32), prm)
 
     def step(key, state: OnlineState, problem: CrawlProblem):
         prm = state.params
         est = _online_estimator(estimator, prm, omega)
-        world = _observation_world(problem)
         schedule = poisson_schedule(state.rate)
         window_keys = jax.random.split(key, windows_per_round)
 
         def window(carry, k):
             sim, es = carry
-            sim, win = simulate_window(k, sim, world, schedule, config)
+            sim, win = simulate_window(k, sim, problem, schedule, config)
             obs = win.observations
 
             def observe(s, slot):
@@ -761,6 +757,6 @@ def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50
     rho = min(float(max_crawl_rate), bw)
     busiest = float(np.max(np.asarray(problem.change_rate))) + rho
     windows = max(1, int(math.ceil(busiest * round_length / events_per_window)))
-    config = config_for(_observation_world(problem), None, round_length / windows,
-                        max_crawl_rate=rho, total_crawl_rate=bw, tail=tail)
+    config = config_for(problem, None, round_length / windows,
+                        max_crawl_rate=rho, total_crawl_rate=bw, tail=tail, requests=False)
     return dict(config=config, windows_per_round=windows)

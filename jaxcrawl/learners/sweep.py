@@ -329,16 +329,18 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
     results = [None] * num_chunks
     computed = []
     treedef = None
+
+    def stored(c):
+        return (manifest is not None and str(c) in manifest["finished"]
+                and os.path.exists(os.path.join(out_dir, manifest["finished"][str(c)]["file"])))
+
     for c in range(num_chunks):
         fname = f"chunk_{c:05d}.npz"
-        if manifest is not None and str(c) in manifest["finished"] and treedef is not None:
-            results[c] = _load_npz(os.path.join(out_dir, fname), treedef)
-            continue
-        if manifest is not None and str(c) in manifest["finished"]:
-            # the tree structure is only known after tracing once: get it abstractly
-            shapes = jax.eval_shape(_sweep_chunk, key, learner, problems, chunk_params(c),
-                                    num_steps, num_seeds, transform)
-            treedef = jax.tree_util.tree_structure(shapes)
+        if stored(c):
+            if treedef is None:  # the output structure, from an abstract trace (no compute)
+                shapes = jax.eval_shape(_sweep_chunk, key, learner, problems, chunk_params(c),
+                                        num_steps, num_seeds, transform)
+                treedef = jax.tree_util.tree_structure(shapes)
             results[c] = _load_npz(os.path.join(out_dir, fname), treedef)
             continue
         out = _sweep_chunk(key, learner, problems, chunk_params(c), num_steps, num_seeds, transform)
