@@ -125,7 +125,7 @@ def etc_sweep(instances):
     settings_ = ec.etc_settings(instances["both"], float(ETC_NMAX))
     learner = ec.explore_then_commit(**settings_)
     taus = np.unique(np.round(np.logspace(0, np.log10(ETC_NMAX), 40)))  # m/R = 1
-    transform = ec.etc_grid_transform(learner, taus, group_ratio=8, clips=CLIPS)
+    transform = ec.etc_grid_transform(learner, taus, group_ratio=10, clips=CLIPS)
     key = jax.random.key(0)
     res = sw.run_sweep(key, learner, instances["both"], None, num_seeds=ETC_SEEDS,
                        num_steps=learner.num_windows, transform=transform)
@@ -462,6 +462,26 @@ def test_llc_param_validation(llc_runs):
         lc.lambda_learn_and_crawl(config=s["config"], windows_per_epoch=0)
 
 
+def test_learner_factories_validate_their_settings(etc_sweep):
+    cfg = etc_sweep["learner"].config
+    with pytest.raises(ValueError, match="estimator"):
+        lc.online_learn_and_crawl("mle", config=cfg, windows_per_round=2)
+    with pytest.raises(ValueError, match="windows_per_round"):
+        lc.online_learn_and_crawl("sa", config=cfg, windows_per_round=0)
+    with pytest.raises(ValueError, match="omega"):
+        lc.online_learn_and_crawl("sam", config=cfg, windows_per_round=2, omega=0.0)
+    with pytest.raises(ValueError, match="estimator"):
+        ec.explore_then_commit(config=cfg, num_windows=2, rounds_per_window=1, estimator="naive")
+    with pytest.raises(ValueError, match="min_rate"):
+        etc_sweep["learner"].init(l2c_instance(3), ec.ETCParams(0.0, 1.0))
+    with pytest.raises(ValueError, match="tau"):
+        ec.run_etc(jax.random.key(0), etc_sweep["learner"], l2c_instance(3), [1e9])
+    with pytest.raises(ValueError, match="history_capacity"):
+        ec.phased_epsilon_greedy(config=cfg, windows_per_phase=1, num_phases=2, history_capacity=0)
+    with pytest.raises(ValueError, match="clips"):
+        ec.etc_grid_transform(etc_sweep["learner"], [1.0], clips=[(2.0, 1.0)])
+
+
 # ------------------------------------------------------------------------ slow versions
 def avrachenkov_problem():
     """Avrachenkov et al. §5: N = 50 pages, 7 hot pages with 90% of the changes
@@ -507,7 +527,9 @@ def test_simulated_etc_matches_exact_expected_utility():
 @pytest.mark.slow
 def test_llc_float32_converges():
     """The same LLC claim in float32 (the library's default precision)."""
-    p = data.synthetic(jax.random.key(11), 2000, dtype=jnp.float32)
+    q = data.synthetic(jax.random.key(11), 2000)
+    p = CrawlProblem(q.importance.astype(jnp.float32), q.change_rate.astype(jnp.float32),
+                     jnp.float32(q.bandwidth), q.complete)
     learner = lc.llc(**lc.llc_settings(p))
     _, info = sw.run_learner(jax.random.key(12), learner, p, EPOCHS)
     opt = float(objectives.harmonic_cost(p, solvers.lambda_crawl(p)))

@@ -554,6 +554,10 @@ def run_etc(key, learner: "ETC", problem: CrawlProblem, taus, params: Optional[E
     grid = np.asarray(taus, dtype=float)  # validated before simulating
     if grid.size == 0 or np.any(~(grid > 0)) or np.any(~np.isfinite(grid)):
         raise ValueError("taus must be a non-empty grid of positive, finite horizons")
+    explored = learner.num_windows * learner.config.window
+    if np.any(grid > explored * (1 + 1e-9)):
+        raise ValueError(f"every tau must be <= the explored time {explored} "
+                         "(num_windows * config.window)")
     state, info = run_learner(key, learner, problem, learner.num_windows, params)
     return _grid_commit(state, problem, learner, taus, group_ratio), info
 
@@ -572,9 +576,13 @@ class _GridTransform:
         if self.clips is None:
             return _grid_commit(final_state, problem, self.learner, self.taus, self.group_ratio), info
         dtype = problem.change_rate.dtype
-        outs = [_grid_commit(final_state._replace(params=ETCParams(jnp.asarray(a, dtype), jnp.asarray(b, dtype))),
-                             problem, self.learner, self.taus, self.group_ratio) for a, b in self.clips]
-        return jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *outs), info
+        lo, hi = (jnp.asarray(v, dtype) for v in zip(*self.clips))
+
+        def one(a, b):
+            return _grid_commit(final_state._replace(params=ETCParams(a, b)), problem, self.learner,
+                                self.taus, self.group_ratio)
+
+        return jax.vmap(one)(lo, hi), info
 
     def _key(self):
         return (id(self.learner), self.taus, self.group_ratio, self.clips)

@@ -525,19 +525,16 @@ def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: 
         raise ValueError(f"solver must be one of {sorted(INNER_SOLVERS)} or a tuple of them, got {solver!r}")
     if not (epoch_length > 0 and safety >= 1 and events_per_window > 0):
         raise ValueError("need epoch_length > 0, safety >= 1 and events_per_window > 0")
-    flat = problem
-    if problem.importance.ndim > 1:
-        batch = problem.importance.shape[:-1]
-        n = problem.importance.shape[-1]
-        flat = CrawlProblem(problem.importance.reshape(-1, n), problem.change_rate.reshape(-1, n),
-                            jnp.broadcast_to(problem.bandwidth, batch).reshape(-1),
-                            problem.complete.reshape(-1, n))
+    batch = problem.importance.shape[:-1]
+    n = problem.importance.shape[-1]
+    flat = CrawlProblem(problem.importance.reshape(-1, n), problem.change_rate.reshape(-1, n),
+                        jnp.broadcast_to(problem.bandwidth, batch).reshape(-1),
+                        problem.complete.reshape(-1, n))  # (rows, n), also for one problem
     lam = np.asarray(flat.change_rate, np.float64)
     init_est = jnp.full_like(flat.change_rate, initial_rate)
     pilots = _pilot_rates(flat, solver, [init_est, flat.change_rate], epsilon)
     comp = np.asarray(flat.complete)
     bw = np.broadcast_to(np.asarray(flat.bandwidth, np.float64), lam.shape[:-1])
-    n = lam.shape[-1]
     # per-page crawl-rate bound: safety x the pilots' rates (at least safety x R/n); a
     # page crawled on signals is crawled at most at its change rate
     bound = safety * np.maximum(np.max(np.stack(pilots), axis=0), bw[:, None] / n)

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "MANIFEST",
     "Learner",
     "run_learner",
     "sweep_key",
