@@ -321,7 +321,17 @@ class ETCOutcome(NamedTuple):
 
 class ETC(NamedTuple):
     """Explore-then-commit: a :class:`~jaxcrawl.learners.sweep.Learner` (``init``, ``step``,
-    ``name``) whose steps are exploration windows, plus ``commit(state, problem, tau)``."""
+    ``name``) whose steps are exploration windows, plus the commit.
+
+    Attributes:
+      init, step, name: the learner (``init(problem, params: ETCParams = None)``).
+      commit: ``commit(state, problem, tau) -> ETCOutcome`` (:func:`commit`).
+      config: the simulator config of the exploration windows.
+      num_windows: exploration windows the history holds (``run_etc`` runs them all).
+      rounds_per_window: exploration rounds (crawls per page) per window.
+      commit_rates: ``(history, problem, tau, min_rate=, max_rate=) -> (tau, N, estimate,
+        rate)``, the part of the commit that depends on τ (used by :func:`run_etc`).
+    """
 
     init: Callable
     step: Callable
