@@ -67,7 +67,7 @@ def synthetic(
     key_imp, key_rate, key_complete = jax.random.split(key, 3)
     z1 = jax.random.normal(key_imp, (num_pages,), dtype)
     z2 = jax.random.normal(key_rate, (num_pages,), dtype)
-    z2 = correlation * z1 + np.sqrt(1.0 - correlation**2) * z2
+    z2 = correlation * z1 + float(np.sqrt(1.0 - correlation**2)) * z2
     importance = jnp.exp(log_importance_mean + log_importance_std * z1)
     change_rate = jnp.exp(log_change_rate_mean + log_change_rate_std * z2)
     complete = jax.random.uniform(key_complete, (num_pages,)) < complete_fraction
