@@ -4,8 +4,19 @@ The papers' vocabulary is unified: ``importance`` (ζ, μ, w), ``change_rate`` (
 ``rate`` (ρ, p, r), ``bandwidth`` (R, B), ``complete`` (W° pages with change signals),
 ``dual`` (the bandwidth multiplier).
 """
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
+from ._src.checks import NonConvergenceError as NonConvergenceError
 from .problem import CrawlProblem as CrawlProblem, Policy as Policy, make_policy as make_policy
 from .allocate import allocate as allocate, Allocation as Allocation
+from .utilities import (
+    Utility as Utility,
+    solve as solve,
+    register_utility as register_utility,
+    get_utility as get_utility,
+    utility_names as utility_names,
+)
 from .objectives import (
     harmonic_cost as harmonic_cost,
     binary_cost as binary_cost,
@@ -22,6 +33,7 @@ from .solvers import (
     accumulated_delay_crawl as accumulated_delay_crawl,
     uniform_interval_crawl as uniform_interval_crawl,
 )
+from . import utilities as utilities
 from . import data as data
 from . import estimators as estimators
 from . import simulate as simulate
@@ -30,4 +42,7 @@ from . import schedule as schedule
 from . import politeness as politeness
 from . import scale as scale
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("jaxcrawl")
+except _PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0.0.0+unknown"

@@ -10,8 +10,8 @@ the bandwidth constraint of the freshness problems one constraint per *host*: a 
    \sum_{i\in h} x_i \le C_h\ (h = 1..H),\qquad \ell_i\le x_i\le h_i,
 
 with :math:`u_i` the page utility of the objective (harmonic staleness: NeurIPS-19
-Prop. 1/4 and Alg. 1-3; binary freshness: Azar et al., L2C eq. 5; ...).  The paper is
-not available here; the KKT conditions below are derived from scratch.  With a global
+Prop. 1/4 and Alg. 1-3; binary freshness: Azar et al., L2C eq. 5; any
+:class:`~jaxcrawl.Utility`).  The KKT conditions below are derived directly.  With a global
 multiplier :math:`\nu` and host multipliers :math:`\kappa_h\ge0`,
 
 .. math::
@@ -20,7 +20,7 @@ multiplier :math:`\nu` and host multipliers :math:`\kappa_h\ge0`,
    \kappa_h\Big(C_h - \sum_{i\in h}x_i\Big) = 0,\qquad \sum_i x_i = R,
 
 where :math:`\varphi_i = (u_i')^{-1}` is the unconstrained solver's per-page rate function
-(reused from :mod:`jaxcrawl.solvers`), nonincreasing; pages without a host (or on an
+(the :class:`~jaxcrawl.Utility`'s ``rate``), nonincreasing; pages without a host (or on an
 uncapped host) use :math:`\kappa = 0`.
 
 **Solving it.**  For a fixed :math:`\nu`, let :math:`S_h(\nu)=\sum_{i\in h}x_i(\nu)`.  If
@@ -55,22 +55,17 @@ import csv
 import functools
 import os
 import urllib.parse
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from .allocate import RootState, _bracket_from_marginals, root_update
-from .problem import CrawlProblem, Policy, is_concrete, make_policy
-from .solvers import (
-    _blc_marginal,
-    _blc_rate,
-    _lc_marginal,
-    _lc_rate,
-    _ui_marginal,
-    _ui_rate,
-)
+from ._src import budget as _budget
+from ._src.checks import is_concrete, raise_unless_converged
+from .problem import CrawlProblem, Policy, make_policy
+from .utilities import BINARY, Utility, binary_epsilon, get_utility
 
 __all__ = [
     "HostCapSolution",
@@ -104,213 +99,6 @@ class HostCapSolution(NamedTuple):
     host_rate: jax.Array
     binding: jax.Array
     num_steps: jax.Array
-
-
-def _default_rtol(dtype):
-    return 8.0 * float(jnp.finfo(dtype).eps)
-
-
-def _roots(f_and_df, za, zb, done0, max_steps, tol):
-    """Vectorised safeguarded Newton (rtsafe) for independent nonincreasing f_j(z_j) = 0.
-
-    ``f(za) >= 0 >= f(zb)`` elementwise; elements with ``done0`` are not iterated.  Each
-    step is :func:`jaxcrawl.allocate.root_update` applied elementwise (the same update as
-    the global dual's), frozen for finished elements.  The loop stops when every element
-    has ``|f| <= tol`` or a bracket of a few ulps, or after ``max_steps`` passes.
-    """
-    init = RootState(za, zb, jnp.where(done0, za, 0.5 * (za + zb)), jnp.abs(zb - za),
-                     jnp.asarray(0, jnp.int32), done0)
-
-    def body(s):
-        f, df = f_and_df(s.z)
-        new = root_update(s, f, df, False, tol)
-        keep = lambda n, o: jnp.where(s.done, o, n)  # noqa: E731
-        return RootState(keep(new.za, s.za), keep(new.zb, s.zb), keep(new.z, s.z),
-                         keep(new.dz_old, s.dz_old), new.k, s.done | new.done)
-
-    final = jax.lax.while_loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, init)
-    return final.z, final.k
-
-
-def _page_eval(rate_fn, params, d, lower, upper):
-    """Clipped allocation at per-page duals ``d``, its d/d(dual) (free pages) and masks."""
-    phi, dphi = jax.jvp(lambda v: rate_fn(v, params), (d,), (jnp.ones_like(d),))
-    at_lo = phi <= lower
-    at_hi = phi >= upper
-    free = ~(at_lo | at_hi)
-    x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, phi))
-    dx = jnp.where(free & jnp.isfinite(dphi), dphi, 0.0)
-    return x, dx, free, at_lo, at_hi
-
-
-def _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap):
-    max_steps, inner_steps, rtol = cfg
-    dtype = budget.dtype
-    n = lower.shape[-1]
-    H = cap.shape[-1]
-    has_host = (host >= 0) & (host < H)
-    seg = jnp.where(has_host, host, H)
-    hidx = jnp.where(has_host, host, 0)
-    tiny = jnp.finfo(dtype).tiny
-
-    def host_sum(v):
-        return jax.ops.segment_sum(v, seg, num_segments=H + 1)[:H]
-
-    def global_parts(nu):
-        x, dx, *_ = _page_eval(rate_fn, params, jnp.full((n,), nu, dtype), lower, upper)
-        s = host_sum(x)
-        ds = host_sum(dx)
-        bind = s > cap
-        g = jnp.sum(jnp.where(has_host, 0.0, x)) + jnp.sum(jnp.where(bind, cap, s))
-        dg = jnp.sum(jnp.where(has_host, 0.0, dx)) + jnp.sum(jnp.where(bind, 0.0, ds))
-        return g, dg
-
-    # ---- outer bracket: [a, b] in nu with G(a) >= R >= G(b)
-    a, b = _bracket_from_marginals(marginal_fn, params, budget, lower, upper, n)
-    a = jnp.maximum(jnp.asarray(a, dtype), tiny)
-    b = jnp.maximum(jnp.asarray(b, dtype), a)  # caps only lower G, so G(b) <= R still
-
-    def widen_cond(s):
-        a, k = s
-        return (global_parts(a)[0] < budget) & (k < 64) & (a > 16 * tiny)
-
-    a, _ = jax.lax.while_loop(widen_cond, lambda s: (s[0] / 16.0, s[1] + 1), (a, 0))
-
-    def outer_f(z):
-        nu = jnp.exp(z[0])
-        g, dg = global_parts(nu)
-        return jnp.reshape(g - budget, (1,)), jnp.reshape(dg * nu, (1,))
-
-    tol = rtol * jnp.abs(budget)
-    z, k_out = _roots(outer_f, jnp.log(a)[None], jnp.log(b)[None], jnp.zeros((1,), bool),
-                      max_steps, tol)
-    nu = jnp.exp(z[0])
-
-    # ---- inner: every binding host's mu_h = nu + kappa_h, all at once
-    x_nu, *_ = _page_eval(rate_fn, params, jnp.full((n,), nu, dtype), lower, upper)
-    s_nu = host_sum(x_nu)
-    bind = s_nu > cap
-    n_h = host_sum(jnp.ones((n,), dtype))
-    lo_h = host_sum(lower)
-    share = (cap - lo_h) / jnp.maximum(n_h, 1.0)
-    xbar = lower + jnp.where(has_host, share[hidx], 0.0)
-    movable = has_host & (xbar < upper)
-    m = marginal_fn(jnp.where(movable, xbar, 1.0), params)
-    m = jnp.where(movable & jnp.isfinite(m), m, -jnp.inf)
-    mu_hi = jax.ops.segment_max(m, seg, num_segments=H + 1)[:H]
-    mu_hi = jnp.maximum(jnp.where(jnp.isfinite(mu_hi), mu_hi, nu), nu)
-    bind_page = has_host & bind[hidx]
-
-    def inner_f(zh):
-        muh = jnp.exp(zh)
-        d = jnp.where(bind_page, muh[hidx], nu)
-        x, dx, *_ = _page_eval(rate_fn, params, d, lower, upper)
-        return host_sum(x) - cap, host_sum(dx) * muh
-
-    z_h, k_in = _roots(inner_f, jnp.full((H,), jnp.log(nu)), jnp.log(mu_hi), ~bind,
-                       inner_steps, rtol * jnp.where(bind, cap, 1.0))
-    mu = jnp.where(bind, jnp.exp(z_h), nu)
-
-    # ---- final allocation and Newton corrections so that caps and budget hold to rounding
-    d = jnp.where(bind_page, mu[hidx], nu)
-    x, dx, *_ = _page_eval(rate_fn, params, d, lower, upper)
-    w = -dx
-    r_h = cap - host_sum(x)
-    w_h = host_sum(jnp.where(bind_page, w, 0.0))
-    corr_h = jnp.where(bind & (w_h > 0), r_h / jnp.where(w_h > 0, w_h, 1.0), 0.0)
-    x = x + jnp.where(bind_page, corr_h[hidx] * w, 0.0)
-    r = budget - jnp.sum(x)
-    w_g = jnp.sum(jnp.where(bind_page, 0.0, w))
-    corr = jnp.where(w_g > 0, r / jnp.where(w_g > 0, w_g, 1.0), 0.0)
-    x = x + jnp.where(bind_page, 0.0, corr * w)
-    x = jnp.clip(x, lower, upper)
-    s = host_sum(x)
-    scale = jnp.where(s > cap, cap / jnp.where(s > 0, s, 1.0), 1.0)
-    x = jnp.where(has_host, x * scale[hidx], x)
-    kappa = jnp.where(bind, mu - nu, 0.0)
-    return x, nu, kappa, (k_out + k_in).astype(dtype)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap):
-    return _solve_impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap)
-
-
-@_solve.defjvp
-def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
-    params, budget, lower, upper, host, cap = primals
-    dparams, dbudget, dlower, dupper, _, dcap = tangents
-    x, nu, kappa, steps = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper,
-                                 host, cap)
-    nu = jax.lax.stop_gradient(nu)
-    kappa = jax.lax.stop_gradient(kappa)
-    n = x.shape[-1]
-    H = cap.shape[-1]
-    has_host = (host >= 0) & (host < H)
-    seg = jnp.where(has_host, host, H)
-    hidx = jnp.where(has_host, host, 0)
-    host_sum = lambda v: jax.ops.segment_sum(v, seg, num_segments=H + 1)[:H]  # noqa: E731
-    bind = kappa > 0
-    bind_page = has_host & bind[hidx]
-    d = jnp.where(bind_page, (nu + kappa)[hidx], nu)
-    _, dphi_dd, free, at_lo, at_hi = _page_eval(rate_fn, params, d, lower, upper)
-    _, dphi_dth = jax.jvp(lambda p: rate_fn(d, p), (params,), (dparams,))
-    dphi_dth = jnp.where(free, jnp.broadcast_to(dphi_dth, (n,)), 0.0)
-    dlo = jnp.broadcast_to(dlower, (n,))
-    dhi = jnp.broadcast_to(dupper, (n,))
-    dbound = jnp.where(at_lo, dlo, jnp.where(at_hi, dhi, 0.0))
-    fixed = dbound + dphi_dth  # the part of dx that does not depend on d(dual)
-    dcap_b = jnp.where(bind, dcap, 0.0)
-    num_h = dcap_b - host_sum(jnp.where(bind_page, fixed, 0.0))
-    den_h = host_sum(jnp.where(bind_page, dphi_dd, 0.0))
-    dmu = jnp.where(bind & (den_h != 0), num_h / jnp.where(den_h != 0, den_h, 1.0), 0.0)
-    num = dbudget - jnp.sum(dcap_b) - jnp.sum(jnp.where(bind_page, 0.0, fixed))
-    den = jnp.sum(jnp.where(bind_page, 0.0, dphi_dd))
-    dnu = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 0.0)
-    dd = jnp.where(bind_page, dmu[hidx], dnu)
-    dx = jnp.where(free, dphi_dth + dphi_dd * dd, dbound)
-    dkappa = jnp.where(bind, dmu - dnu, 0.0)
-    return (x, nu, kappa, steps), (dx, dnu, dkappa, jnp.zeros_like(steps))
-
-
-_solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
-
-
-# --------------------------------------------------------------------------- objectives
-def _delay_rate(nu, params):
-    zeta, xi = params
-    return jnp.sqrt(zeta) * jnp.sqrt(xi) * jax.lax.rsqrt(nu)
-
-
-def _delay_marginal(x, params):
-    zeta, xi = params
-    return zeta * xi / jnp.square(x)
-
-
-_OBJECTIVES = ("harmonic", "binary", "binary-epsilon", "delay", "uniform")
-
-
-def _setup(problem, objective, epsilon):
-    """(rate_fn, marginal_fn, params, lower, upper, on_signal) of an objective."""
-    mu, lam, comp = problem.importance, problem.change_rate, problem.complete
-    n = mu.shape[-1]
-    if objective == "harmonic":
-        return (_lc_rate, _lc_marginal, (mu, lam, comp), jnp.zeros_like(mu),
-                jnp.where(comp, lam, jnp.inf), comp)
-    no_signal = jnp.zeros_like(comp)
-    if objective in ("binary", "binary-epsilon"):
-        eps = jnp.asarray(epsilon if objective == "binary-epsilon" else 0.0, mu.dtype)
-        lower = jnp.full_like(mu, 1.0) * (eps * problem.bandwidth / n)
-        return _blc_rate, _blc_marginal, (mu, lam), lower, jnp.full_like(mu, jnp.inf), no_signal
-    if objective == "delay":
-        return (_delay_rate, _delay_marginal, (mu, lam), jnp.zeros_like(mu),
-                jnp.full_like(mu, jnp.inf), no_signal)
-    if objective == "uniform":
-        return (_ui_rate, _ui_marginal, (mu, lam), jnp.zeros_like(mu),
-                jnp.full_like(mu, jnp.inf), no_signal)
-    raise ValueError(
-        f"objective must be one of {_OBJECTIVES} with host caps; got {objective!r} "
-        "(harmonic-approx is not a separable per-page optimum, so it has no capped form)")
 
 
 def _check_hosts(problem, host_id, host_cap, lower, upper):
@@ -358,32 +146,45 @@ def _check_hosts(problem, host_id, host_cap, lower, upper):
             raise ValueError(f"bandwidth {r!r} is below the sum of the lower bounds {np.sum(l)!r}")
 
 
-def _batched_solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap):
+def _batched_solve(utility: Utility, params, budget, lower, upper, host, cap, opts):
+    def one(p, b, lo, up, c):
+        return _budget.solve(utility.rate, utility.marginal, p, b, lo, up, hosts=(host, c), **opts)
+
     if lower.ndim == 1:
-        return _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap)
-    batch = lower.shape[:-1]
-    H = cap.shape[-1]
-    cap_b = jnp.broadcast_to(cap, batch + (H,))
-    budget_b = jnp.broadcast_to(budget, batch)
-    params_b = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, lower.shape), params)
-    flat = lambda a, tail: a.reshape((-1,) + tail)  # noqa: E731
-    n = lower.shape[-1]
-    out = jax.vmap(lambda p, b, lo, up, c: _solve_jit(rate_fn, marginal_fn, cfg, p, b, lo, up,
-                                                      host, c))(
-        jax.tree_util.tree_map(lambda a: flat(a, (n,)), params_b), budget_b.reshape(-1),
-        flat(lower, (n,)), flat(jnp.broadcast_to(upper, lower.shape), (n,)), flat(cap_b, (H,)))
-    x, nu, kappa, steps = out
-    return (x.reshape(batch + (n,)), nu.reshape(batch), kappa.reshape(batch + (H,)),
-            steps.reshape(batch))
+        return one(params, budget, lower, upper, cap)
+    batch, n, H = lower.shape[:-1], lower.shape[-1], cap.shape[-1]
+    flat = lambda a, tail: jnp.broadcast_to(a, batch + tail).reshape((-1,) + tail)  # noqa: E731
+    sol = jax.vmap(one)(jax.tree_util.tree_map(lambda a: flat(a, (n,)), params),
+                        flat(budget, ()), flat(lower, (n,)), flat(upper, (n,)), flat(cap, (H,)))
+    return jax.tree_util.tree_map(lambda a: a.reshape(batch + a.shape[1:]), sol)
 
 
-def solve_with_host_caps(problem: CrawlProblem, host_id, host_cap, objective: str = "harmonic",
-                         *, epsilon=0.4, max_steps: int = 100, inner_steps: int = 100,
-                         rtol: Optional[float] = None) -> HostCapSolution:
+def _capped_utility(objective, epsilon, dtype, bandwidth, n):
+    """(utility, extra lower bound) of an objective name or Utility for host-capped solves."""
+    if objective == "binary-epsilon":
+        if is_concrete(epsilon):
+            e = np.asarray(epsilon)
+            if e.ndim == 0:
+                return binary_epsilon(float(e)), None
+        return BINARY, jnp.asarray(epsilon, dtype) * jnp.asarray(bandwidth, dtype) / n
+    u = get_utility(objective)
+    if not u.separable or u.marginal is None:
+        raise ValueError(
+            f"objective {u.name!r} is not a separable per-page optimum (its rates couple pages), "
+            "so it has no host-capped form")
+    return u, None
+
+
+def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: ArrayLike,
+                         objective: Union[str, Utility] = "harmonic", *, epsilon: ArrayLike = 0.4,
+                         lower: Optional[ArrayLike] = None, upper: Optional[ArrayLike] = None,
+                         max_steps: int = 100, inner_steps: int = 100,
+                         rtol: Optional[float] = None, throw: bool = False) -> HostCapSolution:
     r"""Optimal crawl rates for ``objective`` under the bandwidth and per-host caps.
 
     Solves SIGIR-19's politeness-constrained problem (module docstring) exactly, by the
-    nested KKT conditions :math:`x_i=\mathrm{clip}(\varphi_i(\nu+\kappa_{h(i)}))`:
+    nested KKT conditions :math:`x_i=\mathrm{clip}(\varphi_i(\nu+\kappa_{h(i)}))`, for any
+    separable :class:`~jaxcrawl.Utility` (a registry name or a user-defined one):
 
     * ``"harmonic"``: LambdaCrawl (NeurIPS-19 Alg. 1-3; Prop. 2 and 5 rate functions),
       complete pages crawled on signals with :math:`x_i\le\lambda_i`;
@@ -399,13 +200,16 @@ def solve_with_host_caps(problem: CrawlProblem, host_id, host_cap, objective: st
         with no host constraint.
       host_cap: ``(H,)`` (or ``(..., H)``) cap on each host's total crawl rate, > 0;
         ``inf`` = uncapped.
+      objective: a registry name or a :class:`~jaxcrawl.Utility`.
       epsilon: BLCε floor fraction (``"binary-epsilon"`` only).
+      lower, upper: extra per-page rate bounds (intersected with the utility's).
       max_steps, inner_steps: iteration caps of the global and the per-host root-finds.
       rtol: stop when the budget (caps) residual is within ``rtol`` of the budget (cap);
-        default 8 eps.  The final Newton correction makes them exact to rounding.
+        default ``4 eps^0.75``.  The final Newton correction makes them exact to rounding.
+      throw: raise :class:`~jaxcrawl.NonConvergenceError` when a root-find stops at its cap.
 
     Returns:
-      :class:`HostCapSolution`.
+      :class:`HostCapSolution` (its policy says whether both root-finds ``converged``).
 
     Raises:
       ValueError: (eagerly) bad shapes or ids, a cap <= 0 or NaN, an infeasible problem
@@ -413,39 +217,50 @@ def solve_with_host_caps(problem: CrawlProblem, host_id, host_cap, objective: st
     """
     if not isinstance(problem, CrawlProblem):
         raise TypeError(f"problem must be a jaxcrawl.CrawlProblem, got {type(problem).__name__}")
-    rate_fn, marginal_fn, params, lower, upper, on_signal = _setup(problem, objective, epsilon)
-    host = jnp.asarray(host_id)
     dtype = problem.importance.dtype
+    n = problem.importance.shape[-1]
+    if objective == "binary-epsilon" and is_concrete(epsilon):
+        e = np.asarray(epsilon)
+        if not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > 1):
+            raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
+    utility, floor = _capped_utility(objective, epsilon, dtype, problem.bandwidth, n)
+    params = (jax.vmap(utility.params) if problem.importance.ndim > 1 else utility.params)(problem)
+    shape = problem.importance.shape
+    lo, hi = utility.page_bounds(params, jnp.asarray(problem.bandwidth, dtype)[..., None], n, dtype)
+    lo = jnp.broadcast_to(lo, shape)
+    hi = jnp.broadcast_to(hi, shape)
+    for extra, pick in ((floor, jnp.maximum), (lower, jnp.maximum)):
+        if extra is not None:
+            lo = pick(lo, jnp.broadcast_to(jnp.asarray(extra, dtype)[..., None] if extra is floor
+                                           else jnp.asarray(extra, dtype), shape))
+    if upper is not None:
+        hi = jnp.minimum(hi, jnp.asarray(upper, dtype))
+    host = jnp.asarray(host_id)
     cap = jnp.asarray(host_cap)
     if not jnp.issubdtype(cap.dtype, jnp.floating):
         cap = cap.astype(dtype)
     cap = cap.astype(dtype)
-    if is_concrete(problem, host, cap, lower):
-        if objective == "binary-epsilon":
-            e = np.asarray(epsilon)
-            if not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > 1):
-                raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
-        _check_hosts(problem, host, cap, lower, upper)
+    if is_concrete(problem, host, cap, lo, hi):
+        _check_hosts(problem, host, cap, lo, hi)
     host = host.astype(jnp.int32)
     no_hosts = cap.shape[-1] == 0
     if no_hosts:  # one uncapped dummy host keeps the gathers well-formed
         cap = jnp.full(cap.shape[:-1] + (1,), jnp.inf, dtype)
     budget = jnp.asarray(problem.bandwidth, dtype)
-    cfg = (int(max_steps), int(inner_steps),
-           float(_default_rtol(dtype) if rtol is None else rtol))
-    x, nu, kappa, steps = _batched_solve(rate_fn, marginal_fn, cfg, params, budget, lower,
-                                         upper, host, cap)
+    opts = dict(max_steps=max_steps, inner_steps=inner_steps, rtol=rtol)
+    sol = _batched_solve(utility, params, budget, lo, hi, host, cap, opts)
+    x, nu, kappa = sol.x, sol.dual, sol.host_dual
+    if throw:
+        raise_unless_converged("solve_with_host_caps", sol.converged, sol.num_steps, sol.residual)
     H = cap.shape[-1]
-    has_host = (host >= 0) & (host < H)
-    seg = jnp.where(has_host, host, H)
-    if x.ndim == 1:
-        host_rate = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
-    else:
-        host_rate = jax.vmap(lambda v: jax.ops.segment_sum(v, seg, num_segments=H + 1)[:H])(
-            x.reshape(-1, x.shape[-1])).reshape(x.shape[:-1] + (H,))
-    steps = jax.lax.stop_gradient(steps).astype(jnp.int32)
-    policy = make_policy(problem, x, nu, num_steps=steps, on_signal=on_signal)
-    policy = policy._replace(residual=jax.lax.stop_gradient(policy.residual))
+    seg = jnp.where((host >= 0) & (host < H), host, H)
+    host_rate = jax.ops.segment_sum(jnp.moveaxis(x, -1, 0), seg, num_segments=H + 1)[:H]
+    host_rate = jnp.moveaxis(host_rate, 0, -1)
+    steps = jax.lax.stop_gradient(sol.num_steps)
+    on_signal = (jax.vmap(utility.signal_mask, (0, None)) if x.ndim > 1 else utility.signal_mask)(
+        params, (n,)) if utility.on_signal is not None else jnp.zeros(shape, bool)
+    policy = make_policy(problem, x, nu, sol.residual, steps, on_signal=on_signal,
+                         converged=sol.converged)
     binding = (kappa > 0) | (host_rate >= cap * (1 - 4 * jnp.finfo(dtype).eps))
     if no_hosts:
         kappa, host_rate, binding = (a[..., :0] for a in (kappa, host_rate, binding))
@@ -463,7 +278,7 @@ def lambda_crawl_with_host_caps(problem: CrawlProblem, host_id, host_cap, *,
     :math:`\sum\rho=R` and :math:`\sum_{i\in h}\rho_i\le C_h` (SIGIR-19's politeness
     constraints).  KKT: :math:`\rho_i=\varphi_i(\nu+\kappa_{h(i)})` with Prop. 2's
     :math:`\varphi` for incomplete pages and Prop. 5's :math:`\min(\lambda,\mu/\cdot)` for
-    complete ones (:func:`jaxcrawl.solvers._lc_rate`).  With no binding cap it equals
+    complete ones (the ``"harmonic"`` utility).  With no binding cap it equals
     :func:`jaxcrawl.lambda_crawl`.  See :func:`solve_with_host_caps` for the arguments.
     """
     return solve_with_host_caps(problem, host_id, host_cap, "harmonic", max_steps=max_steps,
@@ -696,8 +511,7 @@ def solver_from_caps_file(path: str, page_id, objective: str = "harmonic", *,
       A callable ``problem -> Policy`` (the host arrays are bound to it; the solve
       itself is compiled once per shape).
     """
-    if objective not in _OBJECTIVES:
-        _setup(CrawlProblem(jnp.ones(1), jnp.ones(1), 1.0), objective, epsilon)  # raises
+    _capped_utility(objective, epsilon, jnp.float32, 1.0, 1)  # raises for unknown / non-separable
     if unknown_pages not in ("error", "ignore"):
         raise ValueError("unknown_pages must be 'error' or 'ignore'")
     host_ids, caps, named = read_host_caps(path)

@@ -22,16 +22,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple, Optional
 
+from jax.typing import ArrayLike
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CrawlProblem", "Policy", "is_concrete"]
+from ._src.checks import check_positive_finite, is_concrete
 
-
-def is_concrete(*xs: Any) -> bool:
-    """True when none of ``xs`` is a JAX tracer (so values can be checked eagerly)."""
-    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(xs))
+__all__ = ["CrawlProblem", "Policy", "make_policy", "raw_problem", "is_concrete"]
 
 
 def _as_float_array(x, name):
@@ -51,25 +50,6 @@ def _as_float_array(x, name):
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
     return arr
-
-
-def _check_positive_finite(arr, name):
-    a = np.asarray(arr)
-    if a.size == 0:
-        raise ValueError(f"{name} is empty: a crawl problem needs at least one page")
-    bad = ~np.isfinite(a)
-    if bad.any():
-        idx = int(np.flatnonzero(bad.ravel())[0])
-        raise ValueError(
-            f"{name} must be finite; found {a.ravel()[idx]!r} at flat index {idx}"
-        )
-    nonpos = a <= 0
-    if nonpos.any():
-        idx = int(np.flatnonzero(nonpos.ravel())[0])
-        raise ValueError(
-            f"{name} must be > 0 for every page; found {a.ravel()[idx]!r} at flat index {idx}"
-            " (a page that never changes or is never requested need not be tracked)"
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,8 +116,8 @@ class CrawlProblem:
             raise ValueError(
                 f"complete must have the pages' shape {imp.shape}; got {self.complete.shape}"
             )
-        _check_positive_finite(imp, "importance")
-        _check_positive_finite(lam, "change_rate")
+        check_positive_finite(imp, "importance")
+        check_positive_finite(lam, "change_rate")
         bw = np.asarray(self.bandwidth)
         batch = imp.shape[:-1]
         try:
@@ -229,8 +209,12 @@ class Policy(NamedTuple):
         ``d(harmonic_cost)/d(bandwidth) = -dual / n`` at the optimum (envelope
         theorem); heuristics report the dual of the proportional-allocation
         problem they solve (see each solver's docstring).
-      residual: ``sum(rate) - bandwidth`` after the solve (float precision).
+      residual: for root-finding solvers, ``sum(rate) - bandwidth`` at the returned
+        dual *before* the closing correction (``|residual| <= rtol * bandwidth`` when
+        converged); for closed forms, ``sum(rate) - bandwidth``.
       num_steps: root-finding iterations used (0 for closed forms).
+      converged: whether the root-find met its tolerance (True for closed forms); per
+        problem when batched.  Pass ``throw=True`` to a solver to make False an error.
     """
 
     rate: jax.Array
@@ -239,10 +223,17 @@ class Policy(NamedTuple):
     dual: jax.Array
     residual: jax.Array
     num_steps: jax.Array
+    converged: jax.Array = True
 
 
-def make_policy(problem: CrawlProblem, rate, dual, residual=None, num_steps=0,
-                on_signal=None) -> Policy:
+def raw_problem(importance, change_rate, bandwidth, complete) -> "CrawlProblem":
+    """A :class:`CrawlProblem` from already-validated (or traced) arrays, without checks."""
+    return _unflatten(None, (importance, change_rate, bandwidth, complete))
+
+
+def make_policy(problem: CrawlProblem, rate: ArrayLike, dual: ArrayLike, residual: Optional[ArrayLike] = None,
+                num_steps: ArrayLike = 0, on_signal: Optional[ArrayLike] = None,
+                converged: ArrayLike = True) -> Policy:
     """Assemble a :class:`Policy` from rates (computes ``prob`` and the residual).
 
     ``on_signal`` defaults to ``problem.complete``.
@@ -254,4 +245,5 @@ def make_policy(problem: CrawlProblem, rate, dual, residual=None, num_steps=0,
         residual = jnp.sum(rate, axis=-1) - problem.bandwidth
     dual = jnp.asarray(dual, dtype=rate.dtype)
     return Policy(rate=rate, prob=prob, on_signal=comp, dual=dual, residual=residual,
-                  num_steps=jnp.asarray(num_steps, dtype=jnp.int32))
+                  num_steps=jnp.asarray(num_steps, dtype=jnp.int32),
+                  converged=jnp.broadcast_to(jnp.asarray(converged, bool), jnp.shape(dual)))

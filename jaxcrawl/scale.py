@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Iterator, NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .allocate import _default_rtol, _eval, root_dual, root_init, root_update
-from .problem import CrawlProblem
-from . import solvers
+from ._src import budget as _budget
+from ._src import rootfind
+from .problem import raw_problem
+from .utilities import Utility, binary_epsilon, get_utility
 
 __all__ = [
     "page_mesh",
@@ -162,22 +163,23 @@ def write_page_table(directory: str, importance, change_rate, complete=None) -> 
 
 
 class StreamResult(NamedTuple):
-    """Result of :func:`stream_solve`."""
+    """Result of :func:`stream_solve`.
 
-    rate: np.ndarray  # a memory map of the plan's rates when out_path is given
+    Attributes:
+      rate: the plan's rates (a memory map when ``out_path`` is given).
+      dual: the budget multiplier ν.
+      residual: ``sum(x(ν)) - bandwidth`` at the returned dual, before the closing correction.
+      num_steps: root-finding steps.
+      num_passes: full reads of the page table.
+      converged: whether the root-find met its tolerance before ``max_steps``.
+    """
+
+    rate: np.ndarray
     dual: float
     residual: float
     num_steps: int
-    num_passes: int  # full reads of the page table
-
-
-_FAMILIES = {
-    # name: (rate_fn, marginal_fn, params(mu, lam, comp), upper(mu, lam, comp), poisson_only)
-    "harmonic": (solvers._lc_rate, solvers._lc_marginal, lambda m, l, c: (m, l, c),
-                 lambda m, l, c: jnp.where(c, l, jnp.inf)),
-    "binary": (solvers._blc_rate, solvers._blc_marginal, lambda m, l, c: (m, l),
-               lambda m, l, c: jnp.full_like(m, jnp.inf)),
-}
+    num_passes: int
+    converged: bool = True
 
 
 def _pad(a, size, fill):
@@ -186,93 +188,116 @@ def _pad(a, size, fill):
     return np.concatenate([a, np.full(size - a.shape[0], fill, dtype=a.dtype)])
 
 
-def stream_solve(table: PageTable, bandwidth: float, *, objective: str = "harmonic", epsilon: float = 0.0,
-                 chunk_size: int = 1 << 20, dtype=None, out_path: Optional[str] = None,
-                 max_steps: int = 100, rtol: Optional[float] = None) -> StreamResult:
-    """Solve LambdaCrawl (``objective="harmonic"``) or BLC/BLCε (``"binary"``) from disk.
+def _stream_utility(objective, epsilon) -> Utility:
+    if objective == "binary" and epsilon:
+        return binary_epsilon(float(epsilon))
+    if epsilon and objective != "binary-epsilon":
+        raise ValueError("epsilon applies to objective='binary' only")
+    u = get_utility(objective)
+    if not u.separable or u.marginal is None:
+        raise ValueError(f"objective {u.name!r} couples pages (not separable), so it cannot be "
+                         "solved chunk by chunk; load the table and call jaxcrawl.solve")
+    return u
 
-    The same optimum as :func:`jaxcrawl.lambda_crawl` / :func:`jaxcrawl.binary_lambda_crawl`
-    (NeurIPS-19 Alg. 1-3; Azar et al. / supplement §9.3), computed from per-chunk sums:
-    one pass for the bandwidth statistics, one for the dual bracket, one per root-finding
-    step, and one to write the plan.  Memory is O(chunk_size).
+
+def stream_solve(table: PageTable, bandwidth: float, *, objective: Union[str, Utility] = "harmonic",
+                 epsilon: float = 0.0, chunk_size: int = 1 << 20, dtype=None,
+                 out_path: Optional[str] = None, max_steps: int = 100,
+                 rtol: Optional[float] = None) -> StreamResult:
+    """Solve any separable :class:`~jaxcrawl.Utility` from a page table on disk.
+
+    The same optimum as :func:`jaxcrawl.solve` (e.g. LambdaCrawl, NeurIPS-19 Alg. 1-3, for
+    ``"harmonic"``; BLC/BLCε, Azar et al. / supplement §9.3, for ``"binary"``), computed
+    from per-chunk sums: one pass for the bounds' statistics, one for the dual bracket,
+    one per root-finding step (the same :func:`root_update` as the in-memory solve,
+    driven from the host), one for the residual at the final dual, and one to write the
+    plan.  Memory is O(chunk_size).
 
     Args:
       table: the page table.
       bandwidth: total crawl rate R (> 0; for an all-complete table below their total rate).
-      objective: ``"harmonic"`` or ``"binary"``.
-      epsilon: BLCε floor fraction (binary only).
+      objective: a registry name or a separable :class:`~jaxcrawl.Utility`.
+      epsilon: BLCε floor fraction (with ``objective="binary"``).
       chunk_size: pages per chunk (chunks are padded to this size, so one compilation).
       dtype: float dtype of the computation (default: the table's, or float32).
       out_path: write the rates to this ``.npy`` file (memory map) instead of returning an array.
+      max_steps, rtol: as in :func:`jaxcrawl.allocate`.
 
     Returns:
-      :class:`StreamResult`.
+      :class:`StreamResult` (with ``converged`` and the pre-correction residual).
     """
-    if objective not in _FAMILIES:
-        raise ValueError(f"objective must be one of {sorted(_FAMILIES)}; got {objective!r}")
     if not np.isfinite(bandwidth) or bandwidth <= 0:
         raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
-    if objective == "harmonic" and epsilon:
-        raise ValueError("epsilon applies to objective='binary' only")
     if not 0 <= epsilon <= 1:
         raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
-    rate_fn, marginal_fn, params_of, upper_of = _FAMILIES[objective]
+    utility = _stream_utility(objective, epsilon)
     dtype = jnp.dtype(dtype or (table.importance.dtype if jnp.dtype(table.importance.dtype).kind == "f" else jnp.float32))
     if dtype == jnp.float64 and not jax.config.jax_enable_x64:
         dtype = jnp.dtype(jnp.float32)
     n = table.num_pages
     size = min(chunk_size, n)
     budget = jnp.asarray(bandwidth, dtype)
-    lower = jnp.asarray(epsilon * bandwidth / n, dtype)
 
     def load(chunk):
         start, m, l, c = chunk
         k = m.shape[0]
-        valid = np.arange(size) < k
-        m = jnp.asarray(_pad(m, size, 1.0), dtype)
-        l = jnp.asarray(_pad(l, size, 1.0), dtype)
-        c = jnp.asarray(_pad(c, size, False))
-        return start, k, m, l, c, jnp.asarray(valid)
+        return (start, k, jnp.asarray(_pad(m, size, 1.0), dtype), jnp.asarray(_pad(l, size, 1.0), dtype),
+                jnp.asarray(_pad(c, size, False)), jnp.asarray(np.arange(size) < k))
+
+    def chunk_parts(m, l, c):
+        params = utility.params(raw_problem(m, l, budget, c))
+        lo, hi = utility.page_bounds(params, budget, n, dtype)
+        return params, jnp.broadcast_to(lo, m.shape), jnp.broadcast_to(hi, m.shape)
 
     @jax.jit
     def stats(m, l, c, valid):
-        upper = upper_of(m, l, c)
-        width = upper - lower
+        _, lo, hi = chunk_parts(m, l, c)
+        width = hi - lo
         finite = jnp.isfinite(width) & valid
         return (jnp.sum(jnp.where(finite, width, 0.0)), jnp.sum((~finite) & valid),
-                jnp.max(jnp.where(finite, width, 0.0)), jnp.sum(jnp.where(valid & jnp.isfinite(upper), upper, 0.0)))
+                jnp.max(jnp.where(finite, width, 0.0)), jnp.sum(jnp.where(valid & jnp.isfinite(hi), hi, 0.0)),
+                jnp.sum(jnp.where(valid, lo, 0.0)))
 
     @jax.jit
     def bracket(m, l, c, valid, slack, big, total):
-        upper = upper_of(m, l, c)
-        width = upper - lower
-        w = jnp.where(jnp.isfinite(width), width, big)
-        xbar = lower + slack * w / total
-        mg = marginal_fn(xbar, params_of(m, l, c))
-        ok = valid & (width > 0) & jnp.isfinite(mg)
-        return jnp.min(jnp.where(ok, mg, jnp.inf)), jnp.max(jnp.where(ok, mg, -jnp.inf))
+        params, lo, hi = chunk_parts(m, l, c)
+        width = hi - lo
+        xbar = lo + slack * jnp.where(jnp.isfinite(width), width, big) / total
+        return _budget.marginal_range(utility.marginal, params, xbar, valid & (width > 0))
 
     @jax.jit
     def sums(m, l, c, valid, nu):
-        x, dx, *_ = _eval(rate_fn, params_of(m, l, c), nu, lower, upper_of(m, l, c))
+        params, lo, hi = chunk_parts(m, l, c)
+        x, dx, *_ = _budget.eval_pages(utility.rate, params, nu, lo, hi)
         return jnp.sum(jnp.where(valid, x, 0.0)), jnp.sum(jnp.where(valid, dx, 0.0))
 
     @jax.jit
     def final(m, l, c, nu, factor):
-        x, dx, *_ = _eval(rate_fn, params_of(m, l, c), nu, lower, upper_of(m, l, c))
-        upper = upper_of(m, l, c)
-        return jnp.clip(x + factor * dx, lower, upper)
+        params, lo, hi = chunk_parts(m, l, c)
+        x, dx, *_ = _budget.eval_pages(utility.rate, params, nu, lo, hi)
+        return jnp.clip(x + factor * dx, lo, hi)
+
+    def total_sums(nu):
+        f = df = 0.0
+        for chunk in table.chunks(size):
+            _, _, m, l, c, valid = load(chunk)
+            s_, ds = sums(m, l, c, valid, nu)
+            f, df = f + float(s_), df + float(ds)
+        return f, df
 
     passes = 0
-    sw = ninf = mw = su = 0.0
+    sw = ninf = mw = su = sl = 0.0
     for chunk in table.chunks(size):
         _, _, m, l, c, valid = load(chunk)
-        a, b_, cmax, d = stats(m, l, c, valid)
-        sw, ninf, mw, su = sw + float(a), ninf + float(b_), max(mw, float(cmax)), su + float(d)
+        a, b_, cmax, d, e = stats(m, l, c, valid)
+        sw, ninf, mw, su, sl = sw + float(a), ninf + float(b_), max(mw, float(cmax)), su + float(d), sl + float(e)
     passes += 1
     if ninf == 0 and float(budget) >= su:
-        raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({su}): every page is complete")
-    slack = float(budget) - n * float(lower)
+        raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({su}): every page "
+                         "is bounded above (e.g. every page is complete)")
+    if float(budget) < sl * (1 - 1e-12):
+        raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sl})")
+    slack = float(budget) - sl
     big = max(slack, mw) if max(slack, mw) > 0 else 1.0
     total = sw + ninf * big
     lo_nu, hi_nu = np.inf, -np.inf
@@ -283,29 +308,20 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str = "harmon
     passes += 1
     if not (np.isfinite(lo_nu) and np.isfinite(hi_nu)):
         lo_nu = hi_nu = 1.0
-    state, log_mode = root_init(jnp.asarray(lo_nu, dtype), jnp.asarray(hi_nu, dtype))
-    tol = (_default_rtol(dtype) if rtol is None else rtol) * float(budget)
-    f = df = 0.0
+    state, log_mode = rootfind.root_init(jnp.asarray(lo_nu, dtype), jnp.asarray(hi_nu, dtype))
+    tol = (rootfind.default_rtol(dtype) if rtol is None else rtol) * float(budget)
     while not bool(state.done) and int(state.k) < max_steps:
-        nu = root_dual(state, log_mode)
-        f = df = 0.0
-        for chunk in table.chunks(size):
-            _, _, m, l, c, valid = load(chunk)
-            s, ds = sums(m, l, c, valid, nu)
-            f, df = f + float(s), df + float(ds)
+        nu = rootfind.root_value(state, log_mode)
+        f, df = total_sums(nu)
         passes += 1
-        state = root_update(state, jnp.asarray(f - float(budget), dtype), jnp.asarray(df, dtype), log_mode, tol)
-    nu = root_dual(state, log_mode)
-    # one more pass for the sums at the final dual (the loop's last evaluation may be at another point)
-    f = df = 0.0
-    for chunk in table.chunks(size):
-        _, _, m, l, c, valid = load(chunk)
-        s, ds = sums(m, l, c, valid, nu)
-        f, df = f + float(s), df + float(ds)
+        state = rootfind.root_update(state, jnp.asarray(f - float(budget), dtype), jnp.asarray(df, dtype),
+                                     log_mode, tol)
+    nu = rootfind.root_value(state, log_mode)
+    # the sums at the final dual: the residual before the closing correction
+    f, df = total_sums(nu)
     passes += 1
-    # polish: x += r * w / sum(w) with w = -dx on free pages  (as allocate's final correction)
-    r = float(budget) - f
-    factor = r / df if df < 0 else 0.0  # x + factor*dx == x + r * w / sum(w), w = -dx
+    residual = f - float(budget)
+    factor = -residual / df if df < 0 else 0.0  # x + factor*dx == x + r * w / sum(w), w = -dx
     out = (np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)) if out_path
            else np.empty(n, dtype=dtype))
     for chunk in table.chunks(size):
@@ -314,5 +330,6 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str = "harmon
     passes += 1
     if out_path:
         out.flush()
-    residual = float(np.sum(out, dtype=np.float64) - float(budget))
-    return StreamResult(rate=out, dual=float(nu), residual=residual, num_steps=int(state.k), num_passes=passes)
+    converged = bool(state.done) and bool(np.isfinite(residual))
+    return StreamResult(rate=out, dual=float(nu), residual=float(residual), num_steps=int(state.k),
+                        num_passes=passes, converged=converged)

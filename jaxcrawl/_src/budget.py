@@ -1,0 +1,333 @@
+r"""The budgeted allocation: one root-find on the dual, one implicit rule, host caps optional.
+
+Solves
+
+.. math::
+
+   \max_x \sum_i u_i(x_i)\quad\text{s.t.}\quad \sum_i x_i = B,\qquad
+   \sum_{i\in h} x_i \le C_h\ (h=1..H),\qquad \ell_i\le x_i\le h_i
+
+through the per-page inverse marginal :math:`\varphi_i=(u_i')^{-1}` (``rate_fn``): with a
+global multiplier :math:`\nu` and host multipliers :math:`\kappa_h\ge0`,
+:math:`x_i=\mathrm{clip}(\varphi_i(\nu+\kappa_{h(i)}),\ell_i,h_i)`.
+
+Without hosts this is the plain budget problem: one safeguarded Newton iteration on
+:math:`f(\nu)=\sum_i x_i(\nu)-B` (:mod:`jaxcrawl._src.rootfind`).  With hosts, for a fixed
+:math:`\nu` a host whose pages want :math:`S_h(\nu)=\sum_{i\in h}x_i(\nu)>C_h` receives exactly
+:math:`C_h` (its :math:`\kappa_h>0` solves :math:`S_h(\nu+\kappa_h)=C_h`), so the outer equation
+:math:`G(\nu)=\sum_{i\notin\text{hosts}}x_i(\nu)+\sum_h\min(S_h(\nu),C_h)=B` is continuous,
+nonincreasing and needs no inner solve; afterwards one vectorised root-find gives every
+binding host's :math:`\mu_h=\nu+\kappa_h`.
+
+A closing Newton correction on the free pages makes the budget (and every binding cap)
+hold to rounding.  The residual and the ``converged`` flag are measured *before* it: the
+correction never hides a solve that stopped at its cap.
+
+Derivatives: one ``jax.custom_jvp`` applies the implicit function theorem to the active
+constraints (the budget and every binding cap),
+
+.. math::
+
+   d\mu_h = \frac{dC_h-\sum_{i\in h}\text{fixed}_i}{\sum_{i\in h,\,\text{free}}\partial_\nu\varphi_i},\qquad
+   d\nu = \frac{dB-\sum_h dC_h-\sum_{i\,\text{elsewhere}}\text{fixed}_i}
+              {\sum_{i\,\text{elsewhere, free}}\partial_\nu\varphi_i},
+
+with :math:`\text{fixed}_i=\partial_\theta\varphi_i\,d\theta` on free pages and the bound's
+tangent on clipped ones; :math:`dx_i=\text{fixed}_i+\partial_\nu\varphi_i\,d(\text{dual}_i)`.
+Forward and reverse mode (its transpose) cost one pass over the pages; loops are never
+differentiated.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from . import rootfind
+
+
+class BudgetSolution(NamedTuple):
+    """Raw result of :func:`solve`: allocation, duals, pre-correction residual, status."""
+
+    x: jax.Array
+    dual: jax.Array
+    host_dual: Optional[jax.Array]
+    residual: jax.Array
+    converged: jax.Array
+    num_steps: jax.Array
+
+
+def eval_pages(rate_fn, params, nu, lower, upper):
+    """One pass at per-page (or scalar) duals ``nu``: clipped allocation ``x``, its
+    derivative in the dual on free pages (0 elsewhere), and the masks ``free``,
+    ``at_lo``, ``at_hi``."""
+    phi, dphi = jax.jvp(lambda v: rate_fn(v, params), (nu,), (jnp.ones_like(nu),))
+    shape = jnp.broadcast_shapes(phi.shape, jnp.shape(lower), jnp.shape(upper))
+    phi = jnp.broadcast_to(phi, shape)
+    dphi = jnp.broadcast_to(dphi, shape)
+    at_lo = phi <= lower
+    at_hi = (phi >= upper) & ~at_lo
+    free = ~(at_lo | at_hi)
+    x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, phi))
+    return x, jnp.where(free & jnp.isfinite(dphi), dphi, 0.0), free, at_lo, at_hi
+
+
+def reference_point(budget, lower, upper):
+    """A feasible point inside the box that sums to ``budget``, and the movable mask."""
+    width = upper - lower
+    finite = jnp.isfinite(width)
+    slack = budget - jnp.sum(lower)
+    big = jnp.maximum(slack, jnp.max(jnp.where(finite, width, 0.0)))
+    big = jnp.where(big > 0, big, 1.0)
+    w = jnp.where(finite, width, big)
+    total = jnp.sum(w)
+    total = jnp.where(total > 0, total, 1.0)
+    return lower + slack * (w / total), width > 0
+
+
+def marginal_range(marginal_fn, params, xbar, movable):
+    """(min, max) of the marginal utilities at ``xbar`` over movable pages, NaN-free."""
+    m = jnp.broadcast_to(marginal_fn(xbar, params), xbar.shape)
+    ok = movable & jnp.isfinite(m)
+    return jnp.min(jnp.where(ok, m, jnp.inf)), jnp.max(jnp.where(ok, m, -jnp.inf))
+
+
+def bracket_from_marginals(marginal_fn, params, budget, lower, upper):
+    """Dual bracket ``[a, b]`` with ``f(a) >= 0 >= f(b)``, from the marginal utilities at a
+    feasible point: at :math:`\\nu=\\max_i u_i'(\\bar x_i)` every page has
+    :math:`x_i(\\nu)\\le\\bar x_i` (sum at most the budget), symmetrically at the min.
+    One pass over the pages."""
+    xbar, movable = reference_point(budget, lower, upper)
+    a, b = marginal_range(marginal_fn, params, xbar, movable)
+    fallback = ~(jnp.isfinite(a) & jnp.isfinite(b))
+    return jnp.where(fallback, 1.0, a), jnp.where(fallback, 1.0, b)
+
+
+def expand_bracket(total_fn, budget, a, b, max_expansions: int = 64):
+    """Widen ``[a, b]`` (geometrically when positive) until ``total(a) >= B >= total(b)``."""
+    def widen_lo(a, b):
+        return jnp.where(a > 0, a / 4.0, a - 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
+
+    def widen_hi(a, b):
+        return jnp.where(b > 0, b * 4.0, b + 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
+
+    a, _ = jax.lax.while_loop(lambda s: (total_fn(s[0]) < budget) & (s[1] < max_expansions),
+                              lambda s: (widen_lo(s[0], b), s[1] + 1), (a, 0))
+    b, _ = jax.lax.while_loop(lambda s: (total_fn(s[0]) > budget) & (s[1] < max_expansions),
+                              lambda s: (widen_hi(a, s[0]), s[1] + 1), (b, 0))
+    return a, b
+
+
+class _Hosts(NamedTuple):
+    """Segment bookkeeping of host-capped solves."""
+
+    has_host: jax.Array
+    seg: jax.Array
+    hidx: jax.Array
+    num: int
+
+    def sum(self, v):
+        return jax.ops.segment_sum(v, self.seg, num_segments=self.num + 1)[: self.num]
+
+
+def _hosts(host, num_hosts):
+    has_host = (host >= 0) & (host < num_hosts)
+    return _Hosts(has_host, jnp.where(has_host, host, num_hosts), jnp.where(has_host, host, 0), num_hosts)
+
+
+def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled):
+    max_steps, _, rtol = cfg
+
+    def total(nu):
+        x, *_ = eval_pages(rate_fn, params, nu, lower, upper)
+        return jnp.sum(x)
+
+    if marginal_fn is not None:
+        shape = jax.eval_shape(lambda: rate_fn(bracket[0], params)).shape
+        shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
+        a, b = bracket_from_marginals(marginal_fn, params, budget, jnp.broadcast_to(lower, shape),
+                                      jnp.broadcast_to(upper, shape))
+    else:
+        a, b = expand_bracket(total, budget, bracket[0], bracket[1])
+    a = jax.lax.stop_gradient(jnp.asarray(a, budget.dtype))
+    b = jax.lax.stop_gradient(jnp.asarray(b, budget.dtype))
+    state, log_mode = rootfind.root_init(a, b)
+
+    def f_and_df(nu):
+        x, dx, *_ = eval_pages(rate_fn, params, nu, lower, upper)
+        return jnp.sum(x) - budget, jnp.sum(dx)
+
+    loop = rootfind.iterate_unrolled if unrolled else rootfind.iterate
+    final = loop(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps)
+    nu = rootfind.root_value(final, log_mode)
+    # Closing correction.  The sums at nu are one fused reduction; the corrected allocation
+    # is recomputed elementwise from a barrier copy of nu (so XLA does not materialise x and
+    # dx as page-sized temporaries).
+    x, dx, *_ = eval_pages(rate_fn, params, nu, lower, upper)
+    residual = jnp.sum(x) - budget
+    sw = -jnp.sum(dx)
+    c = jnp.where(sw > 0, -residual / jnp.where(sw > 0, sw, 1.0), 0.0)
+    nu_b, c = jax.lax.optimization_barrier((nu, c))
+    x, dx, *_ = eval_pages(rate_fn, params, nu_b, lower, upper)
+    x = jnp.clip(x - c * dx, lower, upper)
+    converged = final.done & jnp.isfinite(residual)
+    return x, nu, None, residual, converged, final.k
+
+
+def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap):
+    max_steps, inner_steps, rtol = cfg
+    dtype = budget.dtype
+    n = lower.shape[-1]
+    hs = _hosts(host, cap.shape[-1])
+    tiny = jnp.finfo(dtype).tiny
+
+    def at(d):
+        return eval_pages(rate_fn, params, d, lower, upper)
+
+    def global_parts(nu):
+        x, dx, *_ = at(jnp.full((n,), nu, dtype))
+        s, ds = hs.sum(x), hs.sum(dx)
+        bind = s > cap
+        g = jnp.sum(jnp.where(hs.has_host, 0.0, x)) + jnp.sum(jnp.where(bind, cap, s))
+        dg = jnp.sum(jnp.where(hs.has_host, 0.0, dx)) + jnp.sum(jnp.where(bind, 0.0, ds))
+        return g - budget, dg
+
+    # outer bracket [a, b] with G(a) >= B >= G(b); caps only lower G, so only a may move
+    a, b = bracket_from_marginals(marginal_fn, params, budget, lower, upper)
+    a = jnp.maximum(jnp.asarray(a, dtype), tiny)
+    b = jnp.maximum(jnp.asarray(b, dtype), a)
+    a, _ = jax.lax.while_loop(
+        lambda s: (global_parts(s[0])[0] < 0) & (s[1] < 64) & (s[0] > 16 * tiny),
+        lambda s: (s[0] / 16.0, s[1] + 1), (a, 0))
+    state, log_mode = rootfind.root_init(a, b)
+    outer = rootfind.iterate(global_parts, state, log_mode, rtol * jnp.abs(budget), max_steps)
+    nu = rootfind.root_value(outer, log_mode)
+
+    # inner: every binding host's mu_h = nu + kappa_h, all at once, on [nu, max marginal]
+    x_nu, *_ = at(jnp.full((n,), nu, dtype))
+    bind = hs.sum(x_nu) > cap
+    share = (cap - hs.sum(lower)) / jnp.maximum(hs.sum(jnp.ones((n,), dtype)), 1.0)
+    xbar = lower + jnp.where(hs.has_host, share[hs.hidx], 0.0)
+    movable = hs.has_host & (xbar < upper)
+    m = marginal_fn(jnp.where(movable, xbar, 1.0), params)
+    m = jnp.where(movable & jnp.isfinite(m), m, -jnp.inf)
+    mu_hi = jax.ops.segment_max(m, hs.seg, num_segments=hs.num + 1)[: hs.num]
+    mu_hi = jnp.maximum(jnp.where(jnp.isfinite(mu_hi), mu_hi, nu), nu)
+    bind_page = hs.has_host & bind[hs.hidx]
+
+    def inner_f(muh):
+        x, dx, *_ = at(jnp.where(bind_page, muh[hs.hidx], nu))
+        return hs.sum(x) - cap, hs.sum(dx)
+
+    state_h, log_h = rootfind.root_init(jnp.full((hs.num,), nu), mu_hi, done=~bind)
+    inner = rootfind.iterate(inner_f, state_h, log_h, rtol * jnp.where(bind, cap, 1.0), inner_steps)
+    mu = jnp.where(bind, rootfind.root_value(inner, log_h), nu)
+
+    # closing corrections: each binding host to its cap, the other pages to the budget
+    x, dx, *_ = at(jnp.where(bind_page, mu[hs.hidx], nu))
+    residual = jnp.sum(x) - budget
+    w = -dx
+    r_h = cap - hs.sum(x)
+    w_h = hs.sum(jnp.where(bind_page, w, 0.0))
+    corr_h = jnp.where(bind & (w_h > 0), r_h / jnp.where(w_h > 0, w_h, 1.0), 0.0)
+    x = x + jnp.where(bind_page, corr_h[hs.hidx] * w, 0.0)
+    r = budget - jnp.sum(x)
+    w_g = jnp.sum(jnp.where(bind_page, 0.0, w))
+    corr = jnp.where(w_g > 0, r / jnp.where(w_g > 0, w_g, 1.0), 0.0)
+    x = x + jnp.where(bind_page, 0.0, corr * w)
+    x = jnp.clip(x, lower, upper)
+    s = hs.sum(x)
+    scale = jnp.where(s > cap, cap / jnp.where(s > 0, s, 1.0), 1.0)
+    x = jnp.where(hs.has_host, x * scale[hs.hidx], x)
+    kappa = jnp.where(bind, mu - nu, 0.0)
+    converged = outer.done & jnp.all(inner.done | ~bind) & jnp.isfinite(residual)
+    return x, nu, kappa, residual, converged, outer.k + inner.k
+
+
+def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, unrolled=False):
+    if hosts is None:
+        out = _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled)
+    else:
+        out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts)
+    x, nu, kappa, residual, converged, steps = out
+    shape = jnp.broadcast_shapes(x.shape, jnp.shape(lower), jnp.shape(upper))
+    return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts):
+    return _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
+
+
+@_solve.defjvp
+def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
+    params, budget, lower, upper, bracket, hosts = primals
+    dparams, dbudget, dlower, dupper, _, dhosts = tangents
+    out = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
+    x, nu, kappa, residual, converged, steps = out
+    nu = jax.lax.stop_gradient(nu)
+    shape = x.shape
+    if hosts is None:
+        d = nu
+        bind_page = jnp.zeros(shape, bool)
+    else:
+        host, cap = hosts
+        hs = _hosts(host, cap.shape[-1])
+        kappa = jax.lax.stop_gradient(kappa)
+        bind = kappa > 0
+        bind_page = hs.has_host & bind[hs.hidx]
+        d = jnp.where(bind_page, (nu + kappa)[hs.hidx], nu)
+    _, dphi_dd, free, at_lo, at_hi = eval_pages(rate_fn, params, d, jnp.broadcast_to(lower, shape),
+                                                jnp.broadcast_to(upper, shape))
+    _, dphi_dth = jax.jvp(lambda p: rate_fn(d, p), (params,), (dparams,))
+    dphi_dth = jnp.where(free, jnp.broadcast_to(dphi_dth, shape), 0.0)
+    dbound = jnp.where(at_lo, jnp.broadcast_to(dlower, shape),
+                       jnp.where(at_hi, jnp.broadcast_to(dupper, shape), 0.0))
+    fixed = dbound + dphi_dth  # the part of dx that does not move with the duals
+    elsewhere = ~bind_page
+    num = dbudget - jnp.sum(jnp.where(elsewhere, fixed, 0.0))
+    den = jnp.sum(jnp.where(elsewhere, dphi_dd, 0.0))
+    if hosts is not None:
+        dcap = jnp.where(bind, dhosts[1], 0.0)
+        num_h = dcap - hs.sum(jnp.where(bind_page, fixed, 0.0))
+        den_h = hs.sum(jnp.where(bind_page, dphi_dd, 0.0))
+        dmu = jnp.where(bind & (den_h != 0), num_h / jnp.where(den_h != 0, den_h, 1.0), 0.0)
+        num = num - jnp.sum(dcap)
+    dnu = jnp.where(den != 0, num / jnp.where(den != 0, den, 1.0), 0.0)
+    if hosts is None:
+        dd, dkappa = dnu, None
+    else:
+        dd = jnp.where(bind_page, dmu[hs.hidx], dnu)
+        dkappa = jnp.where(bind, dmu - dnu, 0.0)
+    dx = jnp.where(free, dphi_dth + dphi_dd * dd, dbound)
+    zeros = rootfind.float0_tangents((converged, steps))
+    return out, (dx, dnu, dkappa, jnp.zeros_like(residual), *zeros)
+
+
+# One compilation per (rate_fn, marginal_fn, cfg) and input shapes: eager callers hit the cache.
+_solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
+
+
+def solve(rate_fn, marginal_fn, params: Any, budget, lower, upper, *, bracket=None, hosts=None,
+          max_steps: int = 100, inner_steps: int = 100, rtol: Optional[float] = None,
+          unrolled: bool = False) -> BudgetSolution:
+    """Solve one budget problem (no validation: the public wrappers check their inputs).
+
+    ``hosts`` is ``None`` or ``(host, cap)``; ``unrolled=True`` runs exactly ``max_steps``
+    iterations in a differentiable scan (the baseline the implicit rule is measured
+    against; no host caps).  ``bracket`` is required when ``marginal_fn`` is None.
+    """
+    if bracket is None:
+        bracket = (jnp.ones((), budget.dtype), jnp.ones((), budget.dtype))
+    cfg = (int(max_steps), int(inner_steps),
+           float(rootfind.default_rtol(budget.dtype) if rtol is None else rtol))
+    if unrolled:
+        if hosts is not None:
+            raise ValueError("the unrolled adjoint has no host-capped form")
+        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, True)
+    else:
+        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
+    x, nu, kappa, residual, converged, steps = out
+    return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps)

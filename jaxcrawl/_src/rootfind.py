@@ -1,0 +1,232 @@
+r"""One safeguarded Newton iteration for every monotone equation in jaxcrawl.
+
+:func:`root_update` is the single step (rtsafe: Newton inside a shrinking bracket,
+bisection when Newton leaves it or stalls), written elementwise so that the same code
+runs
+
+* on the scalar dual of the budget constraint (:mod:`jaxcrawl._src.budget`, in memory or
+  driven from the host chunk by chunk for streamed tables),
+* on a vector of independent host duals (host-capped solves),
+* on per-element equations (:func:`solve_monotone`: the estimators' likelihood equations,
+  the per-arm KKT inverses of sync bandits, the uniform-interval inverse).
+
+The iteration works on ``z = log x`` when the bracket is positive (the roots span many
+decades) and on ``x`` otherwise.  Every loop has a step cap and reports whether it
+converged: nothing downstream may hide a stop at the cap.
+
+:func:`solve_monotone` carries the implicit derivative of its roots
+(:math:`dx = -(\partial_\theta f\,d\theta)/\partial_x f` for interior roots, the bound's
+tangent for clipped ones), so loops are never differentiated, in forward or reverse mode.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def default_rtol(dtype) -> float:
+    """Default relative tolerance of a root: ``4 eps**0.75`` of the dtype."""
+    eps = float(jnp.finfo(dtype).eps)
+    return 4.0 * eps ** 0.75
+
+
+class RootState(NamedTuple):
+    """State of the safeguarded Newton iteration on ``z`` (``log x`` or ``x``), elementwise.
+
+    ``[za, zb]`` is the bracket (``f(za) >= 0 >= f(zb)`` for nonincreasing ``f``), ``z`` the
+    iterate, ``dz_old`` the previous step, ``k`` the step count, ``done`` the per-element
+    convergence flag.
+    """
+
+    za: jax.Array
+    zb: jax.Array
+    z: jax.Array
+    dz_old: jax.Array
+    k: jax.Array
+    done: jax.Array
+
+
+def root_init(a, b, z0=None, done=None) -> tuple[RootState, jax.Array]:
+    """Start on the bracket ``[a, b]`` of ``x``: returns ``(state, log_mode)``.
+
+    ``log_mode`` (elementwise) is ``a > 0``: then the iteration runs on ``log x``.
+    ``z0`` optionally gives the starting ``x`` (default: the bracket's (geometric) middle);
+    ``done`` marks elements that need no iteration.
+    """
+    a = jnp.asarray(a)
+    b = jnp.asarray(b)
+    log_mode = a > 0
+    za = to_z(a, log_mode)
+    zb = to_z(b, log_mode)
+    z = 0.5 * (za + zb) if z0 is None else jnp.clip(to_z(jnp.asarray(z0, a.dtype), log_mode), za, zb)
+    done = jnp.zeros(jnp.shape(z), bool) if done is None else jnp.asarray(done)
+    state = RootState(za, zb, z, jnp.abs(zb - za), jnp.asarray(0, jnp.int32), done)
+    return state, log_mode
+
+
+def to_z(x, log_mode):
+    """The iteration variable of ``x``: ``log x`` where ``log_mode`` else ``x``."""
+    return jnp.where(log_mode, jnp.log(jnp.where(log_mode, x, 1.0)), x)
+
+
+def root_value(state: RootState, log_mode) -> jax.Array:
+    """The current iterate as ``x`` (``exp z`` in log mode)."""
+    return jnp.where(log_mode, jnp.exp(state.z), state.z)
+
+
+def root_update(state: RootState, f, df_dx, log_mode, tol, ztol=0.0) -> RootState:
+    """One rtsafe step given ``f(x)`` (nonincreasing) and ``df/dx`` at the current iterate.
+
+    The bracket shrinks to the current point; a Newton step (on ``z``) is taken when it
+    stays inside the bracket and at least halves the step, bisection otherwise.  An
+    element converges when ``|f| <= tol``, when its bracket is a few ulps wide, or when a
+    Newton step is at most ``ztol`` (then the Newton point is accepted).  Converged
+    elements keep their iterate.  Pure elementwise JAX.
+    """
+    za, zb, z, dz_old, k, _ = state
+    eps = jnp.finfo(jnp.result_type(z)).eps
+    x = jnp.where(log_mode, jnp.exp(z), z)
+    df = df_dx * jnp.where(log_mode, x, 1.0)  # df/dz
+    za = jnp.where(f > 0, z, za)
+    zb = jnp.where(f > 0, zb, z)
+    zb = jnp.where(f == 0, z, zb)
+    za = jnp.where(f == 0, z, za)
+    width = zb - za
+    converged = (jnp.abs(f) <= tol) | (width <= 4 * eps * jnp.maximum(jnp.abs(z), 1.0))
+    ok_df = (df < 0) & jnp.isfinite(df) & jnp.isfinite(f)
+    newton = z - f / jnp.where(ok_df, df, -1.0)
+    small = ok_df & (jnp.abs(newton - z) <= ztol)
+    use_newton = ok_df & (((newton > za) & (newton < zb) & (jnp.abs(2.0 * f) <= jnp.abs(dz_old * df)))
+                          | small)
+    znew = jnp.where(use_newton, newton, 0.5 * (za + zb))
+    dz = jnp.abs(znew - z)
+    znew = jnp.where(converged, z, znew)
+    return RootState(za, zb, znew, dz, k + 1, converged | small)
+
+
+def freeze(old: RootState, new: RootState) -> RootState:
+    """Keep finished elements of ``old`` unchanged (the step count always advances)."""
+    keep = lambda n, o: jnp.where(old.done, o, n)  # noqa: E731
+    return RootState(keep(new.za, old.za), keep(new.zb, old.zb), keep(new.z, old.z),
+                     keep(new.dz_old, old.dz_old), new.k, old.done | new.done)
+
+
+def iterate(f_and_df: Callable, state: RootState, log_mode, tol, max_steps: int, ztol=0.0) -> RootState:
+    """Run :func:`root_update` in a ``lax.while_loop`` until every element converged or
+    ``max_steps`` steps; ``f_and_df(x) -> (f, df/dx)`` elementwise."""
+
+    def body(s):
+        f, df = f_and_df(root_value(s, log_mode))
+        return freeze(s, root_update(s, f, df, log_mode, tol, ztol))
+
+    return jax.lax.while_loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, state)
+
+
+# --------------------------------------------------------------- per-element monotone roots
+class Roots(NamedTuple):
+    """Result of :func:`solve_monotone`.
+
+    Attributes:
+      x: the roots, clipped to ``[lower, upper]`` (an equation whose root lies outside
+        gets the bound on that side: for a monotone function that is the clipped root).
+      converged: per-element bool (clipped elements are converged).
+      num_steps: int32 scalar, iterations used.
+    """
+
+    x: jax.Array
+    converged: jax.Array
+    num_steps: jax.Array
+
+
+def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower, upper, *,
+                   x0=None, max_steps: int = 64, rtol: Optional[float] = None,
+                   ftol: float = 0.0) -> Roots:
+    r"""Elementwise roots of ``fn(x, params) = 0``, ``fn`` nonincreasing in ``x``, on a box.
+
+    Each element of ``x`` has its own equation (``fn`` maps an array ``x`` of shape ``S``
+    to values of shape ``S``, element ``i`` depending only on ``x[i]``).  The iteration
+    is :func:`root_update` on ``log x`` when ``lower > 0``; it stops per element at a
+    relative step ``rtol`` (default ``4 eps^0.75``), at ``|f| <= ftol``, or at a bracket
+    of a few ulps, and globally at ``max_steps``.  ``x0`` (optional, not differentiated)
+    is the starting point.
+
+    Derivatives with respect to ``params``, ``lower`` and ``upper`` are exact by the
+    implicit function theorem (a ``jax.custom_jvp``; reverse mode is its transpose).
+    """
+    lower = jnp.asarray(lower)
+    upper = jnp.asarray(upper)
+    dtype = jnp.result_type(lower.dtype, upper.dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        dtype = jnp.result_type(float)
+    shape = jnp.broadcast_shapes(jnp.shape(lower), jnp.shape(upper),
+                                 () if x0 is None else jnp.shape(x0))
+    shape = jnp.broadcast_shapes(shape, jax.eval_shape(
+        lambda: fn(jnp.broadcast_to(lower.astype(dtype), shape), params)).shape)
+    lower = jnp.broadcast_to(lower.astype(dtype), shape)
+    upper = jnp.broadcast_to(upper.astype(dtype), shape)
+    if x0 is not None:
+        x0 = jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(x0, dtype), shape))
+    cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol))
+    x, converged, steps = _monotone(fn, cfg, params, lower, upper, x0)
+    return Roots(x, converged, steps)
+
+
+def _monotone_impl(fn, cfg, params, lower, upper, x0):
+    max_steps, rtol, ftol = cfg
+
+    def f_and_df(x):
+        return jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
+
+    f_lo, _ = f_and_df(lower)
+    f_hi, _ = f_and_df(upper)
+    at_lo = ~(f_lo > 0)                 # root at or below the lower bound (or f(lower) NaN)
+    at_hi = (~at_lo) & ~(f_hi < 0)      # root at or above the upper bound
+    interior = ~(at_lo | at_hi)
+    state, log_mode = root_init(lower, upper, x0, ~interior)
+    final = iterate(f_and_df, state, log_mode, ftol, max_steps, ztol=rtol)
+    x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, jnp.clip(root_value(final, log_mode), lower, upper)))
+    return x, final.done, final.k
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _monotone(fn, cfg, params, lower, upper, x0):
+    return _monotone_impl(fn, cfg, params, lower, upper, x0)
+
+
+@_monotone.defjvp
+def _monotone_jvp(fn, cfg, primals, tangents):
+    params, lower, upper, x0 = primals
+    dparams, dlower, dupper, _ = tangents
+    x, converged, steps = _monotone(fn, cfg, params, lower, upper, x0)
+    at_lo = x <= lower
+    at_hi = (x >= upper) & ~at_lo
+    interior = ~(at_lo | at_hi)
+    _, df_dx = jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
+    _, df_dth = jax.jvp(lambda p: fn(x, p), (params,), (dparams,))
+    ok = interior & (df_dx != 0) & jnp.isfinite(df_dx)
+    dx_int = -df_dth / jnp.where(ok, df_dx, 1.0)
+    dx = jnp.where(at_lo, dlower, jnp.where(at_hi, dupper, jnp.where(ok, dx_int, 0.0)))
+    return (x, converged, steps), (dx, *float0_tangents((converged, steps)))
+
+
+def float0_tangents(like):
+    """Zero tangents (dtype float0) for integer / bool outputs."""
+    return tuple(np.zeros(jnp.shape(v), dtype=jax.dtypes.float0) for v in like)
+
+
+def iterate_unrolled(f_and_df: Callable, state: RootState, log_mode, tol, max_steps: int,
+                     ztol=0.0) -> RootState:
+    """Exactly ``max_steps`` steps of :func:`root_update` in a ``lax.scan`` (finished
+    elements frozen): reverse-mode autodiff can differentiate through it step by step.
+    Kept only as the baseline the implicit rule is measured against."""
+
+    def body(s, _):
+        f, df = f_and_df(root_value(s, log_mode))
+        return freeze(s, root_update(s, f, df, log_mode, tol, ztol)), None
+
+    final, _ = jax.lax.scan(body, state, None, length=max_steps)
+    return final

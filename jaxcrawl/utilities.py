@@ -1,0 +1,402 @@
+r"""Objectives as values: the :class:`Utility` type, the built-in utilities, a registry, and
+:func:`solve`.
+
+Every optimal-rate problem of the papers maximises a separable concave utility under the
+crawl budget, :math:`\max_x\sum_i u_i(x_i)` s.t. :math:`\sum_i x_i=R`,
+:math:`\ell_i\le x_i\le h_i`.  What a solver needs from an objective is small: the per-page
+inverse marginal :math:`x_i(\nu)=(u_i')^{-1}(\nu)` (``rate``), the marginal :math:`u_i'`
+(``marginal``, for the dual bracket), how to read its parameters from a
+:class:`~jaxcrawl.CrawlProblem` (``params``), optional per-page bounds and which pages are
+crawled on their change signals.  A :class:`Utility` holds exactly that, and every consumer
+takes one: :func:`solve` and the named solvers, the host-capped solves
+(:func:`jaxcrawl.politeness.solve_with_host_caps`), streaming from disk
+(:func:`jaxcrawl.scale.stream_solve`), the sharded path (any solve on sharded arrays), the
+command line's ``--objective`` and the learners' inner solvers.  A user-defined utility
+inherits exact gradients (implicit function theorem), host caps, streaming and sharding.
+
+Example -- weighted log utility :math:`u_i(x)=\zeta_i\log x` (proportional fairness)::
+
+    log_utility = jaxcrawl.Utility(
+        name="log",
+        rate=lambda nu, p: p[0] / nu,           # (u')^{-1}(nu) = zeta / nu
+        marginal=lambda x, p: p[0] / x,         # u'(x) = zeta / x
+    )
+    policy = jaxcrawl.solve(problem, log_utility)
+
+Functions must be module-level (or otherwise kept alive and reused): a :class:`Utility` is
+a static argument of the compiled solve, so a new closure per call compiles again.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.typing import ArrayLike
+
+from .allocate import allocate
+from ._src import rootfind, special
+from ._src.checks import is_concrete
+from .problem import CrawlProblem, Policy, make_policy, raw_problem
+
+__all__ = [
+    "Utility",
+    "solve",
+    "register_utility",
+    "get_utility",
+    "utility_names",
+    "default_params",
+    "HARMONIC",
+    "HARMONIC_APPROX",
+    "BINARY",
+    "BINARY_EPSILON",
+    "DELAY",
+    "UNIFORM",
+    "binary_epsilon",
+    "incomplete_harmonic_rate",
+]
+
+Params = Any
+
+
+def default_params(problem: CrawlProblem) -> Params:
+    """``(importance, change_rate)``: the parameters of most utilities."""
+    return (problem.importance, problem.change_rate)
+
+
+class Utility(NamedTuple):
+    r"""A separable concave objective :math:`\sum_i u_i(x_i)`, as a solver sees it.
+
+    Attributes:
+      name: registry name (also what the CLI's ``--objective`` takes once registered).
+      rate: ``rate(dual, params) -> x``: the per-page inverse marginal
+        :math:`(u_i')^{-1}(\nu)`, nonincreasing in the dual; may return ``inf`` (never
+        NaN) where a page wants unbounded rate and 0 where none.
+      marginal: ``marginal(x, params) -> u'(x)`` (per page); used for the dual bracket
+        and host caps.  ``None`` only for non-separable utilities, which give ``bracket``.
+      params: ``params(problem) -> pytree`` of per-page arrays (default
+        ``(importance, change_rate)``); derivatives flow to every leaf.
+      bounds: optional ``bounds(params, bandwidth, num_pages) -> (lower, upper)`` per-page
+        rate bounds (default ``0`` and ``inf``).
+      on_signal: optional ``on_signal(params) -> bool mask`` of pages crawled on their
+        change signals (default: none; every page is crawled as a Poisson process).
+      value: optional ``value(x, params) -> u(x)`` per page (for evaluation and tests).
+      bracket: optional ``bracket(params, bandwidth) -> (a, b)`` starting dual bracket,
+        for utilities without ``marginal``.
+      dual: optional ``dual(nu, params) -> reported dual`` (default: ν itself).
+      separable: False when ``rate`` couples pages (through sums over them): such a
+        utility cannot be host-capped or streamed chunk by chunk.
+    """
+
+    name: str
+    rate: Callable[[jax.Array, Params], jax.Array]
+    marginal: Optional[Callable[[jax.Array, Params], jax.Array]]
+    params: Callable[[CrawlProblem], Params] = default_params
+    bounds: Optional[Callable[[Params, jax.Array, int], tuple]] = None
+    on_signal: Optional[Callable[[Params], jax.Array]] = None
+    value: Optional[Callable[[jax.Array, Params], jax.Array]] = None
+    bracket: Optional[Callable[[Params, jax.Array], tuple]] = None
+    dual: Optional[Callable[[jax.Array, Params], jax.Array]] = None
+    separable: bool = True
+
+    def page_bounds(self, params: Params, bandwidth, num_pages: int, dtype) -> tuple:
+        """``(lower, upper)`` per page (scalars when the utility has no bounds)."""
+        if self.bounds is None:
+            return jnp.zeros((), dtype), jnp.full((), jnp.inf, dtype)
+        lo, hi = self.bounds(params, bandwidth, num_pages)
+        return jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
+
+    def signal_mask(self, params: Params, shape) -> jax.Array:
+        """Pages crawled on their change signals (all False by default)."""
+        if self.on_signal is None:
+            return jnp.zeros(shape, bool)
+        return jnp.broadcast_to(self.on_signal(params), shape)
+
+
+# ------------------------------------------------------------------------- registry
+_REGISTRY: dict[str, Utility] = {}
+
+
+def register_utility(utility: Utility, *, overwrite: bool = False) -> Utility:
+    """Add ``utility`` to the registry under ``utility.name`` (returns it)."""
+    if not isinstance(utility, Utility):
+        raise TypeError(f"register_utility takes a jaxcrawl.Utility; got {type(utility).__name__}")
+    if utility.name in _REGISTRY and not overwrite and _REGISTRY[utility.name] is not utility:
+        raise ValueError(f"a utility named {utility.name!r} is already registered (overwrite=True replaces it)")
+    _REGISTRY[utility.name] = utility
+    return utility
+
+
+def utility_names() -> tuple[str, ...]:
+    """Names of the registered utilities, in registration order."""
+    return tuple(_REGISTRY)
+
+
+def get_utility(utility: Union[str, Utility]) -> Utility:
+    """The :class:`Utility` of a registry name (or the utility itself)."""
+    if isinstance(utility, Utility):
+        return utility
+    if isinstance(utility, str):
+        try:
+            return _REGISTRY[utility]
+        except KeyError:
+            raise ValueError(f"unknown objective {utility!r}; registered: {', '.join(_REGISTRY)}") from None
+    raise TypeError(f"utility must be a registry name or a jaxcrawl.Utility; got {type(utility).__name__}")
+
+
+# -------------------------------------------------------------------------- the solve
+def solve(problem: CrawlProblem, utility: Union[str, Utility], *, lower: Optional[ArrayLike] = None,
+          upper: Optional[ArrayLike] = None, max_steps: int = 100, rtol: Optional[float] = None,
+          adjoint: str = "implicit", throw: bool = False) -> Policy:
+    r"""The optimal policy of ``utility`` for ``problem``: one dual root-find (``allocate``).
+
+    Maximises :math:`\sum_i u_i(x_i)` s.t. :math:`\sum_i x_i = R` and the per-page bounds
+    (the utility's, intersected with ``lower``/``upper`` when given).  Leading batch axes of
+    the problem are solved with ``jax.vmap``; jit-, vmap-, grad- and shard-safe; derivatives
+    are exact (implicit function theorem).
+
+    Args:
+      problem: the pages.
+      utility: a registry name (``"harmonic"``, ``"harmonic-approx"``, ``"binary"``,
+        ``"binary-epsilon"``, ``"delay"``, ``"uniform"``, or one registered with
+        :func:`register_utility`) or a :class:`Utility`.
+      lower, upper: extra per-page rate bounds (broadcast to the pages), e.g. revisit
+        limits; the tighter of these and the utility's own bounds apply.
+      max_steps, rtol, adjoint, throw: as in :func:`jaxcrawl.allocate`.
+
+    Returns:
+      :class:`~jaxcrawl.Policy` with ``converged`` and the pre-correction ``residual``.
+    """
+    u = get_utility(utility)
+    if not isinstance(problem, CrawlProblem):
+        raise TypeError(f"problem must be a jaxcrawl.CrawlProblem, got {type(problem).__name__}")
+    opts = dict(max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw)
+    if problem.importance.ndim > 1:
+        batch = problem.importance.shape[:-1]
+        flat = raw_problem(problem.importance, problem.change_rate,
+                           jnp.broadcast_to(problem.bandwidth, batch), problem.complete)
+        shape = problem.importance.shape
+        lo = None if lower is None else jnp.broadcast_to(jnp.asarray(lower, problem.dtype), shape)
+        hi = None if upper is None else jnp.broadcast_to(jnp.asarray(upper, problem.dtype), shape)
+        return jax.vmap(lambda p, lo_, hi_: solve(p, u, lower=lo_, upper=hi_, **opts))(flat, lo, hi)
+    return _solve_one(problem, u, lower, upper, **opts)
+
+
+def _solve_one(problem, u: Utility, lower, upper, **opts) -> Policy:
+    params = u.params(problem)
+    n = problem.importance.shape[-1]
+    dtype = problem.dtype
+    lo, hi = u.page_bounds(params, problem.bandwidth, n, dtype)
+    if lower is not None:
+        lo = jnp.maximum(lo, jnp.asarray(lower, dtype))
+    if upper is not None:
+        hi = jnp.minimum(hi, jnp.asarray(upper, dtype))
+    if u.marginal is None:
+        if u.bracket is None:
+            raise ValueError(f"utility {u.name!r} needs marginal or bracket")
+        bracket = u.bracket(params, problem.bandwidth)
+    else:
+        bracket = None
+    sol = allocate(u.rate, params, problem.bandwidth, lo, hi, marginal_fn=u.marginal,
+                             bracket=bracket, **opts)
+    dual = sol.dual if u.dual is None else u.dual(sol.dual, params)
+    return make_policy(problem, sol.x, dual, sol.residual, sol.num_steps,
+                       on_signal=u.signal_mask(params, problem.importance.shape),
+                       converged=sol.converged)
+
+
+# ---------------------------------------------------------------- harmonic staleness
+@jax.custom_jvp
+def incomplete_harmonic_rate(mu, lam, nu):
+    r"""Optimal Poisson crawl rate of an incomplete page at multiplier ν (NeurIPS-19 Prop. 2).
+
+    :math:`\rho = (-\lambda + \sqrt{\lambda^2 + 4\mu\lambda/\nu})/2`, computed without
+    cancellation as :math:`2q/(\lambda+\sqrt{\lambda^2+4q})`, :math:`q=\mu\lambda/\nu`.
+    Its derivative comes from differentiating :math:`\rho^2+\lambda\rho=\mu\lambda/\nu`
+    (one division per page instead of autodiff through the square root), which keeps
+    each root-finding pass cheap at web scale.
+    """
+    q = mu * lam * (1.0 / nu)
+    return 2.0 * q / (lam + jnp.sqrt(lam * lam + 4.0 * q))
+
+
+@incomplete_harmonic_rate.defjvp
+def _incomplete_harmonic_rate_jvp(primals, tangents):
+    mu, lam, nu = primals
+    dmu, dlam, dnu = tangents
+    r = incomplete_harmonic_rate(mu, lam, nu)
+    inv = 1.0 / nu
+    dr = (lam * inv * dmu + (mu * inv - r) * dlam - mu * lam * inv * inv * dnu) / (2.0 * r + lam)
+    return r, dr
+
+
+def _mixed_params(problem):
+    return (problem.importance, problem.change_rate, problem.complete)
+
+
+def _mixed_bounds(params, bandwidth, num_pages):
+    _, lam, comp = params
+    return 0.0, jnp.where(comp, lam, jnp.inf)
+
+
+def _mixed_signal(params):
+    return params[2]
+
+
+def _harmonic_rate(nu, params):
+    mu, lam, comp = params
+    # Incomplete (Prop. 2) and complete (Prop. 5 relaxation: rho = p lam = mu / nu, capped
+    # at lam by the bounds) pages share the multiplier.
+    return jnp.where(comp, mu * (1.0 / nu), incomplete_harmonic_rate(mu, lam, nu))
+
+
+def _harmonic_marginal(x, params):
+    mu, lam, comp = params
+    return jnp.where(comp, mu / x, mu * lam / (x * (x + lam)))
+
+
+def _harmonic_value(x, params):
+    mu, lam, comp = params
+    return jnp.where(comp, mu * jnp.log(jnp.minimum(x / lam, 1.0)), mu * jnp.log(x / (x + lam)))
+
+
+HARMONIC = register_utility(Utility(
+    name="harmonic", rate=_harmonic_rate, marginal=_harmonic_marginal, params=_mixed_params,
+    bounds=_mixed_bounds, on_signal=_mixed_signal, value=_harmonic_value))
+
+
+# --------------------------------------------------------------- LambdaCrawlApprox
+def _lca_vprime(d, params):
+    r"""Marginal harmonic utility of the incomplete group's bandwidth when it is spread by
+    Prop. 9 (:math:`\rho_w=\mu_w/d`): :math:`(1/M)\sum\mu\lambda d^2/(\mu+\lambda d)`."""
+    mu, lam, comp = params
+    inc = ~comp
+    m_inc = jnp.sum(jnp.where(inc, mu, 0.0))
+    has_inc = m_inc > 0
+    terms = jnp.where(inc, mu * lam * d * d / (mu + lam * d), 0.0)
+    return jnp.where(has_inc, jnp.sum(terms) / jnp.where(has_inc, m_inc, 1.0), d)
+
+
+def _lca_rate(d, params):
+    mu, _, comp = params
+    return jnp.where(comp, mu / _lca_vprime(d, params), mu / d)
+
+
+def _lca_bracket(params, bandwidth):
+    mu, _, comp = params
+    m_inc = jnp.sum(jnp.where(comp, 0.0, mu))
+    d0 = jnp.where(m_inc > 0, m_inc / bandwidth, jnp.sum(mu) / bandwidth)
+    return d0, 2.0 * d0
+
+
+HARMONIC_APPROX = register_utility(Utility(
+    name="harmonic-approx", rate=_lca_rate, marginal=None, params=_mixed_params,
+    bounds=_mixed_bounds, on_signal=_mixed_signal, value=_harmonic_value, bracket=_lca_bracket,
+    dual=_lca_vprime, separable=False))
+
+
+# ------------------------------------------------------------------ binary freshness
+def _binary_rate(nu, params):
+    zeta, xi = params
+    return jnp.sqrt(zeta * xi * (1.0 / nu)) - xi
+
+
+def _binary_marginal(x, params):
+    zeta, xi = params
+    return zeta * xi / jnp.square(x + xi)
+
+
+def _binary_value(x, params):
+    zeta, xi = params
+    return zeta * x / (x + xi)
+
+
+BINARY = register_utility(Utility(
+    name="binary", rate=_binary_rate, marginal=_binary_marginal, value=_binary_value))
+
+
+@functools.lru_cache(maxsize=None)
+def binary_epsilon(epsilon: float = 0.4) -> Utility:
+    r"""BLCε's utility: binary freshness with every page floored at :math:`\varepsilon R/n`
+    (NeurIPS-19 supplement §9.3).  Cached per ``epsilon`` (one compilation each)."""
+    eps = float(epsilon)
+    if not (np.isfinite(eps) and 0.0 <= eps <= 1.0):
+        raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
+
+    def bounds(params, bandwidth, num_pages):
+        return eps * bandwidth / num_pages, jnp.inf
+
+    return Utility(name="binary-epsilon" if eps == 0.4 else f"binary-epsilon({eps:g})",
+                   rate=_binary_rate, marginal=_binary_marginal, bounds=bounds, value=_binary_value)
+
+
+BINARY_EPSILON = register_utility(binary_epsilon(0.4))
+
+
+# ------------------------------------------------------------------- accumulated delay
+def _delay_rate(nu, params):
+    zeta, xi = params
+    return jnp.sqrt(zeta) * jnp.sqrt(xi) * jax.lax.rsqrt(nu)
+
+
+def _delay_marginal(x, params):
+    zeta, xi = params
+    return zeta * xi / jnp.square(x)
+
+
+def _delay_value(x, params):
+    zeta, xi = params
+    return -zeta * xi / x
+
+
+DELAY = register_utility(Utility(
+    name="delay", rate=_delay_rate, marginal=_delay_marginal, value=_delay_value))
+
+
+# ------------------------------------------------------- uniform-interval freshness
+def _k_residual(u, a):
+    return a - special.u_minus_log1p(u)
+
+
+def _k_inverse(a):
+    """``u >= 0`` with ``u - log1p(u) = a`` (``a >= 0``), by the shared safeguarded Newton on
+    the bracket ``[sqrt(2a), a + sqrt(a^2 + 2a)]`` (``u^2/(2(1+u)) <= k(u) <= u^2/2``)."""
+    lo = jnp.sqrt(2.0 * a)
+    hi = a + jnp.sqrt(a * a + 2.0 * a)
+    return rootfind.solve_monotone(_k_residual, a, lo, jnp.maximum(hi, lo), x0=hi, max_steps=32).x
+
+
+def _uniform_rate(nu, params):
+    zeta, xi = params
+    # dG/drho = (zeta/xi) h(xi/rho), h(u) = 1 - (1+u) e^{-u}; solve h(u) = c = nu xi / zeta,
+    # i.e. u - log1p(u) = -log1p(-c).  c >= 1: the page is not worth crawling.
+    c = nu * xi / zeta
+    valid = c < 1.0
+    u = _k_inverse(-jnp.log1p(-jnp.where(valid, c, 0.5)))
+    us = jnp.where(valid & (u > 0), u, 1.0)
+    return jnp.where(valid, jnp.where(u > 0, xi / us, jnp.inf), 0.0)
+
+
+def _uniform_marginal(x, params):
+    zeta, xi = params
+    return zeta / xi * special.gamma2_cdf(xi / x)
+
+
+def _uniform_value(x, params):
+    zeta, xi = params
+    pos = x > 0
+    u = xi / jnp.where(pos, x, 1.0)
+    return jnp.where(pos, zeta * (-jnp.expm1(-u)) / u, 0.0)
+
+
+UNIFORM = register_utility(Utility(
+    name="uniform", rate=_uniform_rate, marginal=_uniform_marginal, value=_uniform_value))
+
+
+def _check_epsilon(epsilon) -> None:
+    if is_concrete(epsilon):
+        e = np.asarray(epsilon)
+        if not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > 1):
+            raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
