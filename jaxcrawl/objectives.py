@@ -24,6 +24,7 @@ from typing import Union
 import jax
 import jax.numpy as jnp
 
+from ._src.special import gamma2_cdf
 from .problem import CrawlProblem, Policy
 
 __all__ = [
@@ -133,28 +134,3 @@ def uniform_interval_freshness(problem: CrawlProblem, rate: RateLike, *, per_pag
     u = xi / r
     val = zeta * (-jnp.expm1(-u)) / u
     return _reduce(jnp.where(pos, val, 0.0), per_page, average=False)
-
-
-def gamma2_cdf(u):
-    r""":math:`h(u) = 1-(1+u)e^{-u}` (the Gamma(2, 1) CDF), accurate for small ``u``.
-
-    It is the scaled marginal utility of uniform-interval crawling:
-    :math:`\partial G/\partial\rho_i = (\zeta_i/\xi_i)\,h(\xi_i/\rho_i)` (derivative of
-    Learning to Crawl App. I.2's G).  A Taylor series is used below ``u = 0.5``.
-    """
-    u = jnp.asarray(u)
-    small = u < 0.5
-    us = jnp.where(small, u, 0.0)
-    # h(u) = sum_{k>=2} (-1)^k (k-1) u^k / k!
-    coeffs = []
-    fact = 1.0
-    for k in range(2, 20):
-        fact *= k
-        coeffs.append(((-1) ** k) * (k - 1) / fact)
-    series = jnp.zeros_like(us)
-    for c in reversed(coeffs):
-        series = (series + c) * us
-    series = series * us
-    ul = jnp.where(small, 1.0, u)
-    direct = 1.0 - (1.0 + ul) * jnp.exp(-ul)
-    return jnp.where(small, series, direct)

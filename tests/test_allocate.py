@@ -36,6 +36,7 @@ def simplex_box_projection_ref(y, budget, lo, hi):
     return np.clip(y - (a + b) / 2, lo, hi)
 
 
+@pytest.mark.x64
 def test_closed_form_proportional():
     a = jnp.array([1.0, 2.0, 3.0, 4.0])
     sol = allocate(inv_rate, a, 5.0, marginal_fn=inv_marginal)
@@ -44,6 +45,7 @@ def test_closed_form_proportional():
     assert abs(float(sol.residual)) <= 1e-12 * 5
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(5))
 def test_projection_negative_duals_matches_reference(seed):
     rng = np.random.default_rng(seed)
@@ -59,6 +61,7 @@ def test_projection_negative_duals_matches_reference(seed):
     assert np.all(np.asarray(sol.x) >= lo - 1e-15) and np.all(np.asarray(sol.x) <= hi + 1e-15)
 
 
+@pytest.mark.x64
 def test_explicit_bracket_is_widened():
     a = jnp.array([1.0, 2.0, 3.0])
     sol = allocate(inv_rate, a, 6.0, bracket=(50.0, 60.0))  # true dual is 1
@@ -76,6 +79,7 @@ def test_infeasible_budget_raises():
         allocate(proj_rate, jnp.zeros(3), jnp.ones(2), marginal_fn=proj_marginal)
 
 
+@pytest.mark.x64
 def test_vmap_equals_python_loop():
     rng = np.random.default_rng(3)
     A = jnp.asarray(rng.lognormal(size=(7, 20)))
@@ -105,6 +109,7 @@ def _fd_check(f, args, argnum, h=1e-6, rtol=1e-6, atol=1e-9):
         np.testing.assert_allclose(np.asarray(g)[..., i] if x.ndim else g, fd, rtol=rtol, atol=atol)
 
 
+@pytest.mark.x64
 def test_derivatives_with_active_bounds_match_finite_differences():
     rng = np.random.default_rng(4)
     n = 8
@@ -124,6 +129,7 @@ def test_derivatives_with_active_bounds_match_finite_differences():
         _fd_check(f, (a, budget, lo, hi), argnum)
 
 
+@pytest.mark.x64
 def test_clipped_page_derivative_is_zero_and_dual_uses_free_pages():
     a = jnp.array([10.0, 1.0, 1.0])
     hi = jnp.array([0.5, 10.0, 10.0])
@@ -160,6 +166,7 @@ def test_no_recompilation_on_second_call():
     frac=st.floats(0.01, 0.99),
     dtype=st.sampled_from([jnp.float32, jnp.float64]),
 )
+@pytest.mark.x64
 def test_property_budget_bounds_and_monotone_kkt(seed, n, frac, dtype):
     rng = np.random.default_rng(seed)
     y = rng.normal(size=n) * 10 ** rng.uniform(-3, 3)

@@ -39,6 +39,7 @@ def active_bounds(name, pol, p):
     return None
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("name", list(SOLVERS))
 @pytest.mark.parametrize("seed,bw", [(0, 0.3), (1, 0.05), (2, 2.0)])
 def test_gradients_and_jvps_match_finite_differences(name, seed, bw):
@@ -70,6 +71,7 @@ def test_gradients_and_jvps_match_finite_differences(name, seed, bw):
     np.testing.assert_allclose(J, fd.T, rtol=1e-5, atol=1e-7 * scale, err_msg=f"{name}: Jacobian")
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("name", ["lambda_crawl", "binary_lambda_crawl", "binary_lambda_crawl_eps"])
 def test_active_bounds_present_and_clipped_pages_have_zero_derivative(name):
     mu, lam, R, comp = make(3, n=40, complete_fraction=0.5, bw=0.4)
@@ -94,6 +96,7 @@ def test_active_bounds_present_and_clipped_pages_have_zero_derivative(name):
     np.testing.assert_allclose(J.sum(axis=0), 0.0, atol=1e-10 * np.abs(J).max())
 
 
+@pytest.mark.x64
 def test_vmap_of_grad_equals_loop():
     mus, lams = np.random.default_rng(0).lognormal(size=(2, 5, 20))
     p = lambda m, l: CrawlProblem(m, l, 4.0)
@@ -103,6 +106,7 @@ def test_vmap_of_grad_equals_loop():
         np.testing.assert_allclose(batched[i], g(mus[i], lams[i]), rtol=1e-10)
 
 
+@pytest.mark.x64
 def test_hessian_vector_products_are_finite():
     mu, lam, R, comp = make(5, n=10)
     f = lambda l: jaxcrawl.harmonic_cost(CrawlProblem(mu, l, R, comp), jaxcrawl.lambda_crawl(CrawlProblem(mu, l, R, comp)))

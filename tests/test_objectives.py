@@ -13,6 +13,7 @@ def harmonic_numbers(K):
     return np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, K + 1))])
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("lam,rho", [(0.3, 1.0), (2.0, 0.5), (5.0, 20.0), (0.01, 3.0)])
 def test_harmonic_prop1_against_sum_over_uncrawled_changes(lam, rho):
     # Under Poisson(rho) crawling, the time since the last crawl is Exp(rho) and the number of
@@ -27,6 +28,7 @@ def test_harmonic_prop1_against_sum_over_uncrawled_changes(lam, rho):
     np.testing.assert_allclose(jaxcrawl.binary_cost(p, jnp.array([rho])), 1.7 * expected_B, rtol=1e-12)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("prob", [0.05, 0.3, 0.9, 1.0])
 def test_harmonic_prop4_complete_pages(prob):
     # Crawling on each change with probability p: uncrawled changes are geometric, P(N=k) = p (1-p)^k.
@@ -40,6 +42,7 @@ def test_harmonic_prop4_complete_pages(prob):
     np.testing.assert_allclose(jaxcrawl.binary_cost(p, rate), 3.0 * (1 - pk[0]), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.x64
 def test_page_averaging_and_mixed_sum():
     mu = np.array([1.0, 2.0, 3.0])
     lam = np.array([0.5, 1.0, 2.0])
@@ -53,6 +56,7 @@ def test_page_averaging_and_mixed_sum():
     np.testing.assert_allclose(jaxcrawl.binary_cost(p, rate), bterms.mean(), rtol=1e-13)
 
 
+@pytest.mark.x64
 def test_learning_to_crawl_sums():
     zeta = np.array([1.0, 4.0])
     xi = np.array([0.5, 2.0])
@@ -62,6 +66,7 @@ def test_learning_to_crawl_sums():
     np.testing.assert_allclose(jaxcrawl.accumulated_delay(p, rho), np.sum(zeta * xi / rho), rtol=1e-13)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("xi,rho", [(0.5, 1.0), (3.0, 0.2), (1e-4, 10.0), (50.0, 1.0)])
 def test_uniform_interval_against_integral(xi, rho):
     # App. H: refreshing every 1/rho, the page is fresh at time t in [0, 1/rho) w.p. e^{-xi t};
@@ -95,6 +100,7 @@ def test_zero_rate_gives_inf_not_nan_and_safe_gradients():
 
 @pytest.mark.parametrize("fn", [jaxcrawl.harmonic_cost, jaxcrawl.binary_cost, jaxcrawl.binary_freshness,
                                 jaxcrawl.accumulated_delay, jaxcrawl.uniform_interval_freshness])
+@pytest.mark.x64
 def test_gradients_match_finite_differences(fn):
     rng = np.random.default_rng(1)
     mu, lam, rate = rng.lognormal(size=(3, 6))
@@ -116,6 +122,7 @@ def test_gradients_match_finite_differences(fn):
             np.testing.assert_allclose(g[i], (up - down) / (2 * h), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.x64
 def test_gamma2_cdf_series_and_direct_agree():
     u = np.array([1e-8, 1e-3, 0.1, 0.49, 0.5, 0.51, 2.0, 30.0])
     ref = np.array([float(np.float64(1) - (1 + x) * np.exp(-x)) if x > 0.3 else

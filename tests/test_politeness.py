@@ -60,6 +60,7 @@ def harmonic_utility(x, mu, lam, comp):
 
 
 # ----------------------------------------------------------------- feasibility and KKT
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_caps_and_budget_met_and_kkt_harmonic(seed):
     p, host, cap, (mu, lam, comp) = make_instance(seed)
@@ -87,6 +88,7 @@ def test_caps_and_budget_met_and_kkt_harmonic(seed):
     assert np.all(np.asarray(sol.policy.prob)[comp] <= 1 + 1e-12)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("epsilon", [0.0, 0.4])
 def test_caps_and_budget_met_and_kkt_binary(epsilon):
     p, host, cap, (mu, lam, _) = make_instance(4, objective="binary", epsilon=epsilon)
@@ -122,6 +124,7 @@ def test_float32_caps_and_budget_to_float_precision():
 
 
 # ----------------------------------------------------------------- reduces to the unconstrained solver
+@pytest.mark.x64
 @pytest.mark.parametrize("how", ["inf caps", "no hosts", "slack caps"])
 def test_without_binding_caps_equals_lambda_crawl(how):
     p, host, cap, _ = make_instance(6)
@@ -140,6 +143,7 @@ def test_without_binding_caps_equals_lambda_crawl(how):
     assert np.all(np.asarray(sol.host_dual) == 0)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("epsilon", [0.0, 0.4])
 def test_without_binding_caps_equals_binary_lambda_crawl(epsilon):
     p, host, _, _ = make_instance(6)
@@ -192,6 +196,7 @@ def active_set_reference(mu, lam, comp, R, host, cap):
     return found[0]
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_matches_active_set_enumeration(seed):
     p, host, cap, (mu, lam, comp) = make_instance(seed + 10)
@@ -238,6 +243,7 @@ def test_beats_every_random_feasible_point():
 
 
 # ----------------------------------------------------------------- derivatives, jit, vmap
+@pytest.mark.x64
 def test_envelope_and_implicit_derivatives():
     """Reverse mode through the custom JVP: the envelope theorem for the cost
     (d cost/dR = -nu/n, d cost/dC_h = -kappa_h/n) and a random linear functional of the
@@ -276,6 +282,7 @@ def test_envelope_and_implicit_derivatives():
     np.testing.assert_allclose(np.asarray(jac[2][3:])[bind], 0.0, atol=1e-10)
 
 
+@pytest.mark.x64
 def test_jit_and_vmap_match_loop():
     """A batch of problems (vmapped inside), under jit, equals a Python loop of eager solves."""
     insts = [make_instance(s) for s in (20, 21, 22)]
@@ -297,6 +304,7 @@ def test_jit_and_vmap_match_loop():
                                    rtol=1e-12)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("objective", ["uniform", pytest.param("delay", marks=pytest.mark.slow)])
 def test_other_objectives_meet_caps(objective):
     p, host, _, _ = make_instance(2)
@@ -337,6 +345,7 @@ def test_errors():
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), lo=st.floats(0.05, 1.0), width=st.floats(0.0, 1.5),
        bw_frac=st.floats(0.05, 2.0))
+@pytest.mark.x64
 def test_property_feasible_kkt_and_monotone(seed, lo, width, bw_frac):
     p, host, cap, (mu, lam, comp) = make_instance(seed, tight=(lo, lo + width), bw_frac=bw_frac)
     try:
@@ -401,6 +410,7 @@ def test_read_host_caps_and_page_hosts_formats_and_errors(tmp_path):
         P.read_host_caps(str(tmp_path / "missing.csv"))
 
 
+@pytest.mark.x64
 def test_solver_from_caps_file_mapping_and_url_hosts(tmp_path):
     p, host, cap, _ = make_instance(3)
     page_id = np.array([f"https://h{h}.example/page{i}" if h >= 0 else f"https://free{i}.example/"
@@ -440,6 +450,7 @@ def test_hosts_from_dataset():
         P.hosts_from_dataset(host_id, constrained, {10: 3.0})
 
 
+@pytest.mark.x64
 def test_cli_solve_with_host_caps(tmp_path, capsys):
     p, host, cap, (mu, lam, comp) = make_instance(8)
     src = tmp_path / "pages.csv"

@@ -14,15 +14,19 @@ from jaxcrawl.scale import PageTable, page_mesh, shard_pages, stream_solve, writ
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    p = jaxcrawl.data.synthetic(jax.random.key(3), 25_013)
-    d = tmp_path_factory.mktemp("table")
-    return p, write_page_table(str(d), np.asarray(p.importance), np.asarray(p.change_rate), np.asarray(p.complete))
+    """A float64 page table (written once; its in-memory problem is built per test)."""
+    with jax.enable_x64(True):
+        p = jaxcrawl.data.synthetic(jax.random.key(3), 25_013, dtype=np.float64)
+        arrays = [np.asarray(a) for a in (p.importance, p.change_rate, p.complete)]
+    return arrays, write_page_table(str(tmp_path_factory.mktemp("table")), *arrays)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("objective,epsilon", [("harmonic", 0.0), ("binary", 0.0), ("binary", 0.4)])
 @pytest.mark.parametrize("chunk", [4096, 10_000, 1 << 20])
 def test_stream_equals_in_memory(table, tmp_path, objective, epsilon, chunk):
-    p, t = table
+    arrays, t = table
+    p = jaxcrawl.CrawlProblem(*arrays[:2], 0.2 * len(arrays[0]), arrays[2])
     res = stream_solve(t, float(p.bandwidth), objective=objective, epsilon=epsilon, chunk_size=chunk,
                        out_path=str(tmp_path / "rate.npy"))
     pol = jaxcrawl.lambda_crawl(p) if objective == "harmonic" else jaxcrawl.binary_lambda_crawl(p, epsilon)

@@ -26,6 +26,7 @@ def random_problem(seed, n=300, complete_fraction=0.1, bw_frac=0.2):
 
 
 # ----------------------------------------------------------------- LambdaCrawl
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_lambda_crawl_incomplete_matches_alg1_reference(seed):
     p, (mu, lam, _) = random_problem(seed, complete_fraction=0.0)
@@ -36,6 +37,7 @@ def test_lambda_crawl_incomplete_matches_alg1_reference(seed):
     np.testing.assert_allclose(cost, harmonic_cost_ref(mu, lam, ref, np.zeros_like(mu, bool)), rtol=1e-10)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_lambda_crawl_complete_matches_alg2_reference(seed):
     rng = np.random.default_rng(seed)
@@ -51,6 +53,7 @@ def test_lambda_crawl_complete_matches_alg2_reference(seed):
     assert np.all(np.asarray(pol.prob) <= 1 + 1e-12)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_mixed_lambda_crawl_beats_every_split(seed):
     p, (mu, lam, comp) = random_problem(seed, complete_fraction=0.2)
@@ -73,6 +76,7 @@ def test_mixed_lambda_crawl_beats_every_split(seed):
     np.testing.assert_allclose(np.sum(np.asarray(pol.rate)[comp]), rc_star, rtol=1e-4)
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_lambda_crawl_kkt(seed):
     p, (mu, lam, comp) = random_problem(seed, complete_fraction=0.3, bw_frac=0.5)
@@ -86,6 +90,7 @@ def test_lambda_crawl_kkt(seed):
     assert abs(rho.sum() - float(p.bandwidth)) <= 1e-9 * float(p.bandwidth)
 
 
+@pytest.mark.x64
 def test_envelope_theorem_bandwidth_derivative_equals_dual():
     p, _ = random_problem(7, complete_fraction=0.1)
     n = p.num_pages
@@ -107,6 +112,7 @@ def test_envelope_theorem_bandwidth_derivative_equals_dual():
 
 
 # --------------------------------------------------------------------- LCA
+@pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_lambda_crawl_approx_is_prop9_with_optimal_split(seed):
     p, (mu, lam, comp) = random_problem(seed, complete_fraction=0.15)
@@ -154,6 +160,7 @@ def blc_epsilon_clamp_and_resolve(zeta, xi, R, eps):
         fixed |= below
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.4])
 def test_binary_lambda_crawl_matches_references(eps):
     rng = np.random.default_rng(11)
@@ -189,6 +196,7 @@ def test_blc_treats_complete_pages_as_incomplete():
 
 
 # --------------------------------------------------------------- closed forms
+@pytest.mark.x64
 def test_heuristics_and_delay():
     p, (mu, lam, comp) = random_problem(4)
     R, n = float(p.bandwidth), p.num_pages
@@ -244,6 +252,7 @@ ALL_SOLVERS = [
 ]
 
 
+@pytest.mark.x64
 @pytest.mark.parametrize("solver", ALL_SOLVERS)
 def test_batched_vmap_and_jit_equal_loop(solver):
     probs = [random_problem(s, n=64)[0] for s in range(4)]
@@ -269,6 +278,7 @@ def test_batched_vmap_and_jit_equal_loop(solver):
     frac=st.floats(0.001, 5.0),
     solver_idx=st.integers(0, len(ALL_SOLVERS) - 1),
 )
+@pytest.mark.x64
 def test_property_extreme_ranges(seed, dtype, frac, solver_idx):
     rng = np.random.default_rng(seed)
     n = 48
