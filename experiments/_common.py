@@ -22,8 +22,8 @@ it exactly as ``jaxcrawl reproduce NAME`` does.
 The :class:`Context` handed to ``run`` carries the options (``quick``, ``seed``, ``data``,
 ``out``), derives PRNG keys (:meth:`Context.key`), shows progress bars
 (:meth:`Context.progress`) and stores each finished chunk of work on disk
-(:meth:`Context.cached`, :meth:`Context.run_chunks`) under
-``OUT/.checkpoints/NAME/``, so an interrupted run, started again with the same command,
+(:meth:`Context.cached`, :meth:`Context.run_chunks`) with
+:class:`jaxcrawl.io.checkpoint.CheckpointStore` under ``OUT/.checkpoints/NAME/``, so an interrupted run, started again with the same command,
 resumes where it stopped.  A chunk is reused only when its fingerprint matches: the
 experiment's name, ``--quick``, ``--seed``, ``--data``, the jaxcrawl version and the
 source of the experiment file and of this file (editing either invalidates its chunks).
@@ -39,24 +39,24 @@ Plot helpers (matplotlib, Agg backend): :func:`new_figure`, :func:`band`,
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import math
-import os
-import pickle
 import sys
 import time
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from jaxcrawl.io.checkpoint import CheckpointStore  # noqa: E402  (re-exported: experiments' chunk store)
 
 __all__ = [
     "Claim",
@@ -100,13 +100,13 @@ class Claim:
     paper: str = ""
     expected: bool = True
     note: str = ""
-    values: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    values: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
         return bool(self.holds) == bool(self.expected)
 
-    def as_dict(self) -> Dict[str, Any]:
+    def as_dict(self) -> dict[str, Any]:
         d = dict(holds=bool(self.holds), expected=bool(self.expected), passed=self.passed,
                  description=self.description, tolerance=self.tolerance, paper=self.paper)
         if self.note:
@@ -155,24 +155,11 @@ def to_jsonable(x):
     raise TypeError(f"cannot convert {type(x).__name__} to JSON")
 
 
-def _to_numpy_tree(x):
-    """Replace JAX arrays by NumPy arrays (for pickling checkpoints)."""
-    if isinstance(x, Mapping):
-        return {k: _to_numpy_tree(v) for k, v in x.items()}
-    if isinstance(x, tuple) and hasattr(x, "_fields"):
-        return type(x)(*(_to_numpy_tree(v) for v in x))
-    if isinstance(x, (list, tuple)):
-        return type(x)(_to_numpy_tree(v) for v in x)
-    if type(x).__module__.startswith("jax") or type(x).__name__ == "ArrayImpl":
-        return np.asarray(x)
-    return x
-
-
 # --------------------------------------------------------------------------- progress
 class Progress:
-    """A dependency-free progress bar on stderr.
+    r"""A dependency-free progress bar on stderr.
 
-    On a terminal it redraws one line (``\\r``); otherwise (logs, CI) it prints a line at
+    On a terminal it redraws one line (``\r``); otherwise (logs, CI) it prints a line at
     most every ``log_interval`` seconds and at the end.  Use as a context manager or call
     :meth:`close`.
     """
@@ -238,65 +225,6 @@ class Progress:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-# ------------------------------------------------------------------------- checkpoints
-class CheckpointStore:
-    """Chunks of finished work, pickled one file per chunk, reused when fingerprints match.
-
-    Each file holds ``{"fingerprint": str, "chunk": str, "value": value}``; it is written
-    to a temporary name and renamed, so a run killed mid-write leaves no broken chunk.
-    ``reused``/``computed`` count the chunks of this run.
-    """
-
-    def __init__(self, directory: Path, fingerprint: str, *, enabled: bool = True):
-        self.directory = Path(directory)
-        self.fingerprint = fingerprint
-        self.enabled = enabled
-        self.reused = 0
-        self.computed = 0
-
-    def _path(self, chunk: str) -> Path:
-        safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in chunk)
-        digest = hashlib.sha1(chunk.encode()).hexdigest()[:8]
-        return self.directory / f"{safe[:80]}-{digest}.pkl"
-
-    def load(self, chunk: str):
-        """``(True, value)`` if a matching chunk is stored, else ``(False, None)``."""
-        if not self.enabled:
-            return False, None
-        path = self._path(chunk)
-        if not path.is_file():
-            return False, None
-        try:
-            with open(path, "rb") as fh:
-                stored = pickle.load(fh)
-        except Exception:  # a corrupt or foreign file: recompute
-            return False, None
-        if stored.get("fingerprint") != self.fingerprint or stored.get("chunk") != chunk:
-            return False, None
-        return True, stored["value"]
-
-    def save(self, chunk: str, value) -> None:
-        if not self.enabled:
-            return
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self._path(chunk)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        with open(tmp, "wb") as fh:
-            pickle.dump({"fingerprint": self.fingerprint, "chunk": chunk, "value": value}, fh,
-                        protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-
-    def get_or_compute(self, chunk: str, fn: Callable[[], Any]):
-        ok, value = self.load(chunk)
-        if ok:
-            self.reused += 1
-            return value
-        value = _to_numpy_tree(fn())
-        self.save(chunk, value)
-        self.computed += 1
-        return value
 
 
 # ----------------------------------------------------------------------------- context
@@ -387,7 +315,7 @@ class Context:
         """
         return self.store.get_or_compute(chunk, fn)
 
-    def run_chunks(self, desc: str, chunks: Mapping[str, Callable[[], Any]]) -> Dict[str, Any]:
+    def run_chunks(self, desc: str, chunks: Mapping[str, Callable[[], Any]]) -> dict[str, Any]:
         """Run (or reload) every chunk in order, with a progress bar; returns ``{chunk: value}``."""
         out = {}
         with self.progress(len(chunks), desc) as bar:
@@ -419,7 +347,7 @@ PALETTE = {
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 4.2, height: float = 3.3,
-               title: Optional[str] = None, **kwargs):
+               title: str | None = None, **kwargs):
     """``(fig, axes)`` with ``axes`` always a 2-D array; ``title`` becomes the suptitle."""
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
                              squeeze=False, **kwargs)
@@ -504,6 +432,7 @@ def crawl_problem(ctx: Context, num_pages: int, *, dtype=None):
       ``(problem, info)`` with ``info`` a JSON-able dict describing the source.
     """
     import jax.numpy as jnp
+
     import jaxcrawl
     from jaxcrawl import estimators
 
@@ -536,13 +465,14 @@ def crawl_problem(ctx: Context, num_pages: int, *, dtype=None):
 
 
 # ------------------------------------------------------------------------------ main
-def main(script_path, argv: Optional[Sequence[str]] = None) -> int:
+def main(script_path, argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python experiments/NAME.py [--quick] [--out DIR] [--seed S] [--data DIR]``.
 
-    Runs the script through ``jaxcrawl reproduce`` (same output, same checkpoints).
+    Runs the script through ``jaxcrawl reproduce`` (same output, same checkpoints), with
+    the script's folder as the experiments directory.
     """
-    from jaxcrawl import _cli_reproduce
+    from jaxcrawl.cli import reproduce
 
     path = Path(script_path).resolve()
     argv = list(sys.argv[1:] if argv is None else argv)
-    return _cli_reproduce.main([path.stem] + argv, experiments_dir=path.parent)
+    return reproduce.main([path.stem, *argv], experiments_dir=path.parent)

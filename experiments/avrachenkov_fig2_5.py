@@ -18,9 +18,8 @@ Figures (100 runs each; mean with the 2.5-97.5% band of the estimates, and the R
   (no MLE, as in the paper);
 * Fig. 5: Δ = 500, p = 10, step-size studies: LLN with α_k ∈ {1, k^0.5, k^0.75}; SA with
   η ∈ {0.5, 0.75, 1}; SAM with η = 0.8 and β ∈ {0.4, 0.5, 0.6, 0.7}; SAM with β = 0.6 and
-  η ∈ {0.7, 0.9, 1.1}.  (The paper's figure labels, which list its choices, were lost in
-  the text extraction: the choices it names in the text -- α_k = k^0.75, η = 0.5, β = 0.4
-  and 0.6 -- are included.)
+  η ∈ {0.7, 0.9, 1.1}.  (These sets include every choice the paper's text names:
+  α_k = k^0.75, η = 0.5, β = 0.4 and 0.6.)
 
 The paper does not state its horizon; we use k = 10,000 crawls (2,000 with --quick).
 All estimators of one figure see the same simulated streams (common random numbers).
@@ -31,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcrawl import estimators as est
+
 import _common
 from _common import claim
-
-from jaxcrawl import estimators as est
 
 NAME = "avrachenkov_fig2_5"
 DESCRIPTION = ("Avrachenkov et al. Figs. 2-5: naive, MLE, LLN, SA, SAM change-rate estimators "

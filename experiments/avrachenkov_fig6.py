@@ -20,11 +20,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import _common
-from _common import claim
-
 import jaxcrawl
 from jaxcrawl import estimators as est
+
+import _common
+from _common import claim
 
 NAME = "avrachenkov_fig6"
 DESCRIPTION = ("Avrachenkov et al. Fig. 6: estimated vs optimal crawl rates, 50 pages (7 hot), B = 5, "

@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcrawl import sync_bandits as sb
+
 import _common
 from _common import claim
-
-from jaxcrawl import sync_bandits as sb
 
 ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
 
@@ -56,7 +56,7 @@ def _bandits(key, family, start, stop, num_instances):
     return jax.vmap(lambda k: gen(k, table["num_arms"], dtype=jnp.float32))(keys)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _optima_fn(family, unrestricted):
     table, _ = FAMILIES[family]
 
@@ -78,7 +78,7 @@ def optima_chunk(key, family, start, stop, num_instances, unrestricted=True):
     return dict(j_star=np.asarray(j_star), j_eps=np.asarray(j_eps))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _learner_fn(family, name, rounds):
     table, _ = FAMILIES[family]
     learner, interval = _learner(name, table)
@@ -130,7 +130,7 @@ def run(ctx):
     done = ctx.run_chunks(f"{num_instances} instances x 3 learners x 2 cost families", chunks)
 
     curves, summary = {}, {}
-    for family, (table, _) in FAMILIES.items():
+    for family in FAMILIES:
         opt = [done[f"{family}_optima_{s}-{min(s + batch, num_instances)}_of{num_instances}"] for s in starts]
         j_star = np.concatenate([o["j_star"] for o in opt])
         j_eps = np.concatenate([o["j_eps"] for o in opt])

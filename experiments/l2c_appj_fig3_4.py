@@ -20,10 +20,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcrawl import estimators
+
 import _common
 from _common import claim
-
-from jaxcrawl import estimators
 
 NAME = "l2c_appj_fig3_4"
 DESCRIPTION = ("Learning to Crawl App. J Figs. 3-4: moment matching vs MLE vs the Lemma 3 bound, "

@@ -22,12 +22,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import _common
-from _common import claim
-
 import jaxcrawl
 from jaxcrawl.learners import explore_commit as ec
 from jaxcrawl.learners import sweep as sw
+
+import _common
+from _common import claim
 
 NAME = "l2c_fig2"
 DESCRIPTION = ("Learning to Crawl Fig. 2 (§6.2): phased ε-greedy vs explore-then-commit with the optimal "

@@ -15,9 +15,9 @@ Props. 1 and 4) and binary cost J_b (supplement eq. 12-13) of
 BLC and the heuristics crawl every page as a Poisson process (their Policy's
 ``on_signal`` is all False), so their binary cost of a complete page is eq. 12, not 13.
 
-The paper ran on 18,532,314 URLs of a production crawl; that data set is not reachable, so
-by default this runs on ``jaxcrawl.data.synthetic`` with the same number of pages (4%
-complete), or on ``--data DIR`` (the data set's published format).  Two extra panels
+The paper ran on 18,532,314 URLs of a production crawl; by default this runs on
+``jaxcrawl.data.synthetic`` with the same number of pages (4% complete), or on
+``--data DIR`` (the data set's published format).  Two extra panels
 explain where the synthetic data differ: the binary cost of LC and BLC as the share of
 complete-observation pages grows, and BLCε's harmonic cost against ε (the paper picked
 ε = 0.4 by such a sweep on its data).
@@ -28,11 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import _common
-from _common import claim
-
 import jaxcrawl
 from jaxcrawl import objectives, solvers
+
+import _common
+from _common import claim
 
 NAME = "neurips19_fig1"
 DESCRIPTION = ("NeurIPS-19 Fig. 1: harmonic and binary cost of LC, LCA, BLC, BLCε(0.4), UC, CC "
@@ -147,8 +147,8 @@ def run(ctx):
                     "same importance and change-rate distribution as the rest; LC's advantage from "
                     "crawling them on signals is then too small to beat BLC on BLC's own objective. "
                     "Panel (c) shows LC overtakes BLC once about "
-                    f"{_crossover(frac_curve):.0%} of pages are complete. The paper's data (not "
-                    "reachable here) evidently has a more favourable complete subset.")
+                    f"{_crossover(frac_curve):.0%} of pages are complete. The paper's production-crawl "
+                    "data evidently have a more favourable complete subset.")
               if synthetic and frac_curve else "",
               lc=b["LC"], blc=b["BLC"], ratio=b["LC"] / b["BLC"]),
         claim("uc_beats_cc", h["UC"] < h["CC"] and b["UC"] < b["CC"],

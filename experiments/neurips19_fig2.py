@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import _common
-from _common import claim
-
 import jaxcrawl
 from jaxcrawl import objectives, solvers
+
+import _common
+from _common import claim
 
 NAME = "neurips19_fig2"
 DESCRIPTION = ("NeurIPS-19 Fig. 2: complete-observation pages only, LC-CO vs LC-IO vs BLC / BLCε "

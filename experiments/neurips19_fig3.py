@@ -8,8 +8,7 @@ LambdaCrawl (LLC), LambdaCrawlApprox (LLCA) or BLCε, ε = 0.4 (BLLCε)
 (``jaxcrawl.learners.learn_and_crawl``).  Every epoch's policy is evaluated under the
 true rates: harmonic cost (eq. 8) and binary cost (supplement eq. 12-13).
 
-Data: the episodes are ``jaxcrawl.data.synthetic`` samples (the data set is not
-reachable), or, with ``--data DIR``, the data set's pages (one episode per random sample
+Data: the episodes are ``jaxcrawl.data.synthetic`` samples, or, with ``--data DIR``, the data set's pages (one episode per random sample
 of ``num_pages`` of them).  The three learners share one compiled program (the inner
 solver is a swept index) and the same simulated world per episode.
 """
@@ -19,13 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import _common
-from _common import claim
-
 import jaxcrawl
 from jaxcrawl import data, objectives, solvers
 from jaxcrawl.learners import learn_and_crawl as lc
 from jaxcrawl.learners import sweep as sw
+
+import _common
+from _common import claim
 
 NAME = "neurips19_fig3"
 DESCRIPTION = ("NeurIPS-19 Fig. 3: LLC, LLCA and BLLCε learning change rates over 21 daily epochs "

@@ -51,10 +51,7 @@ Files (used by ``jaxcrawl solve --host-caps FILE``): see :func:`read_host_caps` 
 """
 from __future__ import annotations
 
-import csv
 import functools
-import os
-import urllib.parse
 from typing import Callable, NamedTuple, Optional, Union
 
 import jax
@@ -64,6 +61,11 @@ from jax.typing import ArrayLike
 
 from ._src import budget as _budget
 from ._src.checks import is_concrete, raise_unless_converged
+from .io.hosts import host_index as host_index
+from .io.hosts import hosts_from_dataset as hosts_from_dataset
+from .io.hosts import load_host_caps
+from .io.hosts import read_host_caps as read_host_caps
+from .io.hosts import read_page_hosts as read_page_hosts
 from .problem import CrawlProblem, Policy, make_policy
 from .utilities import BINARY, Utility, binary_epsilon, get_utility
 
@@ -302,188 +304,7 @@ def binary_lambda_crawl_with_host_caps(problem: CrawlProblem, host_id, host_cap,
 
 
 # --------------------------------------------------------------------------- files
-def _data_lines(path):
-    """(line number, fields) of the non-blank, non-comment CSV lines, and the comments."""
-    if not os.path.exists(path):
-        raise ValueError(f"{path}: no such file")
-    rows, comments = [], []
-    with open(path, newline="") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            text = line.strip()
-            if not text:
-                continue
-            if text.startswith("#"):
-                comments.append((lineno, text[1:].strip()))
-                continue
-            rows.append((lineno, next(csv.reader([line]))))
-    return rows, comments
-
-
-def read_host_caps(path: str):
-    """Read a host-caps CSV.
-
-    Format: a header line ``host_id,cap``, then one row per host: ``host_id`` any non-empty
-    string (matched against the page->host mapping), ``cap`` the host's maximum total
-    crawl rate (crawls per unit time, same unit as the bandwidth), a number > 0 or
-    ``inf`` (uncapped).  Blank lines and lines starting with ``#`` are ignored, except a
-    comment ``# pages: FILE`` which names the page->host mapping file (relative paths are
-    relative to the caps file's directory).
-
-    Returns:
-      ``(host_ids, caps, pages_path)``: object array of host ids, float64 caps, and the
-      mapping path named in the file or None.
-
-    Raises:
-      ValueError: naming the file and line, for a missing/wrong header, a wrong number of
-      fields, an empty host id, a cap that is not a number > 0, or a duplicate host.
-    """
-    rows, comments = _data_lines(path)
-    pages_path = None
-    for lineno, text in comments:
-        key, sep, value = text.partition(":")
-        if sep and key.strip().lower() == "pages":
-            value = value.strip()
-            if not value:
-                raise ValueError(f"{path}:{lineno}: '# pages:' needs a file name")
-            pages_path = value if os.path.isabs(value) else os.path.join(
-                os.path.dirname(os.path.abspath(path)), value)
-    if not rows:
-        raise ValueError(f"{path}: empty file (expected a header host_id,cap)")
-    lineno, header = rows[0]
-    if [h.strip().lower() for h in header] != ["host_id", "cap"]:
-        raise ValueError(f"{path}:{lineno}: header must be 'host_id,cap', got {','.join(header)!r}")
-    ids, caps, seen = [], [], {}
-    for lineno, row in rows[1:]:
-        if len(row) != 2:
-            raise ValueError(f"{path}:{lineno}: expected 2 fields host_id,cap, got {len(row)}: {row!r}")
-        hid = row[0].strip()
-        if not hid:
-            raise ValueError(f"{path}:{lineno}: empty host_id")
-        try:
-            c = float(row[1])
-        except ValueError:
-            raise ValueError(f"{path}:{lineno}: cap {row[1]!r} is not a number") from None
-        if np.isnan(c) or c <= 0:
-            raise ValueError(f"{path}:{lineno}: cap must be > 0 (or inf), got {row[1]!r}")
-        if hid in seen:
-            raise ValueError(f"{path}:{lineno}: duplicate host_id {hid!r} (first on line {seen[hid]})")
-        seen[hid] = lineno
-        ids.append(hid)
-        caps.append(c)
-    return np.asarray(ids, dtype=object), np.asarray(caps, np.float64), pages_path
-
-
-def read_page_hosts(path: str):
-    """Read a page->host mapping CSV.
-
-    Format: a header line ``page_id,host_id``, then one row per page; both fields are
-    non-empty strings.  Blank lines and ``#`` comments are ignored.  A page may appear
-    once.
-
-    Returns:
-      ``(page_ids, host_ids)`` object arrays.
-
-    Raises:
-      ValueError: naming the file and line, for a wrong header, a wrong number of fields,
-      an empty field, or a duplicate page.
-    """
-    rows, _ = _data_lines(path)
-    if not rows:
-        raise ValueError(f"{path}: empty file (expected a header page_id,host_id)")
-    lineno, header = rows[0]
-    if [h.strip().lower() for h in header] != ["page_id", "host_id"]:
-        raise ValueError(f"{path}:{lineno}: header must be 'page_id,host_id', got {','.join(header)!r}")
-    pages, hosts, seen = [], [], {}
-    for lineno, row in rows[1:]:
-        if len(row) != 2:
-            raise ValueError(f"{path}:{lineno}: expected 2 fields page_id,host_id, got {len(row)}: {row!r}")
-        pid, hid = row[0].strip(), row[1].strip()
-        if not pid or not hid:
-            raise ValueError(f"{path}:{lineno}: empty {'page_id' if not pid else 'host_id'}")
-        if pid in seen:
-            raise ValueError(f"{path}:{lineno}: duplicate page_id {pid!r} (first on line {seen[pid]})")
-        seen[pid] = lineno
-        pages.append(pid)
-        hosts.append(hid)
-    return np.asarray(pages, dtype=object), np.asarray(hosts, dtype=object)
-
-
-def host_index(page_id, page_host, host_ids, host_caps):
-    """Dense host indices for the pages and the caps they index.
-
-    Args:
-      page_id: ``(n,)`` the problem's page ids (compared as strings).
-      page_host: ``(n,)`` each page's host id (string), or None / "" for no host.
-      host_ids, host_caps: from :func:`read_host_caps`.
-
-    Returns:
-      ``(host_id, host_cap)``: ``(n,)`` int32 index into ``host_cap`` (``-1``: the page's
-      host has no cap row, so it is uncapped), and ``(H,)`` float64 caps of the hosts that
-      have at least one page.
-    """
-    del page_id
-    cap_of = {str(h): float(c) for h, c in zip(host_ids, host_caps)}
-    used = {}
-    idx = np.full(len(page_host), -1, np.int32)
-    for i, h in enumerate(page_host):
-        if h is None or h == "":
-            continue
-        h = str(h)
-        if h not in cap_of or not np.isfinite(cap_of[h]):
-            continue
-        j = used.setdefault(h, len(used))
-        idx[i] = j
-    caps = np.asarray([cap_of[h] for h in used], np.float64)
-    return idx, caps
-
-
-def hosts_from_dataset(host_id, host_constrained, cap):
-    """Host constraints from the NeurIPS-19 data set's host table.
-
-    The data set marks each host ``Is_constrained`` (``host_hostid_isconstrained.txt``;
-    :class:`jaxcrawl.dataset.CrawlDataset` fields ``host_id`` and ``host_constrained``)
-    but gives no cap values, so the caller supplies them.
-
-    Args:
-      host_id: ``(n,)`` integer Host_ID per page (-1 unknown).
-      host_constrained: ``(n,)`` bool per page.
-      cap: a number (the same cap for every constrained host), a dict
-        ``{Host_ID: cap}``, or a callable ``(host_ids, pages_per_host) -> caps``.
-
-    Returns:
-      ``(host_index, host_cap, host_ids)``: ``(n,)`` int32 dense index (-1 for pages of
-      unconstrained or unknown hosts), ``(H,)`` caps and the ``(H,)`` Host_IDs they belong to.
-    """
-    hid = np.asarray(host_id)
-    con = np.asarray(host_constrained, bool)
-    if hid.shape != con.shape:
-        raise ValueError("host_id and host_constrained must have the same shape")
-    sel = con & (hid >= 0)
-    ids, inv, counts = np.unique(hid[sel], return_inverse=True, return_counts=True)
-    idx = np.full(hid.shape, -1, np.int32)
-    idx[sel] = inv.astype(np.int32)
-    if callable(cap):
-        caps = np.asarray(cap(ids, counts), np.float64)
-    elif isinstance(cap, dict):
-        missing = [h for h in ids if h not in cap]
-        if missing:
-            raise ValueError(f"cap: no cap given for constrained host {missing[0]}")
-        caps = np.asarray([cap[h] for h in ids], np.float64)
-    else:
-        caps = np.full(ids.shape, float(cap))
-    if caps.shape != ids.shape:
-        raise ValueError(f"cap must give one cap per constrained host ({ids.size}); got shape {caps.shape}")
-    if np.any(np.isnan(caps)) or np.any(caps <= 0):
-        raise ValueError("cap must be > 0 for every constrained host")
-    return idx, caps, ids
-
-
-def _url_host(page_id):
-    text = str(page_id)
-    if "://" not in text:
-        return None
-    host = urllib.parse.urlsplit(text).hostname
-    return host.lower() if host else None
+# The file readers live in jaxcrawl.io.hosts (re-exported above).
 
 
 def solver_from_caps_file(path: str, page_id, objective: str = "harmonic", *,
@@ -512,30 +333,7 @@ def solver_from_caps_file(path: str, page_id, objective: str = "harmonic", *,
       itself is compiled once per shape).
     """
     _capped_utility(objective, epsilon, jnp.float32, 1.0, 1)  # raises for unknown / non-separable
-    if unknown_pages not in ("error", "ignore"):
-        raise ValueError("unknown_pages must be 'error' or 'ignore'")
-    host_ids, caps, named = read_host_caps(path)
-    mapping = pages_path or named
-    ids = [str(p) for p in np.asarray(page_id).tolist()]
-    if mapping is not None:
-        m_pages, m_hosts = read_page_hosts(mapping)
-        pos = {p: i for i, p in enumerate(ids)}
-        page_host = [None] * len(ids)
-        rows, _ = _data_lines(mapping)
-        for (lineno, _row), p, h in zip(rows[1:], m_pages, m_hosts):
-            i = pos.get(p)
-            if i is None:
-                if unknown_pages == "error":
-                    raise ValueError(f"{mapping}:{lineno}: page_id {p!r} is not one of the problem's pages")
-                continue
-            page_host[i] = h
-    else:
-        page_host = [_url_host(p) for p in ids]
-        if any(h is None for h in page_host):
-            raise ValueError(
-                f"{path}: no page->host mapping: add a line '# pages: FILE' naming a "
-                "page_id,host_id CSV (or use URLs as page ids)")
-    hidx, hcap = host_index(ids, page_host, host_ids, caps)
+    hidx, hcap = load_host_caps(path, page_id, pages_path=pages_path, unknown_pages=unknown_pages)
     host_arr = jnp.asarray(hidx)
     cap_arr = np.asarray(hcap)
 

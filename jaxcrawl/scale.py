@@ -19,8 +19,7 @@ produces the same plan as the in-memory solve.
 from __future__ import annotations
 
 import json
-import os
-from typing import Iterator, NamedTuple, Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +28,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._src import budget as _budget
 from ._src import rootfind
+from .io.page_table import PageTable as PageTable
+from .io.page_table import write_page_table as write_page_table
 from .problem import raw_problem
 from .utilities import Utility, binary_epsilon, get_utility
 
@@ -112,54 +113,7 @@ def initialize_distributed(coordinator_address: Optional[str] = None, num_proces
 
 
 # ----------------------------------------------------------------- streaming
-class PageTable:
-    """A page table on disk: ``importance.npy``, ``change_rate.npy``, ``complete.npy`` in a directory.
-
-    Arrays are opened as memory maps, so a table larger than memory is read chunk by chunk.
-    """
-
-    FILES = ("importance", "change_rate", "complete")
-
-    def __init__(self, directory: str):
-        self.directory = directory
-        arrays = {}
-        for name in self.FILES:
-            path = os.path.join(directory, name + ".npy")
-            if not os.path.exists(path):
-                raise ValueError(f"{directory}: missing {name}.npy (a page table needs {', '.join(self.FILES)})")
-            arrays[name] = np.load(path, mmap_mode="r")
-        n = arrays["importance"].shape
-        for name, a in arrays.items():
-            if a.ndim != 1 or a.shape != n:
-                raise ValueError(f"{directory}: {name}.npy has shape {a.shape}; every array must be 1-D of length {n[0]}")
-        self.importance, self.change_rate, self.complete = (arrays[k] for k in self.FILES)
-        self.num_pages = int(n[0])
-
-    def chunks(self, chunk_size: int) -> Iterator[tuple]:
-        """Yield ``(start, importance, change_rate, complete)`` blocks of at most ``chunk_size`` pages."""
-        for start in range(0, self.num_pages, chunk_size):
-            stop = min(start + chunk_size, self.num_pages)
-            yield (start, np.asarray(self.importance[start:stop]), np.asarray(self.change_rate[start:stop]),
-                   np.asarray(self.complete[start:stop]).astype(bool))
-
-
-def write_page_table(directory: str, importance, change_rate, complete=None) -> PageTable:
-    """Write a page table (validated like :class:`CrawlProblem`) and open it."""
-    os.makedirs(directory, exist_ok=True)
-    importance = np.asarray(importance)
-    change_rate = np.asarray(change_rate)
-    complete = np.zeros(importance.shape, bool) if complete is None else np.asarray(complete, bool)
-    for name, a in (("importance", importance), ("change_rate", change_rate)):
-        if a.ndim != 1:
-            raise ValueError(f"{name} must be 1-D; got shape {a.shape}")
-        if not np.all(np.isfinite(a)) or np.any(a <= 0):
-            raise ValueError(f"{name} must be finite and > 0 for every page")
-    if not importance.shape == change_rate.shape == complete.shape:
-        raise ValueError("importance, change_rate and complete must have the same shape")
-    np.save(os.path.join(directory, "importance.npy"), importance)
-    np.save(os.path.join(directory, "change_rate.npy"), change_rate)
-    np.save(os.path.join(directory, "complete.npy"), complete)
-    return PageTable(directory)
+# PageTable and write_page_table live in jaxcrawl.io.page_table (re-exported above).
 
 
 class StreamResult(NamedTuple):

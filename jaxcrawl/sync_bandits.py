@@ -31,7 +31,8 @@ What this module provides:
 * **The optimum of Problem 1** (eq. 8) by :func:`jaxcrawl.allocate.allocate`: the KKT
   conditions say every free arm has the same marginal value
   :math:`-\partial J/\partial r_k = \nu`; :func:`kkt_rate` inverts the marginal value per
-  arm (closed form for polynomial costs, a safeguarded per-arm Newton iteration otherwise).
+  arm (closed form for polynomial costs, otherwise the package's one element-wise
+  safeguarded Newton, with its implicit derivative).  The result reports ``converged``.
 
 * **The unbiased gradient estimator** of Lemma 2 (:func:`gradient_estimate`) and its
   average over many sync intervals (:func:`interval_gradient_estimate`), which the
@@ -43,15 +44,17 @@ What this module provides:
 """
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple, Optional, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
+from jaxcrawl._src.checks import is_concrete
+from jaxcrawl._src.rootfind import solve_monotone
+from jaxcrawl._src.special import gamma2_cdf, phi1
 from jaxcrawl.allocate import Allocation, allocate
-from jaxcrawl.problem import is_concrete
 
 __all__ = [
     "CostProcess",
@@ -120,35 +123,6 @@ class CostProcess(Protocol):
 
 def _pos(x):
     return jnp.where(x > 0, x, 1.0)
-
-
-def _horner(x, coeffs):
-    acc = jnp.zeros_like(x) + coeffs[-1]
-    for c in coeffs[-2::-1]:
-        acc = acc * x + c
-    return acc
-
-
-# phi1(x) = 1 - (1 - e^{-x})/x = sum_{n>=1} (-1)^{n+1} x^n / (n+1)!    (x small)
-_PHI1 = [0.0] + [(-1.0) ** (n + 1) / math.factorial(n + 1) for n in range(1, 22)]
-# h(x) = 1 - (1 + x) e^{-x} = sum_{n>=2} (-1)^n (n-1) x^n / n!         (x small)
-_H = [0.0, 0.0] + [(-1.0) ** n * (n - 1) / math.factorial(n) for n in range(2, 23)]
-
-
-def _phi1(x):
-    """1 - (1 - e^{-x})/x, stable for all x >= 0 (series below 1, expm1 above)."""
-    small = x < 1.0
-    xs = jnp.where(small, x, 0.0)
-    xb = jnp.where(small, 1.0, x)
-    return jnp.where(small, _horner(xs, _PHI1), (xb + jnp.expm1(-xb)) / xb)
-
-
-def _h(x):
-    """1 - (1 + x) e^{-x}, stable for all x >= 0 (series below 1)."""
-    small = x < 1.0
-    xs = jnp.where(small, x, 0.0)
-    xb = jnp.where(small, 1.0, x)
-    return jnp.where(small, _horner(xs, _H), -jnp.expm1(-xb) - xb * jnp.exp(-xb))
 
 
 # ------------------------------------------------------------------ polynomial family
@@ -240,7 +214,7 @@ class BinaryPoissonCosts(NamedTuple):
 
     def mean_cumulative_cost(self, tau):
         """:math:`\\bar C_k(\\tau) = w_k\\tau\\,(1 - (1-e^{-\\lambda_k\\tau})/(\\lambda_k\\tau))`."""
-        return self.importance * tau * _phi1(self.change_rate * tau)
+        return self.importance * tau * phi1(self.change_rate * tau)
 
     def mean_cost(self, tau):
         """:math:`\\bar c_k(\\tau) = w_k(1 - e^{-\\lambda_k\\tau})`."""
@@ -248,12 +222,12 @@ class BinaryPoissonCosts(NamedTuple):
 
     def arm_cost(self, rate):
         """:math:`J_k(r) = w_k(1 - (1-e^{-x})/x)`, :math:`x=\\lambda_k/r` (Lemma 1, stable)."""
-        return self.importance * _phi1(self.change_rate / rate)
+        return self.importance * phi1(self.change_rate / rate)
 
     def marginal_value(self, rate):
         """:math:`-J_k'(r) = (w_k/\\lambda_k)(1-(1+x)e^{-x})`, :math:`x=\\lambda_k/r` (stable)."""
         lam = self.change_rate
-        return self.importance / lam * _h(lam / rate)
+        return self.importance / lam * gamma2_cdf(lam / rate)
 
     def sample_path(self, key):
         """Time of the first change after the sync play, :math:`E_k\\sim\\mathrm{Exp}(\\lambda_k)`."""
@@ -276,7 +250,7 @@ def _float_leaf(x, name, dtype=None):
     return arr
 
 
-def polynomial_costs(scale, exponent, noise=0.1) -> PolynomialCosts:
+def polynomial_costs(scale: ArrayLike, exponent: ArrayLike, noise: ArrayLike = 0.1) -> PolynomialCosts:
     """Validated :class:`PolynomialCosts` (ICML-20 App. B).
 
     Raises:
@@ -305,7 +279,7 @@ def polynomial_costs(scale, exponent, noise=0.1) -> PolynomialCosts:
     return PolynomialCosts(scale, exponent, noise)
 
 
-def binary_poisson_costs(change_rate, importance=1.0) -> BinaryPoissonCosts:
+def binary_poisson_costs(change_rate: ArrayLike, importance: ArrayLike = 1.0) -> BinaryPoissonCosts:
     """Validated :class:`BinaryPoissonCosts` (ICML-20 App. C); importance broadcast to the arms.
 
     Raises:
@@ -342,7 +316,7 @@ class SyncBandit(NamedTuple):
     max_rate: jax.Array
 
 
-def num_arms(costs) -> int:
+def num_arms(costs: Any) -> int:
     """Number of arms K of a cost family (static: read from the shape of ``mean_cumulative_cost``)."""
     shape = jax.eval_shape(lambda c: c.mean_cumulative_cost(jnp.ones((), jnp.float32)), costs).shape
     if len(shape) == 0:
@@ -350,7 +324,7 @@ def num_arms(costs) -> int:
     return int(shape[-1])
 
 
-def make_sync_bandit(costs, budget, min_rate, max_rate) -> SyncBandit:
+def make_sync_bandit(costs: Any, budget: ArrayLike, min_rate: ArrayLike, max_rate: ArrayLike) -> SyncBandit:
     """Validated :class:`SyncBandit` (ICML-20 Problem 1).
 
     Raises:
@@ -384,9 +358,9 @@ def _check_generator_args(num_arms_, budget_fraction, min_rate, max_rate):
                          f"= [{min_rate}, {max_rate}] (budget = budget_fraction * num_arms)")
 
 
-def polynomial_bandit(key, num_arms: int = 100, *, budget_fraction: float = 0.4,
+def polynomial_bandit(key: jax.Array, num_arms: int = 100, *, budget_fraction: float = 0.4,
                       min_rate: float = 0.025, max_rate: float = 3.0, noise: float = 0.1,
-                      scaling: float = 5.0, dtype=None) -> SyncBandit:
+                      scaling: float = 5.0, dtype: Any = None) -> SyncBandit:
     r"""A random polynomial-cost instance with ICML-20 Table 1 defaults (App. B).
 
     :math:`\bar a_k \sim U[0,1]`, :math:`p_k = \sigma(\text{scaling}\cdot U[0,1])`,
@@ -405,10 +379,10 @@ def polynomial_bandit(key, num_arms: int = 100, *, budget_fraction: float = 0.4,
                       jnp.asarray(min_rate, dtype), jnp.asarray(max_rate, dtype))
 
 
-def binary_poisson_bandit(key, num_arms: int = 100, *, budget_fraction: float = 0.4,
+def binary_poisson_bandit(key: jax.Array, num_arms: int = 100, *, budget_fraction: float = 0.4,
                           min_rate: float = 0.025, max_rate: float = 6.0,
-                          change_rate_range=(0.005, 5.0), importance: float = 1.0,
-                          dtype=None) -> SyncBandit:
+                          change_rate_range: tuple[float, float] = (0.005, 5.0), importance: float = 1.0,
+                          dtype: Any = None) -> SyncBandit:
     r"""A random binary-Poisson instance with ICML-20 Table 2 defaults (App. C).
 
     :math:`\lambda_k \sim U[0.005, 5]`, importance 1, K = 100, B = 0.4K,
@@ -428,7 +402,7 @@ def binary_poisson_bandit(key, num_arms: int = 100, *, budget_fraction: float = 
 
 
 # ----------------------------------------------------------------- policy cost (Lemma 1)
-def arm_costs(costs, rate):
+def arm_costs(costs: Any, rate: ArrayLike) -> jax.Array:
     r"""Per-arm costs :math:`J_k(r_k) = r_k\bar C_k(1/r_k)` (ICML-20 Lemma 1, eq. 7).
 
     Uses the family's ``arm_cost`` closed form when it has one.
@@ -439,7 +413,7 @@ def arm_costs(costs, rate):
     return rate * costs.mean_cumulative_cost(1.0 / rate)
 
 
-def policy_cost(costs, rate):
+def policy_cost(costs: Any, rate: ArrayLike) -> jax.Array:
     r"""Policy cost :math:`J(r) = \frac1K\sum_k r_k \bar C_k(1/r_k)` (ICML-20 Lemma 1, eq. 7).
 
     Convex and decreasing in each rate; differentiable (``jax.grad``).  Reduces over the
@@ -455,7 +429,7 @@ def policy_cost(costs, rate):
     return jnp.mean(arm_costs(costs, rate), axis=-1)
 
 
-def marginal_values(costs, rate):
+def marginal_values(costs: Any, rate: ArrayLike) -> jax.Array:
     r"""Per-arm marginal values :math:`-J_k'(r_k) = \frac1{r_k}\bar c_k(\frac1{r_k}) - \bar
     C_k(\frac1{r_k}) \ge 0` (ICML-20 Lemma 1 proof), so :math:`\partial J/\partial r_k =
     -\text{marginal}_k/K`.
@@ -471,12 +445,22 @@ def marginal_values(costs, rate):
     return -d
 
 
-def _invert_marginal(costs, target, lower, upper, max_steps=64):
-    """Per-arm safeguarded Newton (rtsafe, in log r on log m) for m_k(r) = target_k.
+def _log_marginal_gap(rate, params):
+    """:math:`\log m_k(r) - \log y_k`, nonincreasing in r (``-inf`` where :math:`m_k(r) = 0`,
+    ``+inf`` where :math:`y_k \le 0`: every rate is then too small)."""
+    costs, target = params
+    m = marginal_values(costs, rate)
+    pos = m > 0
+    ypos = target > 0
+    gap = jnp.log(jnp.where(pos, m, 1.0)) - jnp.log(jnp.where(ypos, target, 1.0))
+    return jnp.where(ypos, jnp.where(pos, gap, -jnp.inf), jnp.inf)
 
-    The loop runs on stopped-gradient inputs; one Newton correction with live inputs then
-    carries exact first-order derivatives (implicit function theorem per arm).
-    """
+
+def _invert_marginal(costs, target, lower, upper):
+    """Per-arm root of :math:`\log m_k(r) = \log y_k` on ``[lower, upper]`` by the shared
+    safeguarded Newton (:func:`jaxcrawl._src.rootfind.solve_monotone`, in log r), started
+    at the secant of (log r, log m) over the box (exact for power laws); derivatives by
+    the implicit function theorem per arm."""
     target = jnp.asarray(target)
     shape = jnp.broadcast_shapes(jnp.shape(target), jnp.shape(lower), jnp.shape(upper),
                                  jax.eval_shape(lambda c: marginal_values(c, jnp.ones((), target.dtype)),
@@ -484,72 +468,26 @@ def _invert_marginal(costs, target, lower, upper, max_steps=64):
     target = jnp.broadcast_to(target, shape)
     lower = jnp.broadcast_to(jnp.asarray(lower, target.dtype), shape)
     upper = jnp.broadcast_to(jnp.asarray(upper, target.dtype), shape)
+    params = (costs, target)
     sg = jax.lax.stop_gradient
-    costs0 = jax.tree_util.tree_map(sg, costs)
-    y, lo, hi = sg(target), sg(lower), sg(upper)
-    dtype = y.dtype
-    eps = jnp.finfo(dtype).eps
-    ypos = y > 0
-    log_y = jnp.log(jnp.where(ypos, y, 1.0))
-
-    def F(s):
-        r = jnp.exp(s)
-        m, dm = jax.jvp(lambda rr: marginal_values(costs0, rr), (r,), (r,))
-        pos = m > 0
-        mp = jnp.where(pos, m, 1.0)
-        f = jnp.where(pos, jnp.log(mp) - log_y, -jnp.inf)
-        df = jnp.where(pos, dm / mp, 0.0)
-        return f, df
-
-    s_lo, s_hi = jnp.log(lo), jnp.log(hi)
-    f_lo, _ = F(s_lo)
-    f_hi, _ = F(s_hi)
-    at_hi = (~ypos) | (f_hi >= 0)
-    at_lo = (~at_hi) & (f_lo <= 0)
-    interior = ~(at_hi | at_lo)
-    # Secant guess in (log r, log m): exact for power laws.
+    s_lo, s_hi = jnp.log(sg(lower)), jnp.log(sg(upper))
+    f_lo = sg(_log_marginal_gap(sg(lower), params))
+    f_hi = sg(_log_marginal_gap(sg(upper), params))
     fin = jnp.isfinite(f_lo) & jnp.isfinite(f_hi) & (f_lo > f_hi)
-    denom = jnp.where(fin, f_lo - f_hi, 1.0)
-    s0 = jnp.where(fin, s_lo + f_lo * (s_hi - s_lo) / denom, 0.5 * (s_lo + s_hi))
-    s0 = jnp.clip(s0, s_lo, s_hi)
-    s0 = jnp.where(interior, s0, s_lo)
-
-    def cond(st):
-        a, b, s, k, done = st
-        return jnp.any(interior & ~done) & (k < max_steps)
-
-    def body(st):
-        a, b, s, k, done = st
-        f, df = F(s)
-        a = jnp.where(f > 0, s, a)
-        b = jnp.where(f > 0, b, s)
-        newton = s - f / jnp.where(df < 0, df, -1.0)
-        ok = (df < 0) & jnp.isfinite(newton) & (newton > a) & (newton < b)
-        s_new = jnp.where(ok, newton, 0.5 * (a + b))
-        tol = 4 * eps * jnp.maximum(1.0, jnp.abs(s))
-        conv = (f == 0) | (jnp.abs(s_new - s) <= tol) | ((b - a) <= tol)
-        s_new = jnp.where(done | (f == 0), s, s_new)
-        return a, b, s_new, k + 1, done | conv
-
-    init = (s_lo, s_hi, s0, jnp.asarray(0, jnp.int32), ~interior)
-    _, _, s, _, _ = jax.lax.while_loop(cond, body, init)
-    r_star = jnp.where(interior, jnp.exp(s), lo)
-    # One Newton correction with live inputs: value unchanged to rounding, exact tangents.
-    m_live = marginal_values(costs, r_star)
-    _, dm = jax.jvp(lambda rr: marginal_values(costs0, rr), (r_star,), (jnp.ones_like(r_star),))
-    dm = sg(jnp.where(dm < 0, dm, -1.0))
-    r_int = r_star - (m_live - target) / dm
-    r_int = jnp.clip(r_int, lower, upper)
-    return jnp.where(interior, r_int, jnp.where(at_hi, upper, lower))
+    s0 = jnp.where(fin, s_lo + f_lo * (s_hi - s_lo) / jnp.where(fin, f_lo - f_hi, 1.0),
+                   0.5 * (s_lo + s_hi))
+    x0 = jnp.exp(jnp.clip(s0, s_lo, s_hi))
+    return solve_monotone(_log_marginal_gap, params, lower, upper, x0=x0).x
 
 
-def kkt_rate(costs, target, lower, upper):
+def kkt_rate(costs: Any, target: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> jax.Array:
     r"""The rate in ``[lower, upper]`` whose marginal value :math:`-J_k'(r)` equals ``target``.
 
     This is the per-arm KKT inverse of Problem 1 (ICML-20 eq. 8): a free arm at dual
     :math:`\nu` has :math:`-J_k'(r_k) = K\nu`.  Closed form when the family defines
-    ``kkt_rate`` (polynomial costs); otherwise a per-arm safeguarded Newton iteration in
-    :math:`\log r` (binary-Poisson and user families), with exact first-order derivatives.
+    ``kkt_rate`` (polynomial costs); otherwise the shared element-wise safeguarded Newton
+    (:func:`jaxcrawl._src.rootfind.solve_monotone`) in :math:`\log r` (binary-Poisson and
+    user families), with exact derivatives by the implicit function theorem per arm.
     Nonincreasing in ``target``; returns ``upper`` when ``target <= marginal(upper)`` and
     ``lower`` when ``target >= marginal(lower)``.
     """
@@ -559,8 +497,9 @@ def kkt_rate(costs, target, lower, upper):
     return _invert_marginal(costs, target, lower, upper)
 
 
-def optimal_rates(costs, budget, lower, upper, *, max_steps: int = 100,
-                  rtol: Optional[float] = None) -> Allocation:
+def optimal_rates(costs: Any, budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, *,
+                  max_steps: int = 100, rtol: Optional[float] = None,
+                  throw: bool = False) -> Allocation:
     r"""Exact optimum of Problem 1: :math:`\min J(r)` s.t. :math:`\|r\|_1 = B`,
     :math:`r \in [r_{min}, r_{max}]^K` (ICML-20 eq. 8).
 
@@ -573,9 +512,14 @@ def optimal_rates(costs, budget, lower, upper, *, max_steps: int = 100,
       costs: a :class:`CostProcess` family of K arms.
       budget: B.
       lower, upper: :math:`r_{min}`, :math:`r_{max}` (scalars or ``(K,)``).
+      max_steps, rtol, throw: as in :func:`jaxcrawl.allocate.allocate` (``throw=True``
+        raises :class:`jaxcrawl.NonConvergenceError` when the dual root-find stops at
+        ``max_steps``).
 
     Returns:
-      :class:`jaxcrawl.allocate.Allocation` ``(x, dual, residual, num_steps)``.
+      :class:`jaxcrawl.allocate.Allocation` ``(x, dual, residual, num_steps, converged)``:
+      ``converged`` says whether the dual root-find met its tolerance within
+      ``max_steps``, and ``residual`` is the budget gap before the closing correction.
     """
     k = num_arms(costs)
     budget = jnp.asarray(budget)
@@ -588,7 +532,7 @@ def optimal_rates(costs, budget, lower, upper, *, max_steps: int = 100,
             raise ValueError("lower (r_min) must be > 0: J is undefined at rate 0")
 
     return allocate(_optimum_rate, (costs, lower, upper), budget, lower, upper,
-                    marginal_fn=_optimum_marginal, max_steps=max_steps, rtol=rtol)
+                    marginal_fn=_optimum_marginal, max_steps=max_steps, rtol=rtol, throw=throw)
 
 
 # Module-level (not closures), so allocate's compiled solve is reused across calls.
@@ -603,11 +547,13 @@ def _optimum_marginal(x, params):
     return marginal_values(c, x) / lo.shape[-1]
 
 
-def optimal_policy(bandit: SyncBandit, exploration=0.0) -> Allocation:
-    r"""Optimum of a :class:`SyncBandit`; with ``exploration = ε > 0``, of the restricted
-    set :math:`\mathcal K_\varepsilon` (budget :math:`B/(1+\varepsilon)`, rates in
-    :math:`[r_{min}, r_{max}/(1+\varepsilon)]`; ICML-20 Alg. 1 line 2), whose cost
-    :math:`J^*_\varepsilon` is what the learners converge to.
+def optimal_policy(bandit: SyncBandit, exploration: ArrayLike = 0.0) -> Allocation:
+    r"""Optimum of a :class:`SyncBandit` (ICML-20 Problem 1, eq. 8); with ``exploration =
+    ε > 0``, of the restricted set :math:`\mathcal K_\varepsilon` (budget
+    :math:`B/(1+\varepsilon)`, rates in :math:`[r_{min}, r_{max}/(1+\varepsilon)]`; ICML-20
+    Alg. 1 line 2), whose cost :math:`J^*_\varepsilon` is what the learners converge to.
+    Returns the :class:`~jaxcrawl.allocate.Allocation` of :func:`optimal_rates` (with
+    ``converged``).
     """
     scale = 1.0 / (1.0 + jnp.asarray(exploration, jnp.result_type(bandit.budget)))
     return optimal_rates(bandit.costs, bandit.budget * scale, bandit.min_rate,
@@ -615,7 +561,7 @@ def optimal_policy(bandit: SyncBandit, exploration=0.0) -> Allocation:
 
 
 # ------------------------------------------------------------ gradient estimator (Lemma 2)
-def gradient_estimate(key, costs, rate, exploration):
+def gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, exploration: ArrayLike) -> jax.Array:
     r"""One sample of the unbiased gradient estimator of ICML-20 Lemma 2.
 
     For each arm: with probability ε a probe play at :math:`t \sim U[0, 1/r_k]` after a
@@ -663,7 +609,8 @@ def _gather_arms(costs, idx):
     return jax.tree_util.tree_map(lambda x: x[idx] if jnp.ndim(x) >= 1 else x, costs)
 
 
-def interval_gradient_estimate(key, costs, rate, num_intervals, exploration, *,
+def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_intervals: ArrayLike,
+                               exploration: ArrayLike, *,
                                chunk_size: Optional[int] = None) -> ProbeGradient:
     r"""Average of the Lemma 2 samples over ``num_intervals[k]`` sync intervals of each arm.
 

@@ -13,6 +13,7 @@ def last_json(capsys):
     return json.loads(out[-1])
 
 
+@pytest.mark.x64
 def test_solve_csv_roundtrip(tmp_path, capsys):
     rng = np.random.default_rng(0)
     n = 50
@@ -41,6 +42,7 @@ def test_solve_synthetic_default_every_objective(objective, capsys):
     assert main(["solve", "--num-pages", "500", "--objective", objective]) == 0
     s = last_json(capsys)
     assert s["num_pages"] == 500 and abs(s["budget_residual"]) <= 1e-5 * 100
+    assert s["converged"] is True and abs(s["budget_residual"]) <= s["budget_tolerance"]
 
 
 @pytest.mark.parametrize(

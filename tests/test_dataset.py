@@ -10,8 +10,8 @@ import os
 import numpy as np
 import pytest
 
-from jaxcrawl import _cli_estimate
 from jaxcrawl import estimators as E
+from jaxcrawl.cli import estimate as cli_estimate
 from jaxcrawl.dataset import FILES, load_crawl_dataset
 
 
@@ -227,7 +227,7 @@ def test_round_trip_of_simulated_histories(tmp_path):
 
 def run_estimate(argv):
     parser = argparse.ArgumentParser(prog="jaxcrawl")
-    _cli_estimate.register(parser.add_subparsers(dest="command"))
+    cli_estimate.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["estimate"] + argv)
     return args.func(args)
 
@@ -237,6 +237,7 @@ def read_csv(path):
         return list(csv.DictReader(fh))
 
 
+@pytest.mark.x64
 def test_cli_estimate_from_dataset_directory(tmp_path, capsys):
     d = write_dataset(str(tmp_path / "ds"))
     out = str(tmp_path / "rates.csv")
@@ -269,6 +270,7 @@ def test_cli_problem_columns_feed_jaxcrawl_solve(tmp_path, capsys):
     assert np.all(table.change_rate > 0)
 
 
+@pytest.mark.x64
 def test_cli_estimate_from_history_csv(tmp_path, capsys):
     rng = np.random.default_rng(2)
     path = str(tmp_path / "h.csv")

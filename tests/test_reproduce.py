@@ -1,10 +1,14 @@
 """`jaxcrawl reproduce`: every part-1 experiment at --quick size, the JSON/PNG it writes, its
 claims, and checkpoint/resume behaviour.
 
-The experiments run once, in one subprocess (as CI's `jaxcrawl reproduce ... --quick` does,
-without this suite's x64 setting), and the tests read what it wrote.  The resume tests use a
-tiny fake experiment in a temporary experiments folder (selected with
-JAXCRAWL_EXPERIMENTS_DIR), so they need no JAX work at all.
+The paper reproductions are marked ``reproduce`` (deselected by default; run them with
+``python -m pytest -m reproduce``, as ``.ci/run`` does after the unit suite).  They run the
+experiments once, in one subprocess (as ``jaxcrawl reproduce ... --quick`` does, in the
+default float32), and the tests read what it wrote.
+
+The tests of the reproduction machinery (resume, fingerprints, exit codes, errors, the
+``--data`` reader) stay in the default suite: they use a tiny fake experiment in a temporary
+experiments folder (selected with JAXCRAWL_EXPERIMENTS_DIR) and need almost no JAX work.
 """
 from __future__ import annotations
 
@@ -25,6 +29,10 @@ REPO = Path(__file__).resolve().parent.parent
 EXPERIMENTS = REPO / "experiments"
 MINE = ("neurips19_fig1", "neurips19_fig2", "l2c_appj_fig3_4", "icml20_fig1_4",
         "avrachenkov_fig2_5", "avrachenkov_fig6")
+
+
+# the paper reproductions (the quick run of every part-1 experiment, the --data figures)
+reproduce = pytest.mark.reproduce
 
 
 def _run_cli(args, cwd, env_extra=None, timeout=900):
@@ -52,6 +60,7 @@ def _png_size(path: Path):
     return width, height, len(data)
 
 
+@reproduce
 def test_quick_run_exits_zero_and_summarises_every_claim(quick_run):
     out, proc, summary = quick_run
     assert proc.returncode == 0, (proc.stdout[-4000:], proc.stderr[-4000:])
@@ -66,6 +75,7 @@ def test_quick_run_exits_zero_and_summarises_every_claim(quick_run):
         assert f"  PASS  {key}:" in proc.stdout
 
 
+@reproduce
 @pytest.mark.parametrize("name", MINE)
 def test_experiment_writes_json_and_png_and_its_claims_hold(quick_run, name):
     out, _, summary = quick_run
@@ -91,6 +101,7 @@ def test_experiment_writes_json_and_png_and_its_claims_hold(quick_run, name):
     assert width >= 600 and height >= 300 and size > 20_000
 
 
+@reproduce
 def test_quick_results_are_the_papers_numbers_where_closed_forms_exist(quick_run):
     """Spot checks of the numbers behind the claims against closed forms."""
     out, _, _ = quick_run
@@ -107,6 +118,7 @@ def test_quick_results_are_the_papers_numbers_where_closed_forms_exist(quick_run
     assert all(abs(c["budget_residual"]) <= 1e-3 * fig1["params"]["num_pages"] for c in costs.values())
 
 
+@reproduce
 def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, tmp_path):
     """A finished run's chunks are reused; deleting one recomputes exactly that one."""
     out, _, _ = quick_run
@@ -315,6 +327,7 @@ def test_crawl_problem_from_a_data_directory(tmp_path):
     assert float(problem.bandwidth) == pytest.approx(0.2 * len(imp))
 
 
+@reproduce
 @pytest.mark.slow
 def test_neurips_figures_on_a_data_directory(tmp_path):
     """`--data DIR` end to end: with 25% complete pages LC beats BLC on binary cost, and the

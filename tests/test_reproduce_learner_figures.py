@@ -3,7 +3,10 @@ has its expected outcome (the scripts hold the tolerances), and the JSON/PNG are
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.reproduce
 
 NAMES = ["l2c_fig1", "l2c_fig2", "neurips19_fig3"]
 

@@ -289,3 +289,21 @@ def test_default_converges_over_twelve_orders_of_magnitude_float64(seed, log_imp
     assert bool(pol.converged)
     assert pol.rate.dtype == jnp.float64
     np.testing.assert_allclose(float(jnp.sum(pol.rate)), R, rtol=1e-11)
+
+
+@pytest.mark.parametrize("name", ["harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay", "uniform"])
+def test_float32_solve_agrees_with_float64(big_problem, name):
+    """The users' default dtype: every built-in utility in float32 is within a few float32
+    ulps of conditioning of the float64 optimum, meets the budget and reports convergence."""
+    pol32 = jaxcrawl.solve(big_problem, name)
+    arrays = [np.asarray(a) for a in (big_problem.importance, big_problem.change_rate, big_problem.complete)]
+    with jax.enable_x64(True):
+        p64 = jaxcrawl.CrawlProblem(arrays[0].astype(np.float64), arrays[1].astype(np.float64),
+                                    float(big_problem.bandwidth), arrays[2])
+        pol64 = jaxcrawl.solve(p64, name)
+        rate64, dual64 = np.asarray(pol64.rate), float(pol64.dual)
+    assert pol32.rate.dtype == jnp.float32 and bool(pol32.converged)
+    R = float(big_problem.bandwidth)
+    np.testing.assert_allclose(float(jnp.sum(pol32.rate)), R, rtol=1e-5)
+    np.testing.assert_allclose(float(pol32.dual), dual64, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(pol32.rate), rate64, rtol=1e-3, atol=1e-5 * R / rate64.size)

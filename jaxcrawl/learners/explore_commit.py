@@ -36,22 +36,26 @@ later phase at :math:`\rho^\varepsilon = (1-\varepsilon)\hat\rho + \varepsilon R
 the estimates from all observations so far.  Each phase's expected utility is eq. 4
 (Lemma 1: the phase is long enough for it to hold up to the tolerance).
 
-All learners are :class:`~jaxcrawl.learners.sweep.Learner`-compatible ``(init, step)``
-pairs; observations come from :func:`jaxcrawl.simulate.simulate_window`.
+All learners are :class:`~jaxcrawl.learners.base.Learner`-compatible ``(init, step)``
+pairs; observations come from :func:`jaxcrawl.simulate.simulate_window`; the optimum for
+the estimates is ``jaxcrawl.solve(problem, "binary")``.
 """
 from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcrawl import estimators, solvers
+from jax.typing import ArrayLike
+
+from jaxcrawl import estimators
+from jaxcrawl._src.checks import is_concrete
 from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
-from jaxcrawl.problem import CrawlProblem, is_concrete
+from jaxcrawl.problem import CrawlProblem
 from jaxcrawl.simulate import (
     SimConfig,
     SimState,
@@ -64,15 +68,20 @@ from jaxcrawl.simulate import (
     simulate_window,
 )
 
-from .learn_and_crawl import (
+from jaxcrawl.utilities import BINARY, solve
+
+from ._history import (
     CrawlHistory,
-    _estimated_problem,
-    _start_epoch,
+    PaddedHistory,
+    append_window,
     empty_history,
+    empty_padded_history,
     record_window,
+    start_epoch,
     suffix_history,
+    window_utility,
 )
-from .sweep import Learner, run_learner
+from .base import Learner, run_learner
 
 __all__ = [
     "ESTIMATORS",
@@ -107,7 +116,8 @@ ESTIMATORS = {"moment_matching": estimators.moment_matching, "mle": estimators.m
 
 
 # ------------------------------------------------------------------ closed forms
-def tau_star(horizon, num_pages, bandwidth, min_change_rate, max_change_rate, delta=0.05):
+def tau_star(horizon: ArrayLike, num_pages: ArrayLike, bandwidth: ArrayLike, min_change_rate: ArrayLike,
+             max_change_rate: ArrayLike, delta: ArrayLike = 0.05) -> jax.Array:
     r"""Thm 1's exploration horizon :math:`\tau^* = \sqrt{B/A}\,\sqrt T` (L2C §5, eq. 9).
 
     .. math:: \tau^* = \sqrt{\frac{e^{2\xi_{\max}m/R}\,R\,\log(2m/\delta)}{2m\,\xi_{\min}^2}}\;\sqrt T,
@@ -125,7 +135,9 @@ def tau_star(horizon, num_pages, bandwidth, min_change_rate, max_change_rate, de
     return jnp.sqrt(ratio) * jnp.sqrt(jnp.asarray(horizon, m.dtype))
 
 
-def etc_regret_bound(horizon, tau, importance, bandwidth, min_change_rate, max_change_rate, delta=0.05):
+def etc_regret_bound(horizon: ArrayLike, tau: ArrayLike, importance: ArrayLike, bandwidth: ArrayLike,
+                     min_change_rate: ArrayLike, max_change_rate: ArrayLike,
+                     delta: ArrayLike = 0.05) -> jax.Array:
     r"""Thm 1's bound on the expected regret of ETC (holds with probability 1 − δ):
 
     .. math:: R(T) \le \Big(\frac{\tau}{m} + \frac{T-\tau}{\tau}
@@ -156,7 +168,7 @@ def _check_bound_args(horizon, m, bandwidth, xi_min, xi_max, delta):
         raise ValueError("delta must be in (0, 1)")
 
 
-def lemma1_phase_length(importance, min_change_rate, tolerance):
+def lemma1_phase_length(importance: ArrayLike, min_change_rate: ArrayLike, tolerance: ArrayLike) -> jax.Array:
     r"""L2C Lemma 1's burn-in time :math:`\frac{1}{\xi_{\min}}\log\frac{2\sum_j\zeta_j}{\varepsilon}`.
 
     After this long under a fixed Poisson policy, the expected utility rate is within
@@ -170,7 +182,7 @@ def lemma1_phase_length(importance, min_change_rate, tolerance):
     return jnp.log(2.0 * jnp.sum(zeta, axis=-1) / tolerance) / min_change_rate
 
 
-def exploration_utility(problem: CrawlProblem, tau):
+def exploration_utility(problem: CrawlProblem, tau: ArrayLike) -> jax.Array:
     r"""Expected utility of uniform-interval exploration over ``[0, τ]`` (L2C App. H, eq. 29-30).
 
     .. math:: E\,U([0,\tau],\kappa^{UI}) = \frac{\tau}{m}\sum_i\zeta_i
@@ -184,7 +196,8 @@ def exploration_utility(problem: CrawlProblem, tau):
     return jnp.asarray(tau) / m * uniform_interval_freshness(problem, rate)
 
 
-def commit_transient(problem: CrawlProblem, rate, duration, fresh=True):
+def commit_transient(problem: CrawlProblem, rate: ArrayLike, duration: ArrayLike,
+                     fresh: ArrayLike = True) -> jax.Array:
     r"""Exact transient of a Poisson policy's utility (L2C Lemma 1, eq. 10, integrated).
 
     From cache state :math:`s_i` (1: fresh) at :math:`t_0`, page i is fresh at
@@ -204,39 +217,6 @@ def commit_transient(problem: CrawlProblem, rate, duration, fresh=True):
     d = jnp.asarray(duration, xi.dtype)[..., None]
     term = zeta * (s - rate / tot) * (-jnp.expm1(-tot * d)) / tot
     return jnp.sum(term, axis=-1) / xi.shape[-1]
-
-
-# ------------------------------------------------------------------ padded history
-class PaddedHistory(NamedTuple):
-    """A crawl history in the padded format of :mod:`jaxcrawl.estimators` (``(m, slots)``).
-
-    Window ``j`` of a run writes its ``crawl_capacity`` slots at columns
-    ``[j K, (j + 1) K)`` (modulo the buffer: a ring of windows).
-    """
-
-    intervals: jax.Array
-    changed: jax.Array
-    mask: jax.Array
-
-
-def _empty_padded(num_pages, num_slots, dtype):
-    return PaddedHistory(jnp.zeros((num_pages, num_slots), dtype),
-                         jnp.zeros((num_pages, num_slots), dtype),
-                         jnp.zeros((num_pages, num_slots), bool))
-
-
-def _append(hist: PaddedHistory, obs, block):
-    k = obs.mask.shape[-1]
-    num_blocks = hist.mask.shape[-1] // k
-    col = (block % num_blocks) * k
-    upd = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new.astype(buf.dtype), col, axis=-1)
-    return PaddedHistory(upd(hist.intervals, obs.intervals), upd(hist.changed, obs.changed),
-                         upd(hist.mask, obs.mask))
-
-
-def _window_fresh(problem, win, window):
-    m = problem.change_rate.shape[-1]
-    return jnp.sum(problem.importance * (window - win.stale_time), axis=-1) / m
 
 
 # ------------------------------------------------------------ explore-then-commit
@@ -320,7 +300,7 @@ class ETCOutcome(NamedTuple):
 
 
 class ETC(NamedTuple):
-    """Explore-then-commit: a :class:`~jaxcrawl.learners.sweep.Learner` (``init``, ``step``,
+    """Explore-then-commit: a :class:`~jaxcrawl.learners.base.Learner` (``init``, ``step``,
     ``name``) whose steps are exploration windows, plus the commit.
 
     Attributes:
@@ -388,14 +368,14 @@ def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator:
     n_rounds = jnp.minimum(n_rounds, jnp.min(jnp.sum(prefix, axis=-1)).astype(dtype))
     est = ESTIMATORS[estimator](history.intervals, history.changed, prefix,
                                 min_rate=min_rate, max_rate=max_rate)
-    rate = solvers.binary_lambda_crawl(_estimated_problem(problem, est)).rate
+    rate = solve(problem.replace(change_rate=est.astype(dtype)), BINARY).rate
     return n_rounds * w, n_rounds, est, rate
 
 
 def _reference_freshness(problem: CrawlProblem):
     """(F(ρ*; ξ), G(R/m; ξ)): Azar et al.'s optimum (eq. 5) and uniform intervals (App. H)."""
     m = problem.change_rate.shape[-1]
-    opt = solvers.binary_lambda_crawl(problem).rate
+    opt = solve(problem, BINARY).rate
     uni = jnp.full_like(problem.change_rate, 1.0) * (problem.bandwidth / m)
     return binary_freshness(problem, opt), uniform_interval_freshness(problem, uni)
 
@@ -408,7 +388,7 @@ def _outcome(problem, tau, n_rounds, est, rate, f_star, g_ui):
                       num_pages=jnp.asarray(problem.change_rate.shape[-1], dtype))
 
 
-def commit(state: ETCState, problem: CrawlProblem, tau, *,
+def commit(state: ETCState, problem: CrawlProblem, tau: ArrayLike, *,
            estimator: str = "moment_matching") -> ETCOutcome:
     r"""Commit after exploring until ``tau`` (L2C §5): estimate, solve, and the exact utilities.
 
@@ -423,7 +403,7 @@ def commit(state: ETCState, problem: CrawlProblem, tau, *,
     return _outcome(problem, tau_eff, n_rounds, est, rate, f_star, g_ui)
 
 
-def etc_regret(outcome: ETCOutcome, horizon):
+def etc_regret(outcome: ETCOutcome, horizon: ArrayLike) -> jax.Array:
     r"""Expected regret of ETC at horizon T (L2C §6.1): eq. 4 for the commit phase, App. H
     for the exploration.
 
@@ -483,15 +463,15 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
         sim = init_state(problem)
         n = problem.change_rate.shape[-1]
         zero = jnp.zeros((), dtype)
-        return ETCState(sim, _empty_padded(n, slots, dtype), jnp.zeros((), jnp.int32), zero, prm)
+        return ETCState(sim, empty_padded_history(n, slots, dtype), jnp.zeros((), jnp.int32), zero, prm)
 
     def step(key, state: ETCState, problem: CrawlProblem):
         w = _exploration_period(problem)
         schedule = periodic_schedule(jnp.broadcast_to(w, problem.change_rate.shape))
         sim, win = simulate_window(key, state.sim, problem, schedule, config)
-        hist = _append(state.history, win.observations, state.num_windows)
+        hist = append_window(state.history, win.observations, state.num_windows)
         new = ETCState(sim, hist, state.num_windows + 1, state.time + config.window, state.params)
-        info = ETCInfo(_window_fresh(problem, win, config.window), jnp.sum(win.num_crawls),
+        info = ETCInfo(window_utility(problem, win, config.window), jnp.sum(win.num_crawls),
                        jnp.sum(win.overflow, dtype=jnp.int32), new.time)
         return new, info
 
@@ -535,8 +515,8 @@ def _grid_commit(state: ETCState, problem: CrawlProblem, learner: "ETC", taus, g
         tau_eff, n_rounds, est, rate)
 
 
-def run_etc(key, learner: "ETC", problem: CrawlProblem, taus, params: Optional[ETCParams] = None, *,
-            group_ratio: int = 4):
+def run_etc(key: jax.Array, learner: "ETC", problem: CrawlProblem, taus: ArrayLike,
+            params: Optional[ETCParams] = None, *, group_ratio: int = 4) -> tuple[ETCOutcome, ETCInfo]:
     """Explore once for ``learner.num_windows`` windows, then commit at every τ of ``taus``.
 
     All τ share the same simulated exploration (common random numbers across the grid,
@@ -604,7 +584,8 @@ class _GridTransform:
         return isinstance(other, _GridTransform) and other._key() == self._key()
 
 
-def etc_grid_transform(learner: "ETC", taus, *, group_ratio: int = 4, clips=None):
+def etc_grid_transform(learner: "ETC", taus: ArrayLike, *, group_ratio: int = 4,
+                       clips: Optional[Sequence[tuple[float, float]]] = None) -> Callable[..., Any]:
     """A :func:`~jaxcrawl.learners.sweep.run_sweep` ``transform`` that commits at every τ.
 
     ``run_sweep(key, learner, problems, params, num_seeds=S, num_steps=learner.num_windows,
@@ -626,8 +607,8 @@ def etc_grid_transform(learner: "ETC", taus, *, group_ratio: int = 4, clips=None
 
 
 @functools.partial(jax.jit, static_argnames=("learner", "tau_windows", "commit_windows", "commit_config"))
-def simulate_etc(key, learner: ETC, problem: CrawlProblem, tau_windows: int, commit_windows: int,
-                 commit_config: SimConfig):
+def simulate_etc(key: jax.Array, learner: ETC, problem: CrawlProblem, tau_windows: int,
+                 commit_windows: int, commit_config: SimConfig) -> tuple[jax.Array, jax.Array, ETCOutcome]:
     r"""Simulate a whole ETC run: explore ``tau_windows`` windows, commit for ``commit_windows``.
 
     Returns ``(simulated_utility, exact_utility, outcome)`` where the simulated utility
@@ -741,7 +722,7 @@ def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int,
     config = config_for(problem, None, phase_length / windows,
                         max_crawl_rate=rho, total_crawl_rate=bw, tail=tail, requests=False)
     if history_capacity is None:
-        opt = np.asarray(solvers.binary_lambda_crawl(problem).rate, np.float64)
+        opt = np.asarray(solve(problem, BINARY).rate, np.float64)
         eps_rate = (1 - epsilon) * opt + epsilon * bw / m
         uniform = np.full_like(lam, bw / m)
         changed = max(float((r * lam / (r + lam)).max()) for r in (eps_rate, uniform))
@@ -755,7 +736,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
                           history_capacity: int,
                           min_rate: float = estimators.DEFAULT_MIN_RATE,
                           max_rate: float = estimators.DEFAULT_MAX_RATE) -> Learner:
-    r"""Phased ε-greedy crawling (L2C §6.2) as a :class:`~jaxcrawl.learners.sweep.Learner`.
+    r"""Phased ε-greedy crawling (L2C §6.2) as a :class:`~jaxcrawl.learners.base.Learner`.
 
     One ``step`` is one phase of ``windows_per_phase * config.window`` time units (the
     Lemma 1 length, :func:`lemma1_phase_length`): crawl as Poisson processes at the
@@ -804,14 +785,14 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
     def step(key, state: EpsGreedyState, problem: CrawlProblem):
         schedule = poisson_schedule(state.rate)
         phase = state.phase
-        hist = _start_epoch(state.history, phase)
+        hist = start_epoch(state.history, phase)
         window_keys = jax.random.split(key, windows_per_phase)
 
         def window(carry, k):
             sim, h = carry
             sim, win = simulate_window(k, sim, problem, schedule, config)
             h = record_window(h, win.observations, win.num_changes, phase)
-            return (sim, h), (_window_fresh(problem, win, config.window),
+            return (sim, h), (window_utility(problem, win, config.window),
                               jnp.sum(win.overflow, dtype=jnp.int32))
 
         (sim, hist), (fresh, overflow) = jax.lax.scan(window, (state.sim, hist), window_keys)
@@ -820,7 +801,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
         # a page whose ring wrapped inside this phase has no complete phase left: keep its estimate
         empty = hist.dropped_epoch >= phase
         est = jnp.where(empty & ~jnp.isnan(state.estimate), state.estimate, est)
-        rho_hat = solvers.binary_lambda_crawl(_estimated_problem(problem, est)).rate
+        rho_hat = solve(problem.replace(change_rate=est.astype(problem.dtype)), BINARY).rate
         n = problem.change_rate.shape[-1]
         eps = state.params.epsilon
         rate = (1.0 - eps) * rho_hat + eps * problem.bandwidth / n
@@ -833,12 +814,12 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
     return Learner(init, step, "phased_eps_greedy")
 
 
-def phased_regret(problem: CrawlProblem, info: PhaseInfo):
+def phased_regret(problem: CrawlProblem, info: PhaseInfo) -> jax.Array:
     r"""Cumulative expected regret of a phased learner after each phase (eq. 4 per phase):
 
     :math:`\sum_{k\le K}\big(\frac{L}{m}F(\rho^*;\xi) - \text{utility}_k\big)`, with ρ*
     Azar et al.'s optimum.  ``info`` is stacked over phases (last axis of ``utility``).
     """
     m = problem.change_rate.shape[-1]
-    f_star = binary_freshness(problem, solvers.binary_lambda_crawl(problem))
+    f_star = binary_freshness(problem, solve(problem, BINARY))
     return jnp.cumsum(info.duration / m * f_star[..., None] - info.utility, axis=-1)

@@ -4,10 +4,12 @@ r"""LambdaLearnAndCrawl (LLC, LLCA, BLLCε) and Avrachenkov et al.'s online re-s
 while it crawls, in epochs of length :math:`T_{epoch}`:
 
 1. (line 4) solve for the policy that is optimal for the current estimates
-   :math:`\hat\lambda_{n-1}` with the inner solver -- LambdaCrawl (LLC,
-   :func:`jaxcrawl.solvers.lambda_crawl`), LambdaCrawlApprox (LLCA, Prop. 9,
-   :func:`~jaxcrawl.solvers.lambda_crawl_approx`) or BLCε (BLLCε,
-   :func:`~jaxcrawl.solvers.binary_lambda_crawl` with ``epsilon``, 0.4 in the paper);
+   :math:`\hat\lambda_{n-1}` with the inner solver, a :class:`~jaxcrawl.Utility` solved by
+   :func:`jaxcrawl.solve` -- LambdaCrawl's harmonic utility (LLC, ``"harmonic"``,
+   :func:`jaxcrawl.solvers.lambda_crawl`), LambdaCrawlApprox's (LLCA, Prop. 9,
+   ``"harmonic-approx"``) or BLCε's binary freshness with a uniform floor (BLLCε,
+   ``"binary-epsilon"`` with ``params.epsilon``, 0.4 in the paper), or any registered or
+   user-defined utility;
 2. (lines 5-8) execute it for one epoch -- :func:`jaxcrawl.simulate.simulate_window`,
    Poisson crawls for pages in :math:`W^-` (and every page under BLCε), crawls on change
    signals with probability :math:`p_w` for pages in :math:`W^\circ` -- and append the
@@ -40,11 +42,12 @@ pages.
 Poisson process at its current rate :math:`p_i`; an online estimator (LLN eq. 1, SA eq.
 2 or SAM eq. 3; :mod:`jaxcrawl.estimators`) consumes each observation as it arrives, and
 every round (on average :math:`K` = 50 observations per page) the estimates are handed to
-Azar et al.'s solver (:func:`~jaxcrawl.solvers.binary_lambda_crawl`) for new rates.
+Azar et al.'s solver (``solve(problem, "binary")``, :func:`~jaxcrawl.solvers.binary_lambda_crawl`)
+for new rates.
 
-Both are :class:`~jaxcrawl.learners.sweep.Learner` objects: ``init(problem, params)``,
+Both are :class:`~jaxcrawl.learners.base.Learner` objects: ``init(problem, params)``,
 ``step(key, state, problem)``; drive them with
-:func:`~jaxcrawl.learners.sweep.run_learner` and sweep them with
+:func:`~jaxcrawl.learners.base.run_learner` and sweep them with
 :func:`~jaxcrawl.learners.sweep.run_sweep`.  The simulated world is the problem itself (its
 true change rates); the learner only reads what the simulator returns as observations,
 and its settings helpers build configs with ``requests=False`` (no request sampling:
@@ -52,16 +55,19 @@ policies are evaluated with closed forms).
 """
 from __future__ import annotations
 
+import functools
 import math
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
-from jaxcrawl import estimators, solvers
+from jaxcrawl import estimators
+from jaxcrawl._src.checks import is_concrete
 from jaxcrawl.objectives import binary_cost, binary_freshness, harmonic_cost
-from jaxcrawl.problem import CrawlProblem, Policy, is_concrete
+from jaxcrawl.problem import CrawlProblem, Policy
 from jaxcrawl.simulate import (
     SimConfig,
     SimState,
@@ -72,11 +78,16 @@ from jaxcrawl.simulate import (
     schedule_from_policy,
     simulate_window,
 )
+from jaxcrawl.utilities import BINARY, BINARY_EPSILON, HARMONIC, HARMONIC_APPROX, Utility, get_utility, solve
 
-from .sweep import Learner
+from ._history import CrawlHistory, empty_history, in_suffix, record_window, start_epoch, suffix_history
+from .base import Learner
 
 __all__ = [
     "INNER_SOLVERS",
+    "SOLVER_ALIASES",
+    "inner_utility",
+    "inner_solve",
     "LLCParams",
     "CrawlHistory",
     "LLCState",
@@ -84,6 +95,7 @@ __all__ = [
     "executed_policy",
     "policy_costs",
     "empty_history",
+    "start_epoch",
     "record_window",
     "suffix_history",
     "suffix_estimate",
@@ -99,35 +111,78 @@ __all__ = [
     "online_learn_and_crawl",
 ]
 
-#: Inner solvers of LambdaLearnAndCrawl and the names of the resulting learners (K19 §9.3).
+#: The inner solvers' former names (still accepted by ``solver=``) and the registry
+#: utilities (:mod:`jaxcrawl.utilities`) they denote.
+SOLVER_ALIASES = {
+    "lambda_crawl": "harmonic",
+    "lambda_crawl_approx": "harmonic-approx",
+    "binary_lambda_crawl": "binary-epsilon",
+}
+
+#: Inner solvers of LambdaLearnAndCrawl by former name, and the names of the resulting
+#: learners (K19 §9.3: LLC, LLCA, BLLCε).
 INNER_SOLVERS = {
     "lambda_crawl": "llc",
     "lambda_crawl_approx": "llca",
     "binary_lambda_crawl": "bllc",
 }
 
-def _estimated_problem(problem: CrawlProblem, estimate) -> CrawlProblem:
+_LEARNER_NAMES = {HARMONIC: "llc", HARMONIC_APPROX: "llca", BINARY_EPSILON: "bllc"}
+
+Solver = Union[str, Utility]
+
+
+def inner_utility(solver: Solver) -> Utility:
+    """The :class:`~jaxcrawl.Utility` of an inner solver: a registry name
+    (:func:`jaxcrawl.utility_names`), a former solver name of :data:`SOLVER_ALIASES`, or a
+    :class:`~jaxcrawl.Utility` itself."""
+    if isinstance(solver, str):
+        solver = SOLVER_ALIASES.get(solver, solver)
+    try:
+        return get_utility(solver)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"solver must be a registered utility name, one of {sorted(SOLVER_ALIASES)}, a "
+            f"jaxcrawl.Utility, or a tuple of these; got {solver!r}") from None
+
+
+def _utilities(solver: Union[Solver, tuple]) -> tuple[Utility, ...]:
+    names = solver if isinstance(solver, tuple) and not isinstance(solver, Utility) else (solver,)
+    if not names:
+        raise ValueError("solver must not be an empty tuple")
+    return tuple(inner_utility(s) for s in names)
+
+
+def _estimated_problem(problem: CrawlProblem, estimate: ArrayLike) -> CrawlProblem:
     return problem.replace(change_rate=jnp.asarray(estimate, problem.change_rate.dtype))
 
 
-def _inner_solve(solver, problem: CrawlProblem, estimate, epsilon, index=0) -> Policy:
-    """K19 Alg. 4 line 4: the inner solver on the estimated problem.
+def _solve_utility(utility: Utility, problem: CrawlProblem, epsilon: ArrayLike) -> Policy:
+    if utility is BINARY_EPSILON:
+        # BLCε's floor ε R / n comes from the learner's (traced, sweepable) params.epsilon.
+        n = problem.importance.shape[-1]
+        floor = jnp.asarray(epsilon, problem.dtype) * jnp.asarray(problem.bandwidth, problem.dtype) / n
+        return solve(problem, BINARY, lower=floor[..., None])
+    return solve(problem, utility)
 
-    ``solver`` is a name of :data:`INNER_SOLVERS` or a tuple of names, of which the one
-    at ``index`` (traced: ``jax.lax.switch``) is used.
+
+def inner_solve(solver: Union[Solver, tuple], problem: CrawlProblem, estimate: ArrayLike,
+                epsilon: ArrayLike = 0.4, index: ArrayLike = 0) -> Policy:
+    """K19 Alg. 4 line 4: the inner solver's optimal policy for the estimated change rates.
+
+    ``solver`` is an inner solver (:func:`inner_utility`) or a tuple of them, of which the
+    one at ``index`` (traced: ``jax.lax.switch``) is used.  The registry's
+    ``"binary-epsilon"`` (BLCε, K19 §9.3) takes its floor :math:`\varepsilon R/n` from
+    ``epsilon`` (an array: vmappable); every other utility is ``jaxcrawl.solve(problem,
+    utility)`` on the problem with ``change_rate = estimate``.
     """
-    if isinstance(solver, tuple):
-        if len(solver) == 1:
-            return _inner_solve(solver[0], problem, estimate, epsilon)
-        branches = [lambda e, eps, name=name: _inner_solve(name, problem, e, eps) for name in solver]
-        idx = jnp.clip(jnp.asarray(index).astype(jnp.int32), 0, len(solver) - 1)
-        return jax.lax.switch(idx, branches, estimate, epsilon)
+    utilities = _utilities(solver)
     est = _estimated_problem(problem, estimate)
-    if solver == "lambda_crawl":
-        return solvers.lambda_crawl(est)
-    if solver == "lambda_crawl_approx":
-        return solvers.lambda_crawl_approx(est)
-    return solvers.binary_lambda_crawl(est, epsilon)
+    if len(utilities) == 1:
+        return _solve_utility(utilities[0], est, epsilon)
+    branches = [lambda q, eps, u=u: _solve_utility(u, q, eps) for u in utilities]
+    idx = jnp.clip(jnp.asarray(index).astype(jnp.int32), 0, len(utilities) - 1)
+    return jax.lax.switch(idx, branches, est, epsilon)
 
 
 # ------------------------------------------------------------------- evaluation
@@ -145,7 +200,7 @@ def executed_policy(problem: CrawlProblem, policy: Policy) -> Policy:
     return policy._replace(rate=rate, residual=jnp.sum(rate, axis=-1) - problem.bandwidth)
 
 
-def policy_costs(problem: CrawlProblem, policy: Policy):
+def policy_costs(problem: CrawlProblem, policy: Policy) -> tuple[jax.Array, jax.Array]:
     """``(harmonic, binary)`` page-averaged costs of ``policy`` under the true rates.
 
     K19 eq. 8 with Prop. 1 and 4 (harmonic) and supplement eq. 12-13 (binary), of the
@@ -156,123 +211,15 @@ def policy_costs(problem: CrawlProblem, policy: Policy):
 
 
 # ---------------------------------------------------------------------- history
-class CrawlHistory(NamedTuple):
-    """Compressed crawl history of every page (K19 Alg. 4's ``obs_hist``).
-
-    Attributes:
-      changed_interval: ``(n, C)`` ring buffer of the intervals of crawls that saw a change.
-      changed_epoch: ``(n, C)`` int32 epoch of each ring entry (-1: empty).
-      head: ``(n,)`` int32 number of changed crawls ever written (the write position is
-        ``head mod C``).
-      dropped_epoch: ``(n,)`` int32 latest epoch with a ring entry that was overwritten
-        (-1: none); the page's suffix starts after it.
-      unchanged_time: ``(n, E)`` per epoch column, the sum of the intervals of crawls
-        that saw no change.
-      signals: ``(n, E)`` per epoch column, the number of change signals (complete pages,
-        K19 eq. 11).
-      column_epoch: ``(E,)`` int32 epoch held by each column (-1: none); epoch ``e`` uses
-        column ``e mod E``.
-    """
-
-    changed_interval: jax.Array
-    changed_epoch: jax.Array
-    head: jax.Array
-    dropped_epoch: jax.Array
-    unchanged_time: jax.Array
-    signals: jax.Array
-    column_epoch: jax.Array
-
-
-def empty_history(num_pages: int, capacity: int, num_epochs: int, dtype) -> CrawlHistory:
-    """An empty :class:`CrawlHistory` (``capacity`` changed crawls, ``num_epochs`` columns)."""
-    n, c, e = int(num_pages), int(capacity), int(num_epochs)
-    return CrawlHistory(
-        changed_interval=jnp.zeros((n, c), dtype),
-        changed_epoch=jnp.full((n, c), -1, jnp.int32),
-        head=jnp.zeros((n,), jnp.int32),
-        dropped_epoch=jnp.full((n,), -1, jnp.int32),
-        unchanged_time=jnp.zeros((n, e), dtype),
-        signals=jnp.zeros((n, e), dtype),
-        column_epoch=jnp.full((e,), -1, jnp.int32),
-    )
-
-
-def _start_epoch(hist: CrawlHistory, epoch) -> CrawlHistory:
-    col = epoch % hist.column_epoch.shape[0]
-    return hist._replace(
-        unchanged_time=hist.unchanged_time.at[:, col].set(0.0),
-        signals=hist.signals.at[:, col].set(0.0),
-        column_epoch=hist.column_epoch.at[col].set(epoch),
-    )
-
-
-def record_window(hist: CrawlHistory, observations, num_changes, epoch) -> CrawlHistory:
-    """Append one window's observations (from :func:`jaxcrawl.simulate.simulate_window`).
-
-    Changed crawls go to the ring buffer (their interval and ``epoch``), unchanged ones
-    add their interval to the epoch's column, and ``num_changes`` (the change signals)
-    to the signal column.  The column of ``epoch`` must have been started (``step``
-    does it at the start of each epoch).
-    """
-    n, cap = hist.changed_interval.shape
-    obs = observations
-    chg = obs.mask & (obs.changed > 0)
-    unc = obs.mask & ~chg
-    rank = jnp.cumsum(chg.astype(jnp.int32), axis=-1) - 1
-    count = jnp.sum(chg, axis=-1, dtype=jnp.int32)
-    pos = jnp.where(chg, (hist.head[:, None] + rank) % cap, cap)  # cap: dropped scatter
-    rows = jnp.arange(n)[:, None]
-    old = jnp.where(chg, hist.changed_epoch[rows, jnp.minimum(pos, cap - 1)], -1)
-    dropped = jnp.maximum(hist.dropped_epoch, jnp.max(old, axis=-1, initial=-1))
-    dropped = jnp.where(count > cap, epoch, dropped)  # wrapped onto its own new entries
-    col = epoch % hist.column_epoch.shape[0]
-    dtype = hist.unchanged_time.dtype
-    return hist._replace(
-        changed_interval=hist.changed_interval.at[rows, pos].set(
-            obs.intervals.astype(dtype), mode="drop"),
-        changed_epoch=hist.changed_epoch.at[rows, pos].set(epoch, mode="drop"),
-        head=hist.head + count,
-        dropped_epoch=dropped,
-        unchanged_time=hist.unchanged_time.at[:, col].add(
-            jnp.sum(jnp.where(unc, obs.intervals, 0.0), axis=-1).astype(dtype)),
-        signals=hist.signals.at[:, col].add(num_changes.astype(dtype)),
-    )
-
-
-def _in_suffix(tag, epoch, suffix_epochs, num_columns, dropped):
-    """Epoch tags inside the suffix (epoch - S, epoch], still stored, after ``dropped``."""
-    t = tag.astype(jnp.result_type(float))
-    s = jnp.minimum(jnp.asarray(suffix_epochs, t.dtype), num_columns)
-    return (tag >= 0) & (t > epoch - s) & (tag > dropped)
-
-
-def suffix_history(hist: CrawlHistory, epoch, suffix_epochs):
-    """The history suffix :math:`S(n)` of K19 Alg. 4 as an estimator-ready padded history.
-
-    Returns ``(intervals, changed, mask)`` of shape ``(n, C + E)``: the ring's changed
-    crawls, then one unchanged pseudo-observation per epoch column whose interval is
-    the epoch's total unchanged time (the likelihood of eq. 10 depends on unchanged
-    intervals only through their sum), masked to the last ``suffix_epochs`` epochs up
-    to ``epoch`` and after each page's ``dropped_epoch``.
-    """
-    n, cap = hist.changed_interval.shape
-    num_cols = hist.column_epoch.shape[0]
-    dropped = hist.dropped_epoch[:, None]
-    ring_ok = _in_suffix(hist.changed_epoch, epoch, suffix_epochs, num_cols, dropped)
-    col_ok = _in_suffix(hist.column_epoch[None, :], epoch, suffix_epochs, num_cols, dropped)
-    col_ok = col_ok & (hist.unchanged_time > 0)
-    intervals = jnp.concatenate([hist.changed_interval, hist.unchanged_time], axis=-1)
-    changed = jnp.concatenate([jnp.ones((n, cap), bool), jnp.zeros((n, num_cols), bool)], axis=-1)
-    mask = jnp.concatenate([ring_ok, col_ok], axis=-1)
-    return intervals, changed, mask
-
-
-def suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epochs, smoothing, epoch_length,
-                    previous, *, min_rate=estimators.DEFAULT_MIN_RATE, max_rate=1e3):
+def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, suffix_epochs: ArrayLike,
+                    smoothing: ArrayLike, epoch_length: ArrayLike, previous: ArrayLike, *,
+                    min_rate: float = estimators.DEFAULT_MIN_RATE,
+                    max_rate: float = 1e3) -> tuple[jax.Array, jax.Array]:
     r"""K19 Alg. 4 lines 10-13: change-rate estimates from the history suffix.
 
     Incomplete pages: :func:`jaxcrawl.estimators.mle_smoothed` (eq. 10 with imaginary
-    changed and unchanged intervals of length ``smoothing``) on :func:`suffix_history`.
+    changed and unchanged intervals of length ``smoothing``) on :func:`suffix_history`
+    (the :class:`CrawlHistory` of ``record_window``).
     Complete pages: eq. 11 with the imaginary observation, :math:`(U + s)/T` with U the
     change signals of the suffix and T its duration (``full_observation``'s U/T plus
     s/T).  A page whose suffix is empty because its ring buffer wrapped inside the
@@ -289,7 +236,7 @@ def suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epochs, smoothin
     inc = estimators.mle_smoothed(intervals, changed, mask, smoothing=smoothing,
                                   min_rate=min_rate, max_rate=max_rate)
     no_drop = jnp.full((1,), -1, jnp.int32)
-    col_ok = _in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
+    col_ok = in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
     duration = jnp.sum(col_ok).astype(dtype) * jnp.asarray(epoch_length, dtype)
     durations = jnp.broadcast_to(jnp.asarray(epoch_length, dtype), (n, num_cols))
     u_over_t = estimators.full_observation(durations, hist.signals,
@@ -308,7 +255,8 @@ class LLCParams(NamedTuple):
     """Hyperparameters of LambdaLearnAndCrawl (arrays, so ``jax.vmap`` sweeps them).
 
     Attributes:
-      epsilon: BLCε's uniform floor fraction (K19 §9.3: 0.4); only BLLCε reads it.
+      epsilon: BLCε's uniform floor fraction (K19 §9.3: 0.4); only the registry's
+        ``"binary-epsilon"`` inner solver (BLLCε) reads it.
       suffix_epochs: :math:`S(n)`, the history suffix in epochs (``inf``: all the
         ``history_epochs`` kept; K19 Prop. 8 needs the whole history asymptotically).
       smoothing: length of the imaginary intervals / count (K19 Alg. 4: 0.5).
@@ -358,6 +306,8 @@ class LLCInfo(NamedTuple):
       truncated: pages whose suffix was shortened by the ring buffer.
       dual: the new policy's bandwidth multiplier.
       epoch: epochs completed.
+      converged: whether the inner solve's root-find met its tolerance
+        (:attr:`jaxcrawl.Policy.converged`).
     """
 
     harmonic_cost: jax.Array
@@ -368,6 +318,7 @@ class LLCInfo(NamedTuple):
     truncated: jax.Array
     dual: jax.Array
     epoch: jax.Array
+    converged: Any = True
 
 
 def _params(params, cls, dtype):
@@ -390,7 +341,8 @@ def _check_llc_params(p: LLCParams):
         raise ValueError(f"initial_rate must be finite and > 0; got {r0}")
 
 
-def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_per_epoch: int,
+def lambda_learn_and_crawl(solver: Union[Solver, tuple] = "harmonic", *, config: SimConfig,
+                           windows_per_epoch: int,
                            history_capacity: int = 64, history_epochs: int = 21,
                            min_rate: float = estimators.DEFAULT_MIN_RATE,
                            max_rate: float = 1e3) -> Learner:
@@ -402,8 +354,11 @@ def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_
     policy under the true rates (:class:`LLCInfo`).
 
     Args:
-      solver: ``"lambda_crawl"`` (LLC), ``"lambda_crawl_approx"`` (LLCA) or
-        ``"binary_lambda_crawl"`` (BLLCε, with ``params.epsilon``); or a tuple of these,
+      solver: the inner solver, a :class:`~jaxcrawl.Utility` or its registry name:
+        ``"harmonic"`` (LLC; former name ``"lambda_crawl"``), ``"harmonic-approx"``
+        (LLCA; ``"lambda_crawl_approx"``), ``"binary-epsilon"`` (BLLCε with
+        ``params.epsilon``; ``"binary_lambda_crawl"``) or any other registered or
+        user-defined utility (solved with :func:`jaxcrawl.solve`); or a tuple of these,
         of which ``params.solver`` picks one (all share one compiled program; under
         ``jax.vmap`` every listed solver is evaluated and the chosen one kept).
       config: the simulator's static :class:`~jaxcrawl.simulate.SimConfig` (see
@@ -415,12 +370,10 @@ def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_
         the clip only guards the solvers).
 
     Returns:
-      :class:`Learner` named ``"llc"``, ``"llca"`` or ``"bllc"`` (names joined by ``+``
-      for a tuple); ``init(problem, params: LLCParams = None)``.
+      :class:`Learner` named ``"llc"``, ``"llca"``, ``"bllc"`` or ``"llc[<utility name>]"``
+      (names joined by ``+`` for a tuple); ``init(problem, params: LLCParams = None)``.
     """
-    names = solver if isinstance(solver, tuple) else (solver,)
-    if not names or any(s not in INNER_SOLVERS for s in names):
-        raise ValueError(f"solver must be one of {sorted(INNER_SOLVERS)} or a tuple of them, got {solver!r}")
+    utilities = _utilities(solver)
     if not isinstance(config, SimConfig):
         raise TypeError("config must be a jaxcrawl.simulate.SimConfig (see llc_settings)")
     for name, v in (("windows_per_epoch", windows_per_epoch), ("history_capacity", history_capacity),
@@ -437,7 +390,7 @@ def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_
         _check_llc_params(prm)
         n = problem.change_rate.shape[-1]
         estimate = jnp.broadcast_to(prm.initial_rate, (n,)).astype(dtype)
-        policy = _inner_solve(solver, problem, estimate, prm.epsilon, prm.solver)
+        policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
         sim = init_state(problem)
         hist = empty_history(n, history_capacity, history_epochs, dtype)
         return LLCState(estimate, policy, sim, hist, jnp.zeros((), jnp.int32), prm)
@@ -446,7 +399,7 @@ def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_
         prm = state.params
         epoch = state.epoch
         schedule = schedule_from_policy(problem.replace(complete=state.policy.on_signal), state.policy)
-        hist = _start_epoch(state.history, epoch)
+        hist = start_epoch(state.history, epoch)
         window_keys = jax.random.split(key, windows_per_epoch)
 
         def window(carry, k):
@@ -460,43 +413,47 @@ def lambda_learn_and_crawl(solver="lambda_crawl", *, config: SimConfig, windows_
         estimate, truncated = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
             state.estimate, min_rate=min_rate, max_rate=max_rate)
-        policy = _inner_solve(solver, problem, estimate, prm.epsilon, prm.solver)
+        policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
         harm, binc = policy_costs(problem, policy)
         err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
         new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
         info = LLCInfo(harm, binc, err, jnp.sum(crawls), jnp.sum(overflow),
-                       jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1)
+                       jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1,
+                       policy.converged)
         return new, info
 
-    return Learner(init, step, "+".join(INNER_SOLVERS[s] for s in names))
+    return Learner(init, step, "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities))
 
 
-def llc(**kwargs) -> Learner:
-    """LLC: :func:`lambda_learn_and_crawl` with LambdaCrawl (K19 Alg. 1-3) as the inner solver."""
-    return lambda_learn_and_crawl("lambda_crawl", **kwargs)
+def llc(**kwargs: Any) -> Learner:
+    """LLC: :func:`lambda_learn_and_crawl` with LambdaCrawl's harmonic utility (K19 Alg. 1-3,
+    ``"harmonic"``) as the inner solver."""
+    return lambda_learn_and_crawl(HARMONIC, **kwargs)
 
 
-def llca(**kwargs) -> Learner:
-    """LLCA: :func:`lambda_learn_and_crawl` with LambdaCrawlApprox (K19 Prop. 9) as the inner solver."""
-    return lambda_learn_and_crawl("lambda_crawl_approx", **kwargs)
+def llca(**kwargs: Any) -> Learner:
+    """LLCA: :func:`lambda_learn_and_crawl` with LambdaCrawlApprox (K19 Prop. 9,
+    ``"harmonic-approx"``) as the inner solver."""
+    return lambda_learn_and_crawl(HARMONIC_APPROX, **kwargs)
 
 
-def bllc(**kwargs) -> Learner:
-    """BLLCε: :func:`lambda_learn_and_crawl` with BLCε (K19 §9.3) as the inner solver."""
-    return lambda_learn_and_crawl("binary_lambda_crawl", **kwargs)
+def bllc(**kwargs: Any) -> Learner:
+    """BLLCε: :func:`lambda_learn_and_crawl` with BLCε (K19 §9.3, ``"binary-epsilon"``, the
+    floor from ``LLCParams.epsilon``) as the inner solver."""
+    return lambda_learn_and_crawl(BINARY_EPSILON, **kwargs)
 
 
-def _pilot_rates(problem: CrawlProblem, solver, rates_list, epsilon):
-    """Executed crawl rates of the inner solver(s) for several candidate estimates (eager)."""
-    out = []
-    for name in (solver if isinstance(solver, tuple) else (solver,)):
-        for r in rates_list:
-            pol = executed_policy(problem, _inner_solve(name, problem, r, epsilon))
-            out.append(np.asarray(pol.rate, np.float64))
-    return out
+@functools.partial(jax.jit, static_argnums=0)
+def _pilot_rates(utilities: tuple, problem: CrawlProblem, estimates: jax.Array, epsilon: jax.Array) -> jax.Array:
+    """Executed crawl rates of the inner solver(s) for several candidate estimates, in one
+    compiled call: ``(num_utilities, num_estimates, *problem.shape)``."""
+    return jnp.stack([
+        jax.vmap(lambda e, u=u: executed_policy(problem, inner_solve(u, problem, e, epsilon)).rate)(estimates)
+        for u in utilities])
 
 
-def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: float = 1.0,
+def llc_settings(problem: CrawlProblem, solver: Union[Solver, tuple] = "harmonic", *,
+                 epoch_length: float = 1.0,
                  epsilon: float = 0.4, initial_rate: float = 1.0, safety: float = 2.0,
                  events_per_window: float = 24.0, history_epochs: int = 21,
                  history_capacity: Optional[int] = None, tail: float = 1e-9) -> dict:
@@ -520,9 +477,7 @@ def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: 
     """
     if not is_concrete(problem):
         raise ValueError("llc_settings needs concrete values: call it outside jit")
-    names = solver if isinstance(solver, tuple) else (solver,)
-    if not names or any(s not in INNER_SOLVERS for s in names):
-        raise ValueError(f"solver must be one of {sorted(INNER_SOLVERS)} or a tuple of them, got {solver!r}")
+    utilities = _utilities(solver)
     if not (epoch_length > 0 and safety >= 1 and events_per_window > 0):
         raise ValueError("need epoch_length > 0, safety >= 1 and events_per_window > 0")
     batch = problem.importance.shape[:-1]
@@ -532,7 +487,9 @@ def llc_settings(problem: CrawlProblem, solver="lambda_crawl", *, epoch_length: 
                         problem.complete.reshape(-1, n))  # (rows, n), also for one problem
     lam = np.asarray(flat.change_rate, np.float64)
     init_est = jnp.full_like(flat.change_rate, initial_rate)
-    pilots = _pilot_rates(flat, solver, [init_est, flat.change_rate], epsilon)
+    pilot_rates = _pilot_rates(utilities, flat, jnp.stack([init_est, flat.change_rate]),
+                               jnp.asarray(epsilon, flat.change_rate.dtype))
+    pilots = list(np.asarray(pilot_rates, np.float64).reshape((-1,) + flat.change_rate.shape))
     comp = np.asarray(flat.complete)
     bw = np.broadcast_to(np.asarray(flat.bandwidth, np.float64), lam.shape[:-1])
     # per-page crawl-rate bound: safety x the pilots' rates (at least safety x R/n); a
@@ -639,7 +596,8 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
     the online estimator (``"lln"``: eq. 1, ``"sa"``: eq. 2, ``"sam"``: eq. 3) is
     updated with every observation, in time order.  At the end of the round the
     estimates, clipped to ``[min_rate, max_rate]`` (a starved page's estimate can be 0),
-    go to :func:`jaxcrawl.solvers.binary_lambda_crawl` (Azar et al.'s Algorithm 2 when
+    go to Azar et al.'s binary-freshness solver (``solve(problem, "binary")`` with the floor
+    :math:`\varepsilon B/N` of ``params.epsilon``; Azar et al.'s Algorithm 2 when
     ``epsilon = 0``) for new rates.  §5 re-solves every 50 observations per page; make
     the round last ``K N / B`` time units (:func:`online_settings`) for an average of K.
 
@@ -717,7 +675,7 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
 
         (sim, es), (overflow, num_obs) = jax.lax.scan(window, (state.sim, state.estimator), window_keys)
         estimate = jnp.clip(es.rate, min_rate, max_rate)
-        new_rate = solvers.binary_lambda_crawl(_estimated_problem(problem, estimate), prm.epsilon).rate
+        new_rate = inner_solve(BINARY_EPSILON, problem, estimate, prm.epsilon).rate
         es = es._replace(crawl_rate=new_rate)
         if estimator == "lln":  # restart the counts; the estimate carries over
             es = es._replace(num_obs=jnp.zeros_like(es.num_obs), num_changes=jnp.zeros_like(es.num_changes))
@@ -749,7 +707,7 @@ def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50
     bw = float(np.max(np.asarray(problem.bandwidth)))
     round_length = observations_per_round * n / bw
     if max_crawl_rate is None:
-        opt = float(np.max(np.asarray(solvers.binary_lambda_crawl(problem).rate)))
+        opt = float(np.max(np.asarray(solve(problem, BINARY).rate)))
         max_crawl_rate = safety * max(bw / n, opt)
     rho = min(float(max_crawl_rate), bw)
     busiest = float(np.max(np.asarray(problem.change_rate))) + rho

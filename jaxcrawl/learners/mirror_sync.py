@@ -27,25 +27,28 @@ bandwidth on probe plays, start at the log-barrier minimiser (line 3), estimate
 both solved exactly by :func:`jaxcrawl.allocate.allocate` (closed form per arm given the
 dual ν, which may be negative; the bracket comes from the marginals via ``marginal_fn``).
 
-A learner is a :class:`SyncLearner` ``(init, step)``: ``state = init(bandit, hparams)``,
-``state, info = step(key, state, bandit)``.  Hyperparameters live in the state
+A learner is a :class:`~jaxcrawl.learners.base.Learner` (``SyncLearner`` is the same
+type): ``state = init(bandit, hparams)``, ``state, info = step(key, state, bandit)``;
+MirrorSync is ``synchronous`` (one step is one round of :math:`1/r_{min}`), the other two
+step once per update interval.  Hyperparameters live in the state
 (:class:`SyncHyperparams`), so ``jax.vmap`` over ``init``'s ``hparams`` sweeps them without
 retracing; ``jax.vmap`` over keys and bandits gives seeds and instances;
-:func:`run_sync_learner` drives a learner with ``jax.lax.scan`` and :func:`grid_search` runs
-the App. B hyperparameter search as one vmapped call.
+:func:`run_sync_learner` (= :func:`~jaxcrawl.learners.base.run_learner`) drives a learner
+with ``jax.lax.scan`` and :func:`grid_search` runs the App. B hyperparameter search on
+:func:`~jaxcrawl.learners.sweep.run_sweep`, as one vmapped call.
 """
 from __future__ import annotations
 
-import functools
 import math
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
+from jaxcrawl._src.checks import is_concrete
 from jaxcrawl.allocate import Allocation, allocate
-from jaxcrawl.problem import is_concrete
 from jaxcrawl.sync_bandits import (
     TABLE1,
     SyncBandit,
@@ -53,6 +56,9 @@ from jaxcrawl.sync_bandits import (
     num_arms,
     policy_cost,
 )
+
+from .base import Learner, SyncLearner, run_sync_learner
+from .sweep import run_sweep
 
 __all__ = [
     "SyncHyperparams",
@@ -74,8 +80,8 @@ __all__ = [
 ]
 
 # Hyperparameter grids for the App. B search: l_upd over the divisors of 1/r_min = 40 in
-# App. B's range [8, 40]; learning rates bracketing the chosen values (the paper defers
-# the exact grids to its code).
+# App. B's range [8, 40]; learning rates bracketing the values App. B reports (Table 1;
+# App. B does not list its grids).
 APP_B_GRIDS = dict(
     mirror_sync=dict(learning_rates=(0.5, 1.0, 1.6, 2.7, 4.0, 6.0, 9.0)),
     async_mirror_sync=dict(learning_rates=(0.5, 1.0, 1.6, 3.0, 6.0, 9.0),
@@ -145,6 +151,8 @@ class SyncInfo(NamedTuple):
       num_probes: probe plays whose samples entered the gradient.
       dual: multiplier ν of the step's budget constraint.
       num_steps: root-finding iterations of the step.
+      converged: whether the step's root-find met its tolerance
+        (:attr:`jaxcrawl.Allocation.converged`; True when no arm was updated).
     """
 
     policy_cost: jax.Array
@@ -153,15 +161,7 @@ class SyncInfo(NamedTuple):
     num_probes: jax.Array
     dual: jax.Array
     num_steps: jax.Array
-
-
-class SyncLearner(NamedTuple):
-    """A learner: ``init(bandit, hparams=None) -> state``,
-    ``step(key, state, bandit) -> (state, SyncInfo)``; ``name`` identifies the algorithm."""
-
-    init: Callable
-    step: Callable
-    name: str
+    converged: Any = True
 
 
 # ------------------------------------------------------------------ exact update steps
@@ -176,7 +176,7 @@ def _check_step_inputs(rate, budget, lower, upper, name):
             raise ValueError(f"{name}: lower must be > 0 (rates stay in the log-barrier domain)")
 
 
-def barrier_rates(budget, lower, upper, num_arms_: int) -> Allocation:
+def barrier_rates(budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, num_arms_: int) -> Allocation:
     r"""Minimiser of the log barrier :math:`-\sum_k\log r_k` over the box with
     :math:`\|r\|_1 = B` (ICML-20 Alg. 1 line 3, Alg. 2 line 2): :math:`r_k = \mathrm{clip}(1/\nu)`.
     """
@@ -210,7 +210,8 @@ def _mirror_marginal(x, p):
     return 1.0 / x - 1.0 / r - eta * g
 
 
-def mirror_descent_step(rate, grad, learning_rate, budget, lower, upper) -> Allocation:
+def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLike, budget: ArrayLike,
+                        lower: ArrayLike, upper: ArrayLike) -> Allocation:
     r"""Exact log-barrier mirror-descent step (ICML-20 Alg. 1 lines 42-45).
 
     .. math:: \arg\min_{x \in [\ell, h],\ \|x\|_1 = B}\ \eta\langle x, g\rangle
@@ -230,7 +231,8 @@ def mirror_descent_step(rate, grad, learning_rate, budget, lower, upper) -> Allo
       lower, upper: box (scalars or ``(K,)``), ``lower > 0``.
 
     Returns:
-      :class:`jaxcrawl.allocate.Allocation`; ``x`` is the new rate vector.
+      :class:`jaxcrawl.allocate.Allocation`; ``x`` is the new rate vector, ``converged``
+      says whether the dual root-find met its tolerance.
     """
     _check_step_inputs(rate, budget, lower, upper, "mirror_descent_step")
     rate = jnp.asarray(rate)
@@ -253,7 +255,8 @@ def _psgd_marginal(x, p):
     return r - eta * g - x
 
 
-def projected_sgd_step(rate, grad, learning_rate, budget, lower, upper) -> Allocation:
+def projected_sgd_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLike, budget: ArrayLike,
+                       lower: ArrayLike, upper: ArrayLike) -> Allocation:
     r"""Exact projected-SGD step of AsyncPSGDSync (ICML-20 §8).
 
     .. math:: \arg\min_{x \in [\ell, h],\ \|x\|_1 = B}\ \|x - (r - \eta g)\|_2^2,
@@ -364,10 +367,11 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
         count = state.num_updates + 1
         new = MirrorSyncState(alloc.x, hp, count.astype(dtype) * round_len, count)
         info = SyncInfo(policy_cost(bandit.costs, alloc.x), new.time,
-                        jnp.asarray(k, jnp.int32), pg.num_probes, alloc.dual, alloc.num_steps)
+                        jnp.asarray(k, jnp.int32), pg.num_probes, alloc.dual, alloc.num_steps,
+                        alloc.converged)
         return new, info
 
-    return SyncLearner(init, step, "mirror_sync")
+    return Learner(init, step, "mirror_sync", synchronous=True)
 
 
 def _async_learner(update_fn, defaults, name, chunk_size):
@@ -408,10 +412,11 @@ def _async_learner(update_fn, defaults, name, chunk_size):
         new = AsyncSyncState(new_rate, new_last, hp, count.astype(dtype) * interval, count)
         dual = jnp.where(num_active > 0, alloc.dual, 0.0)
         info = SyncInfo(policy_cost(bandit.costs, new_rate), new.time, num_active,
-                        pg.num_probes, dual, alloc.num_steps)
+                        pg.num_probes, dual, alloc.num_steps,
+                        jnp.where(num_active > 0, alloc.converged, True))
         return new, info
 
-    return SyncLearner(init, step, name)
+    return Learner(init, step, name)
 
 
 def async_mirror_sync(learning_rate: float = TABLE1["async_mirror_sync"]["learning_rate"],
@@ -462,40 +467,15 @@ def async_psgd_sync(learning_rate: float = TABLE1["async_psgd_sync"]["learning_r
 
 
 # ------------------------------------------------------------------------- drivers
-@functools.partial(jax.jit, static_argnames=("learner", "num_steps"))
-def run_sync_learner(key, learner: SyncLearner, bandit: SyncBandit, num_steps: int,
-                     hparams: Optional[SyncHyperparams] = None):
-    """Run ``num_steps`` steps of a learner with ``jax.lax.scan``.
-
-    Args:
-      key: PRNG key; step ``i`` uses ``jax.random.fold_in(key, i)``, so a longer run
-        extends a shorter one (and :func:`grid_search` rows match single runs).
-      learner: a :class:`SyncLearner`.
-      bandit: a :class:`jaxcrawl.sync_bandits.SyncBandit`.
-      num_steps: number of steps (static); see :func:`num_learner_steps`.
-      hparams: optional :class:`SyncHyperparams` (default: the learner's).
-
-    Returns:
-      ``(final_state, info)`` where ``info`` is a :class:`SyncInfo` of ``(num_steps,)``
-      arrays.  ``jax.vmap`` over ``key``/``bandit``/``hparams`` for seeds, instances,
-      hyperparameters.
-    """
-    state = learner.init(bandit, hparams)
-
-    def body(st, i):
-        return learner.step(jax.random.fold_in(key, i), st, bandit)
-
-    return jax.lax.scan(body, state, jnp.arange(num_steps))
-
-
-def num_learner_steps(learner: SyncLearner, min_rate: float, horizon_rounds: float,
+def num_learner_steps(learner: Learner, min_rate: float, horizon_rounds: float,
                       update_interval: Optional[float] = None) -> int:
     """Steps covering ``horizon_rounds`` MirrorSync rounds of :math:`1/r_{min}` time each.
 
-    MirrorSync: one step per round.  Asynchronous learners: one step per
-    ``update_interval`` (ICML-20 App. B: ``horizon * (1/r_min) / l_upd`` updates).
+    A ``synchronous`` learner (MirrorSync, ICML-20 Alg. 1) takes one step per round; an
+    asynchronous one (Alg. 2) one step per ``update_interval`` (ICML-20 App. B:
+    ``horizon * (1/r_min) / l_upd`` updates).
     """
-    if learner.name == "mirror_sync":
+    if learner.synchronous:
         return int(math.ceil(horizon_rounds - 1e-9))
     if update_interval is None:
         raise ValueError("update_interval is required for an asynchronous learner")
@@ -508,7 +488,7 @@ class GridSearchResult(NamedTuple):
     Attributes:
       learning_rate, update_interval: ``(G,)`` the grid.
       policy_cost: ``(G, S)`` J(r) after each step (held after the horizon).
-      time: ``(G, S)`` simulated time after each step.
+      time: ``(G, S)`` simulated time after each step (held after the horizon).
       active: ``(G, S)`` whether the step fell inside the horizon.
       final_cost: ``(G,)`` J at the horizon.
       tail_cost: ``(G,)`` mean J over the last ``tail_fraction`` of the horizon.
@@ -525,22 +505,46 @@ class GridSearchResult(NamedTuple):
     best: jax.Array
 
 
-def grid_search(key, learner: SyncLearner, bandit: SyncBandit,
+class _HorizonHold(NamedTuple):
+    """:func:`~jaxcrawl.learners.sweep.run_sweep` transform of :func:`grid_search`: every run
+    held at its state after the last step inside the horizon (hashable: one compilation
+    per learner and horizon)."""
+
+    learner: Learner
+    horizon_time: float
+
+    def __call__(self, final_state, info, bandit, hparams):
+        active = info.time <= self.horizon_time * (1 + 1e-6)  # a prefix: time increases
+        last = jnp.sum(active, dtype=jnp.int32) - 1
+        held = jnp.minimum(jnp.arange(active.shape[0]), last)
+        start = self.learner.init(bandit, hparams)
+        cost = jnp.where(held >= 0, info.policy_cost[jnp.maximum(held, 0)],
+                         policy_cost(bandit.costs, start.rate))
+        time = jnp.where(held >= 0, info.time[jnp.maximum(held, 0)], start.time)
+        return cost, time, active, cost[-1]
+
+
+def grid_search(key: jax.Array, learner: Learner, bandit: SyncBandit,
                 learning_rates: Sequence[float], update_intervals: Optional[Sequence[float]] = None,
                 *, exploration: float = TABLE1["exploration"],
                 horizon_rounds: float = TABLE1["horizon_rounds"],
                 tail_fraction: float = 0.25) -> GridSearchResult:
-    """The ICML-20 App. B hyperparameter search as one vmapped, jitted call.
+    """The ICML-20 App. B hyperparameter search, as one :func:`~jaxcrawl.learners.sweep.run_sweep` call.
 
     Every combination of ``learning_rates`` × ``update_intervals`` runs once, with the
-    same key (common random numbers, as App. B's fixed seed), for the simulated time of
-    ``horizon_rounds`` MirrorSync rounds (``horizon * (1/r_min) / l_upd`` updates each).
-    Steps past a combination's horizon leave its state unchanged, so all combinations
-    share one static scan length.  MirrorSync ignores ``update_intervals``.
+    same key (common random numbers, as App. B's fixed seed: run_sweep's
+    ``sweep_key(key, 0, 0)``), for the simulated time of ``horizon_rounds`` MirrorSync
+    rounds (``horizon * (1/r_min) / l_upd`` updates each).  All combinations share one
+    static scan length, that of the finest interval; the steps past a combination's
+    horizon are dropped (its cost and time are held).  A ``synchronous`` learner
+    (MirrorSync) ignores ``update_intervals``.  Row ``g`` equals
+    ``run_learner(sweep_key(key, 0, 0), learner, bandit, n_g, hparams_g)`` over its
+    ``n_g`` steps inside the horizon.
 
     Args:
       key: PRNG key.
-      learner: a :class:`SyncLearner` (its own hyperparameters are overridden).
+      learner: a :class:`~jaxcrawl.learners.base.Learner` of this module (its own
+        hyperparameters are overridden).
       bandit: one (unbatched) :class:`jaxcrawl.sync_bandits.SyncBandit`.
       learning_rates: η grid.
       update_intervals: :math:`l_{upd}` grid (asynchronous learners).
@@ -558,7 +562,7 @@ def grid_search(key, learner: SyncLearner, bandit: SyncBandit,
         raise ValueError(f"horizon_rounds must be > 0; got {horizon_rounds}")
     min_rate = float(bandit.min_rate)
     horizon_time = horizon_rounds / min_rate
-    if learner.name == "mirror_sync":
+    if learner.synchronous:
         intervals = [1.0 / min_rate]
     else:
         if not update_intervals:
@@ -573,26 +577,12 @@ def grid_search(key, learner: SyncLearner, bandit: SyncBandit,
     dtype = jnp.result_type(bandit.budget)
     hp = SyncHyperparams(jnp.asarray(eta_grid, dtype), jnp.full(eta_grid.shape, exploration, dtype),
                          jnp.asarray(l_grid, dtype))
-    cost, time, active, final = _grid_run(key, learner, bandit, hp, num_steps, horizon_time)
+    one_instance = jax.tree_util.tree_map(lambda x: jnp.asarray(x)[None], bandit)
+    res = run_sweep(key, learner, one_instance, hp, num_seeds=1, num_steps=num_steps,
+                    transform=_HorizonHold(learner, float(horizon_time)))
+    cost, time, active, final = (jnp.asarray(a[:, 0, 0]) for a in res.outputs)
     tail_start = (1.0 - tail_fraction) * horizon_time
     in_tail = active & (time >= tail_start * (1 - 1e-9))
     tail = jnp.sum(jnp.where(in_tail, cost, 0.0), axis=1) / jnp.maximum(jnp.sum(in_tail, axis=1), 1)
     return GridSearchResult(hp.learning_rate, hp.update_interval, cost, time, active, final, tail,
                             jnp.argmin(tail))
-
-
-@functools.partial(jax.jit, static_argnames=("learner", "num_steps"))
-def _grid_run(key, learner, bandit, hp, num_steps, horizon_time):
-    def one(h):
-        state = learner.init(bandit, h)
-
-        def body(st, i):
-            new, _ = learner.step(jax.random.fold_in(key, i), st, bandit)
-            active = new.time <= horizon_time * (1 + 1e-6)
-            st = jax.tree_util.tree_map(lambda a, b: jnp.where(active, a, b), new, st)
-            return st, (policy_cost(bandit.costs, st.rate), st.time, active)
-
-        final, (cost, time, active) = jax.lax.scan(body, state, jnp.arange(num_steps))
-        return cost, time, active, policy_cost(bandit.costs, final.rate)
-
-    return jax.vmap(one)(hp)

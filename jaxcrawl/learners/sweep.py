@@ -1,30 +1,19 @@
-r"""One driver for every crawling learner, and a resumable sweep over seeds × instances × a grid.
+r"""A resumable sweep over seeds × instances × a hyperparameter grid, for any learner.
 
-A crawling learner is a :class:`Learner`: two pure functions over NamedTuple states,
+:func:`run_sweep` runs a :class:`~jaxcrawl.learners.base.Learner` over a grid of
+hyperparameters × a batch of problem instances × seeds, one compiled (jit of nested vmaps
+around :func:`~jaxcrawl.learners.base.run_learner`) call per chunk of the grid.  It
+returns NumPy arrays with leading axes ``(grid, instance, seed)``, and, given ``out_dir``,
+writes every finished chunk to ``chunk_XXXXX.npz`` plus a JSON manifest through the
+atomic checkpoint writers of :mod:`jaxcrawl.io.checkpoint`, so that a sweep interrupted at
+any point resumes without recomputing finished chunks.  The key of instance ``p`` and seed
+``s`` is :func:`sweep_key` ``(key, p, s)``, the same for every grid point (common random
+numbers, as in ICML-20 App. B's fixed seed), so row ``[g, p, s]`` equals
+``run_learner(sweep_key(key, p, s), learner, problem_p, num_steps, params_g)`` -- seed by
+seed, as the tests check.  :func:`jaxcrawl.learners.mirror_sync.grid_search` (ICML-20
+App. B) runs on it.
 
-* ``state = init(problem, params=None)`` -- ``params`` holds the values one sweeps
-  (τ, ε, suffix lengths, ...) as arrays, so ``jax.vmap`` over them does not retrace;
-* ``state, info = step(key, state, problem)`` -- one epoch / phase / window of the
-  learner (the key first, split inside with descriptive names),
-
-plus a ``name``.  Everything shape-determining (capacities, epochs, windows per epoch)
-is closed over by the factory that builds the learner (:mod:`.learn_and_crawl`,
-:mod:`.explore_commit`), as in optax and blackjax.  The learners of
-:mod:`.mirror_sync` have the same shape (``bandit`` in place of ``problem``), so the
-functions here drive them too.
-
-:func:`run_learner` is the driver: ``jax.lax.scan`` of ``step`` with the key of step ``i``
-equal to ``jax.random.fold_in(key, i)`` (so a longer run extends a shorter one).
-
-:func:`run_sweep` runs a learner over a grid of hyperparameters × a batch of problem
-instances × seeds, one compiled (jit of nested vmaps) call per chunk of the grid.  It
-returns NumPy arrays with leading axes ``(grid, instance, seed)``, and, given
-``out_dir``, writes every finished chunk to ``chunk_XXXXX.npz`` plus a JSON manifest, so
-that a sweep interrupted at any point resumes without recomputing finished chunks.  The
-key of instance ``p`` and seed ``s`` is :func:`sweep_key` ``(key, p, s)``, the same for
-every grid point (common random numbers, as in ICML-20 App. B's fixed seed), so row
-``[g, p, s]`` equals ``run_learner(sweep_key(key, p, s), learner, problem_p, num_steps,
-params_g)`` -- seed by seed, as the tests check.
+``Learner`` and ``run_learner`` are re-exported here from :mod:`jaxcrawl.learners.base`.
 """
 from __future__ import annotations
 
@@ -32,13 +21,17 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import time
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
+
+from jaxcrawl.io.checkpoint import load_tree, save_tree, write_json
+
+from .base import Learner, run_learner
 
 __all__ = [
     "MANIFEST",
@@ -55,50 +48,13 @@ MANIFEST = "manifest.json"
 _VERSION = 1
 
 
-class Learner(NamedTuple):
-    """A crawling learner: ``init(problem, params=None) -> state`` and
-    ``step(key, state, problem) -> (state, info)``; ``name`` identifies the algorithm.
-
-    Hashable (it is passed to ``jax.jit`` as a static argument): build it once and reuse
-    the same object, or every call compiles again.
-    """
-
-    init: Callable
-    step: Callable
-    name: str
-
-
-# ----------------------------------------------------------------------------- driver
-@functools.partial(jax.jit, static_argnames=("learner", "num_steps"))
-def run_learner(key, learner: Learner, problem, num_steps: int, params=None):
-    """Run ``num_steps`` steps of ``learner`` with ``jax.lax.scan``.
-
-    Args:
-      key: PRNG key; step ``i`` uses ``jax.random.fold_in(key, i)``.
-      learner: a :class:`Learner` (static: build it once).
-      problem: the (unbatched) problem the learner acts on; ``jax.vmap`` this function
-        over problems for instances, over keys for seeds, over ``params`` for a grid.
-      num_steps: number of steps (static).
-      params: the learner's hyperparameters (``None``: its defaults).
-
-    Returns:
-      ``(final_state, info)`` with every leaf of ``info`` stacked over the steps.
-    """
-    state = learner.init(problem, params)
-
-    def body(st, i):
-        return learner.step(jax.random.fold_in(key, i), st, problem)
-
-    return jax.lax.scan(body, state, jnp.arange(num_steps))
-
-
-def sweep_key(key, problem_index, seed):
+def sweep_key(key: jax.Array, problem_index: ArrayLike, seed: ArrayLike) -> jax.Array:
     """The key :func:`run_sweep` gives instance ``problem_index`` and seed ``seed``:
     ``fold_in(fold_in(key, problem_index), seed)`` (independent of the grid point)."""
     return jax.random.fold_in(jax.random.fold_in(key, problem_index), seed)
 
 
-def grid_product(cls, **axes):
+def grid_product(cls: type, **axes: ArrayLike) -> Any:
     """The Cartesian product of 1-D value lists as a ``cls`` NamedTuple of ``(G,)`` arrays.
 
     Fields not given take ``cls``'s defaults (broadcast to ``(G,)``).  Axes vary in the
@@ -185,43 +141,6 @@ def _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk_siz
     return h.hexdigest()
 
 
-def _atomic_write(path, write_fn):
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write_fn(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _save_npz(path, tree):
-    leaves, _ = jax.tree_util.tree_flatten(tree)
-    arrays = {f"leaf_{i:04d}": np.asarray(a) for i, a in enumerate(leaves)}
-
-    def write(tmp):
-        with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
-
-    _atomic_write(path, write)
-
-
-def _load_npz(path, treedef):
-    with np.load(path) as z:
-        leaves = [z[f"leaf_{i:04d}"] for i in range(len(z.files))]
-    return jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def _write_manifest(path, manifest):
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-
-    _atomic_write(path, write)
-
-
 @functools.partial(jax.jit, static_argnames=("learner", "num_steps", "num_seeds", "transform"))
 def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform):
     """(g, P, S) runs in one call: vmap over grid ∘ vmap over instances ∘ vmap over seeds."""
@@ -241,21 +160,21 @@ def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform
     return over_grid(p_idx, problems, params, seeds)
 
 
-def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, num_steps: int,
-          chunk_size: Optional[int] = None, out_dir: Optional[str] = None,
-          transform: Optional[Callable] = None, tag: str = "",
-          on_chunk: Optional[Callable[[int, Any], None]] = None) -> SweepResult:
+def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = None, *,
+              num_seeds: int, num_steps: int, chunk_size: Optional[int] = None,
+              out_dir: Optional[str] = None, transform: Optional[Callable[..., Any]] = None,
+              tag: str = "", on_chunk: Optional[Callable[[int, Any], None]] = None) -> SweepResult:
     """Run ``learner`` for every grid point × instance × seed; resumable on disk.
 
     Each chunk of ``chunk_size`` grid points is one compiled call (jit of three nested
     ``vmap``s around :func:`run_learner`); the last chunk is padded by repeating its
     last grid point (so every chunk has one shape and compiles once) and the padding is
     dropped.  With ``out_dir`` every finished chunk is written atomically to
-    ``out_dir/chunk_XXXXX.npz`` and recorded in ``out_dir/manifest.json`` with a
+    ``out_dir/chunk_XXXXX.npz`` (:func:`jaxcrawl.io.checkpoint.save_tree`) and recorded in
+    ``out_dir/manifest.json`` (:func:`~jaxcrawl.io.checkpoint.write_json`) with a
     fingerprint of all inputs (key, learner name, problems, grid, sizes, transform name,
-    ``tag``); a
-    later call with the same inputs loads the finished chunks and computes only the
-    missing ones.  A manifest with a different fingerprint raises ``ValueError``
+    ``tag``); a later call with the same inputs loads the finished chunks and computes
+    only the missing ones.  A manifest with a different fingerprint raises ``ValueError``
     (results of different sweeps are never mixed).
 
     Args:
@@ -319,7 +238,7 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
                             grid_size=grid_size, chunk_size=chunk, num_chunks=num_chunks,
                             num_problems=num_problems, num_seeds=num_seeds,
                             num_steps=num_steps, tag=tag, finished={})
-            _write_manifest(manifest_path, manifest)
+            write_json(manifest_path, manifest)
 
     def chunk_params(c):
         if params is None:
@@ -342,7 +261,7 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
                 shapes = jax.eval_shape(_sweep_chunk, key, learner, problems, chunk_params(c),
                                         num_steps, num_seeds, transform)
                 treedef = jax.tree_util.tree_structure(shapes)
-            results[c] = _load_npz(os.path.join(out_dir, fname), treedef)
+            results[c] = load_tree(os.path.join(out_dir, fname), treedef)
             continue
         out = _sweep_chunk(key, learner, problems, chunk_params(c), num_steps, num_seeds, transform)
         valid = min(chunk, grid_size - c * chunk)
@@ -351,9 +270,9 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
         results[c] = out
         computed.append(c)
         if manifest is not None:
-            _save_npz(os.path.join(out_dir, fname), out)
+            save_tree(os.path.join(out_dir, fname), out)
             manifest["finished"][str(c)] = dict(file=fname, rows=valid, time=time.time())
-            _write_manifest(manifest_path, manifest)
+            write_json(manifest_path, manifest)
         if on_chunk is not None:
             on_chunk(c, out)
     outputs = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=0), *results)
@@ -361,7 +280,7 @@ def run_sweep(key, learner: Learner, problems, params=None, *, num_seeds: int, n
     return SweepResult(grid, outputs, tuple(computed), num_chunks, out_dir)
 
 
-def load_sweep(out_dir: str, treedef=None):
+def load_sweep(out_dir: str, treedef: Any = None) -> tuple[dict, dict[int, Any]]:
     """Read the finished chunks of a sweep directory (without recomputing anything).
 
     Returns ``(manifest, chunks)`` where ``chunks`` maps chunk index to its outputs: a
@@ -372,7 +291,10 @@ def load_sweep(out_dir: str, treedef=None):
     chunks = {}
     for c, entry in sorted(manifest["finished"].items(), key=lambda kv: int(kv[0])):
         path = os.path.join(out_dir, entry["file"])
-        with np.load(path) as z:
-            leaves = [z[f"leaf_{i:04d}"] for i in range(len(z.files))]
-        chunks[int(c)] = leaves if treedef is None else jax.tree_util.tree_unflatten(treedef, leaves)
+        if treedef is None:  # a flat list of the stored leaves
+            with np.load(path) as z:
+                num_leaves = len(z.files)
+            chunks[int(c)] = load_tree(path, jax.tree_util.tree_structure([0] * num_leaves))
+        else:
+            chunks[int(c)] = load_tree(path, treedef)
     return manifest, chunks

@@ -14,7 +14,8 @@ prints whether each claim holds, and ends by printing one JSON object (the summa
 all claims) as its last line.  The exit status is 0 when every claim has its expected
 outcome, 1 when one does not (or an experiment raised), 130 when interrupted.
 
-Finished chunks of work are stored under ``DIR/.checkpoints/NAME/``; running the same
+Finished chunks of work are stored under ``DIR/.checkpoints/NAME/`` (a
+:class:`jaxcrawl.io.checkpoint.CheckpointStore`, every file written atomically); running the same
 command again after an interruption resumes where it stopped (``--fresh`` ignores them).
 The experiments are found at ``<repository>/experiments`` (the package is installed
 editable, see the README); the environment variable ``JAXCRAWL_EXPERIMENTS_DIR``
@@ -31,10 +32,15 @@ import platform
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from types import ModuleType
+from typing import Any
 
-__all__ = ["register", "run", "main", "experiments_dir", "discover", "load_experiment"]
+from jaxcrawl.io.checkpoint import CheckpointStore
+from jaxcrawl.io.tables import write_file
+
+__all__ = ["register", "run", "run_one", "main", "experiments_dir", "discover", "load_experiment"]
 
 ENV_DIR = "JAXCRAWL_EXPERIMENTS_DIR"
 
@@ -49,7 +55,7 @@ def experiments_dir() -> Path:
     return Path(jaxcrawl.__file__).resolve().parent.parent / "experiments"
 
 
-def discover(directory: Path) -> Dict[str, Path]:
+def discover(directory: Path) -> dict[str, Path]:
     """``{NAME: path}`` of the experiment scripts (``*.py`` not starting with ``_``)."""
     directory = Path(directory)
     if not directory.is_dir():
@@ -60,7 +66,7 @@ def discover(directory: Path) -> Dict[str, Path]:
     return {p.stem: p for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
 
 
-def load_experiment(path: Path):
+def load_experiment(path: Path) -> ModuleType:
     """Import an experiment script as a module (its folder goes on ``sys.path`` for ``_common``)."""
     path = Path(path).resolve()
     folder = str(path.parent)
@@ -92,7 +98,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``reproduce`` subcommand to an ``argparse`` subparsers object."""
     p = subparsers.add_parser(
         "reproduce",
@@ -109,7 +115,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _versions() -> Dict[str, str]:
+def _versions() -> dict[str, Any]:
     import jax
 
     import jaxcrawl
@@ -119,7 +125,7 @@ def _versions() -> Dict[str, str]:
                 processor=platform.processor() or platform.machine(), cpu_count=os.cpu_count())
 
 
-def _print_claims(name: str, claims, stream) -> None:
+def _print_claims(name: str, claims: Sequence[Any], stream: Any) -> None:
     for c in claims:
         status = "PASS" if c.passed else "FAIL"
         tag = "holds" if c.holds else "does NOT hold"
@@ -132,10 +138,11 @@ def _print_claims(name: str, claims, stream) -> None:
             stream.write(f"        note: {c.note}\n")
 
 
-def run_one(module, args, experiments_path: Path) -> dict:
-    """Run one experiment module; write NAME.json and check NAME.png; return the record."""
+def run_one(module: ModuleType, args: argparse.Namespace, experiments_path: Path) -> dict[str, Any]:
+    """Run one experiment module; write NAME.json (atomically) and check NAME.png; return the
+    record."""
     # _common is imported from the experiments folder (load_experiment put it on sys.path).
-    import _common  # noqa: E402  (resolved at run time)
+    import _common
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,6 +153,7 @@ def run_one(module, args, experiments_path: Path) -> dict:
         ctx.figure_path.unlink()
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     t0 = time.perf_counter()
+    store: CheckpointStore = ctx.store
     result = module.run(ctx)
     seconds = time.perf_counter() - t0
     if not isinstance(result, dict) or "claims" not in result:
@@ -165,8 +173,7 @@ def run_one(module, args, experiments_path: Path) -> dict:
         versions=_versions(),
         started=started,
         seconds=round(seconds, 3),
-        checkpoints=dict(reused=ctx.store.reused, computed=ctx.store.computed,
-                         directory=str(ctx.store.directory)),
+        checkpoints=dict(reused=store.reused, computed=store.computed, directory=str(store.directory)),
         params=result.get("params", {}),
         results=result.get("results", {}),
         claims={c.name: bool(c.holds) for c in claims},
@@ -176,15 +183,13 @@ def run_one(module, args, experiments_path: Path) -> dict:
         notes=result.get("notes", []),
         figure=ctx.figure_path.name,
     )
-    path = out / f"{module.NAME}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_common.to_jsonable(record), indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    payload = json.dumps(_common.to_jsonable(record), indent=1, allow_nan=False) + "\n"
+    write_file(out / f"{module.NAME}.json", lambda fh: fh.write(payload))  # atomic, normal permissions
     record["_claims"] = claims
     return record
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     """Run the ``reproduce`` subcommand (``args`` from :func:`register`'s parser)."""
     directory = Path(getattr(args, "experiments_dir", None) or experiments_dir())
     available = discover(directory)
@@ -258,7 +263,7 @@ def run(args) -> int:
     return 0 if summary["passed"] else 1
 
 
-def main(argv: Optional[Sequence[str]] = None, *, experiments_dir: Optional[Path] = None) -> int:
+def main(argv: Sequence[str] | None = None, *, experiments_dir: Path | None = None) -> int:
     """Standalone entry (``python experiments/NAME.py``): parse ``argv`` and :func:`run`."""
     parser = argparse.ArgumentParser(prog="jaxcrawl reproduce", description=__doc__.splitlines()[0])
     _add_arguments(parser)

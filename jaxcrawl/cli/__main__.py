@@ -1,0 +1,7 @@
+"""``python -m jaxcrawl.cli ...``: the ``jaxcrawl`` command."""
+import sys
+
+from . import main
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

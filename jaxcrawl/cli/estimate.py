@@ -1,0 +1,226 @@
+"""``jaxcrawl estimate``: crawl histories in, estimated change rates (with confidence
+half-widths) out.
+
+Input is either a directory in the NeurIPS-19 data set format (:mod:`jaxcrawl.io.neurips19`)
+or a CSV of histories with header ``page_id,interval,changed[,importance]``
+(:mod:`jaxcrawl.io.histories`; one row per observation, in time order within each page).
+Output is a CSV with one row per page.  With a data set directory and ``--columns
+problem`` this is the NeurIPS-19 ``ProcessRawData`` step in one invocation: every URL's
+change rate is estimated from its whole history (complete-observation URLs keep their
+given rate) and ``page_id,importance,change_rate,complete`` is written, ready for
+``jaxcrawl solve --input``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from jaxcrawl.io.histories import Histories
+
+__all__ = ["register", "run", "estimate_rates", "ESTIMATORS"]
+
+#: The ``--estimator`` choices.
+ESTIMATORS = ("mle", "moment-matching", "mle-smoothed", "naive")
+_SKIP_HINT = "(pass --errors skip to count and skip malformed lines)"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``estimate`` subcommand to an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "estimate",
+        help="estimate change rates (and confidence half-widths) from crawl histories",
+        description=(
+            "Estimate every page's change rate from its crawl history. INPUT is a directory "
+            "in the NeurIPS-19 data set format (urlid_imp.txt, urlid_offset_history.txt, ...) "
+            "or a CSV with header page_id,interval,changed[,importance] (one row per "
+            "observation). Writes a CSV page_id,importance,change_rate,half_width,"
+            "num_observations,complete (or, with --columns problem, the solve-ready table "
+            "page_id,importance,change_rate,complete). half_width is the Learning-to-Crawl "
+            "Lemma 3 bound (partial observations) or Lemma 8 bound (complete-observation "
+            "pages, over the page's monitored time) for --delta. The last line printed is "
+            "one JSON object."
+        ),
+    )
+    p.add_argument("input", help="data set directory or CSV of histories")
+    p.add_argument("--output", "-o", help="CSV to write (default: print only the summary); never an input")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="mle",
+                   help="mle: L2C eq. 6 / NeurIPS-19 eq. 10 (default); moment-matching: L2C eq. 7; "
+                        "mle-smoothed: NeurIPS-19 Alg. 4 line 11; naive: changes per unit time")
+    p.add_argument("--delta", type=float, default=0.05, help="confidence level 1-delta of the half-widths (default 0.05)")
+    p.add_argument("--min-rate", type=float, default=1e-9, help="lower clip of the estimates (default 1e-9)")
+    p.add_argument("--max-rate", type=float, default=25.0, help="upper clip of the estimates (default 25)")
+    p.add_argument("--smoothing", type=float, default=0.5, help="imaginary interval length for mle-smoothed (default 0.5)")
+    p.add_argument("--window", type=float, default=None,
+                   help="mle-smoothed only: use the history suffix of this length (time units) before each page's last crawl")
+    p.add_argument("--columns", choices=("full", "problem"), default="full",
+                   help="full: with half-widths and counts (default); problem: page_id,importance,change_rate,complete "
+                        "for `jaxcrawl solve` (pages with importance <= 0 are left out and counted)")
+    p.add_argument("--errors", choices=("raise", "skip"), default="raise",
+                   help="malformed input lines: raise (default) or skip and count them")
+    p.add_argument("--max-observations", type=int, default=None,
+                   help="data set input: keep only each page's most recent observations")
+    p.add_argument("--batch-size", type=int, default=65536, help="pages per estimation batch (default 65536)")
+    p.add_argument("--x64", action="store_true", help="estimate in float64")
+    p.set_defaults(func=run)
+
+
+def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float = 0.05,
+                   min_rate: float = 1e-9, max_rate: float = 25.0, smoothing: float = 0.5,
+                   window: float | None = None, batch_size: int = 65536,
+                   dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """Rates and confidence half-widths of every page of ``histories``
+    (:class:`jaxcrawl.io.histories.Histories`), in fixed-size padded batches (one compile).
+
+    Complete-observation pages keep their given rate (clipped into ``[min_rate,
+    max_rate]``) and get the Lemma 8 half-width over their monitored time; the others get
+    the ``estimator``'s rate and the Lemma 3 half-width.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from jaxcrawl import estimators as est
+
+    lo, hi = min_rate, max_rate
+    n, k = histories.intervals.shape
+    k = max(k, 1)
+
+    def rate_fn(w, c, m):
+        if estimator == "mle":
+            return est.mle(w, c, m, min_rate=lo, max_rate=hi)
+        if estimator == "moment-matching":
+            return est.moment_matching(w, c, m, min_rate=lo, max_rate=hi)
+        if estimator == "mle-smoothed":
+            return est.mle_smoothed(w, c, m, window=window, smoothing=smoothing, min_rate=lo, max_rate=hi)
+        if estimator == "naive":
+            return est.naive(w, c, m)
+        raise ValueError(f"estimator must be one of {ESTIMATORS}; got {estimator!r}")
+
+    @jax.jit
+    def batch_fn(w, c, m):
+        rate = rate_fn(w, c, m)
+        hw3 = est.lemma3_halfwidth(w, m, delta=delta, min_rate=lo, max_rate=hi)
+        hw8 = est.lemma8_halfwidth(w, m, delta=delta, min_rate=lo, max_rate=hi)
+        return rate, hw3, hw8
+
+    bs = max(1, min(int(batch_size), n))
+    rates, hw3, hw8 = np.empty(n), np.empty(n), np.empty(n)
+    kk = histories.intervals.shape[1]
+    for start in range(0, n, bs):
+        stop = min(start + bs, n)
+        w = np.zeros((bs, k), dtype)
+        c = np.zeros((bs, k), bool)
+        m = np.zeros((bs, k), bool)
+        w[: stop - start, :kk] = histories.intervals[start:stop]
+        c[: stop - start, :kk] = histories.changed[start:stop]
+        m[: stop - start, :kk] = histories.mask[start:stop]
+        r, a, b = jax.block_until_ready(batch_fn(jnp.asarray(w), jnp.asarray(c), jnp.asarray(m)))
+        rates[start:stop] = np.asarray(r)[: stop - start]
+        hw3[start:stop] = np.asarray(a)[: stop - start]
+        hw8[start:stop] = np.asarray(b)[: stop - start]
+    comp = histories.complete
+    rates = np.where(comp, np.clip(np.nan_to_num(histories.complete_change_rate, nan=lo), lo, hi), rates)
+    return rates, np.where(comp, hw8, hw3)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if not (0 < args.delta < 1):
+        raise ValueError(f"--delta must lie in (0, 1); got {args.delta}")
+    if not (np.isfinite(args.min_rate) and args.min_rate > 0):
+        raise ValueError(f"--min-rate must be finite and > 0; got {args.min_rate}")
+    if not (np.isfinite(args.max_rate) and args.max_rate > args.min_rate):
+        raise ValueError(f"--max-rate must be finite and > --min-rate; got {args.max_rate}")
+    if args.window is not None and not args.window > 0:
+        raise ValueError(f"--window must be > 0; got {args.window}")
+    if args.window is not None and args.estimator != "mle-smoothed":
+        raise ValueError("--window applies to --estimator mle-smoothed only")
+    if not args.smoothing > 0:
+        raise ValueError(f"--smoothing must be > 0; got {args.smoothing}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1; got {args.batch_size}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``jaxcrawl estimate``; returns the process exit code."""
+    from jaxcrawl.io import TableError, check_output, write_problem_csv
+    from jaxcrawl.io.histories import input_files, read_histories, write_estimates_csv
+    from jaxcrawl.io.neurips19 import LoadReport
+
+    _check_args(args)
+    check_output(args.output, *input_files(args.input))
+    dtype = np.float64 if args.x64 else np.float32
+    t0 = time.perf_counter()
+    try:
+        h = read_histories(args.input, errors=args.errors, dtype=dtype,
+                           max_observations=args.max_observations, hint=_SKIP_HINT)
+    except TableError as err:
+        raise err.with_hint(_SKIP_HINT) from None
+    read_seconds = time.perf_counter() - t0
+    n = h.page_id.shape[0]
+    has_importance = bool(np.all(np.isfinite(h.importance))) if n else False
+    if args.output and args.columns == "problem" and not has_importance:
+        raise ValueError("--columns problem needs importance scores (a data set directory, "
+                         "or an importance column in the CSV)")
+
+    t0 = time.perf_counter()
+    rates, half = estimate_rates(h, args.estimator, delta=args.delta, min_rate=args.min_rate,
+                                 max_rate=args.max_rate, smoothing=args.smoothing, window=args.window,
+                                 batch_size=args.batch_size, dtype=dtype)
+    est_seconds = time.perf_counter() - t0
+    nobs = h.mask.sum(axis=1)
+    left_out = 0
+    if args.output:
+        if args.columns == "problem":
+            keep = h.importance > 0
+            left_out = int(n - keep.sum())
+            write_problem_csv(args.output, h.page_id[keep], h.importance[keep], rates[keep], h.complete[keep])
+        else:
+            write_estimates_csv(args.output, h.page_id, h.importance, rates, half, nobs, h.complete)
+
+    report = h.report
+    summary = {
+        "input": h.source,
+        "estimator": args.estimator,
+        "num_pages": int(n),
+        "num_complete": int(h.complete.sum()),
+        "num_observations": int(nobs.sum()),
+        "rows_read": int(report.rows_read),
+        "rows_skipped": int(report.rows_skipped),
+        "delta": args.delta,
+        "min_rate": args.min_rate,
+        "max_rate": args.max_rate,
+        "rate_median": float(np.median(rates)) if n else None,
+        "pages_at_min_rate": int(np.sum(rates <= args.min_rate)),
+        "pages_at_max_rate": int(np.sum(rates >= args.max_rate)),
+        "read_seconds": read_seconds,
+        "estimate_seconds": est_seconds,
+        "dtype": np.dtype(dtype).name,
+    }
+    if isinstance(report, LoadReport):
+        summary["joins"] = report.joins
+        summary["missing_files"] = list(report.missing_files)
+    else:
+        summary["skipped_by_reason"] = report.skipped_by_reason
+    if args.output:
+        summary["output"] = args.output
+        summary["columns"] = args.columns
+        if args.columns == "problem":
+            summary["pages_left_out_nonpositive_importance"] = left_out
+    print(f"input        {h.source}: {n} pages ({summary['num_complete']} complete), "
+          f"{summary['num_observations']} observations")
+    if isinstance(report, LoadReport):
+        for line in report.summary().splitlines():
+            print(f"             {line}")
+    else:
+        print(f"             read {summary['rows_read']} rows, skipped {summary['rows_skipped']}"
+              + (f" {report.skipped_by_reason}" if summary["rows_skipped"] else ""))
+    print(f"estimator    {args.estimator}, clipped to [{args.min_rate:g}, {args.max_rate:g}]; "
+          f"{summary['pages_at_min_rate']} pages at the lower clip, {summary['pages_at_max_rate']} at the upper")
+    print(f"time         read {read_seconds:.2f} s, estimate {est_seconds:.2f} s")
+    if args.output:
+        print(f"output       {args.output} ({args.columns} columns"
+              + (f", {left_out} pages with importance <= 0 left out" if left_out else "") + ")")
+    print(json.dumps(summary))
+    return 0

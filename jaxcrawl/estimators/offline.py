@@ -1,0 +1,489 @@
+r"""Offline change-rate estimators over padded histories (Learning to Crawl, NeurIPS-19,
+Avrachenkov et al.).
+
+Each estimator is ``f(intervals, changed, mask=None, ...) -> rates[...]`` over the padded
+format of :mod:`jaxcrawl.estimators` (observations on the last axis).
+
+=========================  ==============================================================
+:func:`naive`              changes detected per unit time monitored (Avrachenkov et al. §3.4)
+:func:`mle`                maximum likelihood (L2C eq. 6, NeurIPS-19 eq. 10, Avrachenkov eq. 16)
+:func:`moment_matching`    L2C eq. 7 (coincides with the MLE under equal intervals)
+:func:`mle_smoothed`       NeurIPS-19 Alg. 4 line 11 (imaginary 0.5 intervals, history suffix)
+:func:`complete_obs_rate`  NeurIPS-19 eq. 11 with Alg. 4 line 13 smoothing
+:func:`full_observation`   L2C App. K eq. 32 (numbers of changes per interval known)
+:func:`log_likelihood`     L2C eq. 6
+=========================  ==============================================================
+
+The three iterating estimators (:func:`mle`, :func:`moment_matching`,
+:func:`mle_smoothed`) solve a monotone equation per history with the shared elementwise
+safeguarded Newton (:func:`jaxcrawl._src.rootfind.solve_monotone`, on ``log ξ``), so
+
+* they report convergence: ``return_info=True`` returns an :class:`Estimate`
+  ``(rate, converged, num_steps)`` with ``converged`` per history, and ``throw=True``
+  raises :class:`jaxcrawl.NonConvergenceError` (inside ``jit`` too) when a history stopped
+  at ``max_steps``;
+* they are differentiable in forward and reverse mode with respect to the intervals and
+  the clip bounds, by the implicit function theorem on the estimating equation (the loop
+  is never differentiated).
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional, Union
+
+import jax
+import jax.numpy as jnp
+from jax.typing import ArrayLike
+
+from jaxcrawl._src.checks import raise_unless_converged
+from jaxcrawl._src.rootfind import solve_monotone
+
+from ._history import (
+    DEFAULT_MAX_RATE,
+    DEFAULT_MIN_RATE,
+    clip_bounds,
+    prepare,
+    suffix_mask,
+    validate_bounds,
+    validate_history,
+    validate_window,
+)
+
+__all__ = [
+    "DEFAULT_MIN_RATE",
+    "DEFAULT_MAX_RATE",
+    "Estimate",
+    "naive",
+    "log_likelihood",
+    "mle",
+    "moment_matching",
+    "mle_smoothed",
+    "complete_obs_rate",
+    "full_observation",
+]
+
+
+class Estimate(NamedTuple):
+    """Result of the iterating estimators with ``return_info=True``: :func:`mle`
+    (L2C eq. 6), :func:`moment_matching` (L2C eq. 7), :func:`mle_smoothed` (NeurIPS-19
+    Alg. 4 line 11).
+
+    Attributes:
+      rate: ``(...)`` estimated rates, clipped to ``[min_rate, max_rate]``.
+      converged: ``(...)`` bool, per history: the root of the estimating equation met its
+        tolerance before ``max_steps`` (histories decided by the clip -- never changed,
+        always changed, empty -- are converged).
+      num_steps: int32, iterations used (one pass over all histories each; per batch
+        element under ``vmap``).
+    """
+
+    rate: jax.Array
+    converged: jax.Array
+    num_steps: jax.Array
+
+
+# ---------------------------------------------------------------------------------------
+# Closed-form estimators
+# ---------------------------------------------------------------------------------------
+
+
+def naive(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+    r"""Naive estimator: detected changes per unit time monitored (Avrachenkov et al. §3.4).
+
+    .. math:: \hat\xi = \frac{\sum_n o_n}{\sum_n w_n}
+
+    In the Poisson-crawl setup of Avrachenkov et al. (2022) §3.4 (:math:`q_k = p\hat I_k/k`,
+    whose limit :math:`\sum o_n/\sum w_n` shares).  It ignores changes missed between
+    crawls, so it is biased and inconsistent: with crawls at Poisson rate :math:`p` it
+    converges to :math:`p\xi/(\xi+p) < \xi`.
+
+    Args:
+      intervals: ``(..., k)`` time since the previous crawl, > 0 where observed.
+      changed: ``(..., k)`` 0/1 change indicators.
+      mask: optional ``(..., k)`` bool, True where an observation exists.
+
+    Returns:
+      ``(...)`` rates.  A history with no observed time (empty) gives 0.
+    """
+    validate_history(intervals, changed, mask)
+    return _naive_impl(intervals, changed, mask)
+
+
+@jax.jit
+def _naive_impl(intervals, changed, mask):
+    w, c, _ = prepare(intervals, changed, mask)
+    total = jnp.sum(w, axis=-1)
+    u = jnp.sum(c, axis=-1).astype(w.dtype)
+    return jnp.where(total > 0, u / jnp.where(total > 0, total, 1), jnp.zeros((), w.dtype))
+
+
+def log_likelihood(rate: ArrayLike, intervals: ArrayLike, changed: ArrayLike,
+                   mask: Optional[ArrayLike] = None) -> jax.Array:
+    r"""Log-likelihood of a partially observed history (L2C eq. 6).
+
+    .. math:: \mathcal L(\xi) = \sum_{n:o_n=1}\ln(1-e^{-\xi w_n}) - \sum_{n:o_n=0}\xi w_n
+
+    Args:
+      rate: ``(...)`` change rates ξ > 0 (broadcast against the leading axes).
+      intervals, changed, mask: the history, as in :func:`mle`.
+
+    Returns:
+      ``(...)`` log-likelihoods (computed as ``log(-expm1(-ξw))`` for accuracy).
+    """
+    validate_history(intervals, changed, mask)
+    return _log_likelihood_impl(rate, intervals, changed, mask)
+
+
+@jax.jit
+def _log_likelihood_impl(rate, intervals, changed, mask):
+    w, c, _ = prepare(intervals, changed, mask)
+    xi = jnp.asarray(rate, w.dtype)[..., None]
+    xw = xi * w
+    ll_changed = jnp.log(-jnp.expm1(-jnp.where(c, xw, 1)))
+    return jnp.sum(jnp.where(c, ll_changed, -xw), axis=-1)
+
+
+# ---------------------------------------------------------------------------------------
+# Estimating equations, solved per history by the shared safeguarded Newton
+# ---------------------------------------------------------------------------------------
+
+
+def _log_gap(s, target):
+    """``log s - log target`` with the limits ``-inf`` (``s = 0``) and ``+inf``
+    (``target = 0``) made explicit, so that derivatives stay finite everywhere."""
+    ok_s = s > 0
+    ok_t = target > 0
+    val = jnp.log(jnp.where(ok_s, s, 1)) - jnp.log(jnp.where(ok_t, target, 1))
+    return jnp.where(ok_t, jnp.where(ok_s, val, -jnp.inf), jnp.inf)
+
+
+def _likelihood_score(x, params):
+    r"""Score of L2C eq. 6 (NeurIPS-19 eq. 10) as a log-ratio, elementwise in ``x``:
+
+    .. math:: \psi(\xi) = \log\sum_{o_n=1}\frac{w_n}{e^{\xi w_n}-1} - \log\sum_{o_n=0} w_n,
+
+    nonincreasing and convex in ξ.  ``w/(e^{ξw}-1)`` is computed as
+    ``w e^{-ξw}/(1-e^{-ξw})`` so that neither it nor its derivatives overflow."""
+    w, c = params
+    xw = jnp.where(c, x[..., None] * w, 1)
+    t = jnp.where(c, w * jnp.exp(-xw) / -jnp.expm1(-xw), 0)
+    return _log_gap(jnp.sum(t, axis=-1), jnp.sum(jnp.where(c, 0, w), axis=-1))
+
+
+def _moment_score(x, params):
+    r"""Moment equation of L2C eq. 7 as a log-ratio, elementwise in ``x``:
+
+    .. math:: \psi(\xi) = \log\sum_n e^{-\xi w_n} - \log\#\{n: o_n = 0\},
+
+    nonincreasing and convex in ξ."""
+    w, c, m = params
+    e = jnp.where(m, jnp.exp(-x[..., None] * w), 0)
+    return _log_gap(jnp.sum(e, axis=-1), jnp.sum(m & ~c, axis=-1).astype(w.dtype))
+
+
+def _initial_guess(w, c, m, lo, hi):
+    """Equal-interval closed form of L2C §4 with the mean interval, log(N/(N-U)) / mean(w)
+    (smoothed by 1/2 so it is finite), clipped strictly inside the clip range."""
+    dtype = w.dtype
+    n = jnp.sum(m, axis=-1).astype(dtype)
+    u = jnp.sum(c, axis=-1).astype(dtype)
+    total = jnp.sum(w, axis=-1)
+    mean_w = total / jnp.maximum(n, 1)
+    ratio = (u + 0.5) / jnp.maximum(n - u, 0.5)
+    guess = jnp.log1p(ratio) / jnp.where(mean_w > 0, mean_w, 1)
+    guess = jnp.where(jnp.isfinite(guess) & (guess > 0), guess, jnp.sqrt(lo * hi))
+    a, b = lo * (1 + 1e-3), hi * (1 - 1e-3)
+    return jnp.where(a < b, jnp.clip(guess, a, b), jnp.sqrt(lo * hi))
+
+
+def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol, throw, what):
+    """Root of the nonincreasing ``score`` per history, clipped to ``[min_rate, max_rate]``.
+
+    The papers' singular cases are decided by the bounds of the box handed to the
+    root-finder: a history without a change (or without observations) has the box
+    ``[min_rate, min_rate]``, one where every observation saw a change
+    ``[max_rate, max_rate]``; so the estimate and its derivative (that of the bound) come
+    out of the same solve.
+    """
+    lo, hi = clip_bounds(min_rate, max_rate, w.dtype, w.shape[:-1])
+    n = jnp.sum(m, axis=-1)
+    u = jnp.sum(c, axis=-1)
+    never = u == 0                   # never changed, or empty: the MLE is 0
+    always = (u == n) & (n > 0)      # always changed: the MLE is +inf
+    lower = jnp.where(always, hi, lo)
+    upper = jnp.where(never, lo, hi)
+    x0 = _initial_guess(w, c, m, jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi))
+    roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps, rtol=rtol)
+    if throw:
+        x = jax.lax.stop_gradient(roots.x)
+        residual = jnp.where(roots.converged, 0, score(x, jax.lax.stop_gradient(params)))
+        raise_unless_converged(what, roots.converged, roots.num_steps, residual)
+    return Estimate(roots.x, roots.converged, jax.lax.stop_gradient(roots.num_steps))
+
+
+def _options(max_steps: int, rtol: Optional[float]) -> tuple[int, Optional[float]]:
+    max_steps = int(max_steps)
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be >= 1; got {max_steps}")
+    return max_steps, None if rtol is None else float(rtol)
+
+
+_STATIC = ("max_steps", "rtol", "throw")
+
+
+def mle(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
+        min_rate: ArrayLike = DEFAULT_MIN_RATE, max_rate: ArrayLike = DEFAULT_MAX_RATE,
+        max_steps: int = 60, rtol: Optional[float] = None, return_info: bool = False,
+        throw: bool = False) -> Union[jax.Array, Estimate]:
+    r"""Maximum-likelihood change rate from partial observations, clipped (L2C eq. 6).
+
+    Solves the likelihood equation (L2C eq. 6 differentiated; NeurIPS-19 eq. 10;
+    Avrachenkov et al. eq. 16)
+
+    .. math:: \sum_{n:o_n=1} \frac{w_n}{e^{\xi w_n}-1} = \sum_{n:o_n=0} w_n
+
+    for every history at once, written as ``log LHS − log RHS`` (convex and decreasing in
+    ξ), by the shared elementwise safeguarded Newton on ``log ξ`` (Newton inside a
+    shrinking bracket, bisection as the fallback), started at the equal-interval closed
+    form, and clips the root to ``[min_rate, max_rate]``.  Because the score is monotone,
+    clipping the root is the same as maximising the likelihood over the interval.
+
+    Edge cases (finite, by the clip):
+
+    * every observation saw a change: the likelihood increases forever -> ``max_rate``;
+    * no observation saw a change: the MLE is 0 -> ``min_rate``;
+    * empty history (no observation under the mask): flat likelihood -> ``min_rate``;
+    * a single observation: ``max_rate`` if it saw a change, else ``min_rate``.
+
+    Under equal intervals ``w`` the root is ``log(N/(N-U))/w``, identical to
+    :func:`moment_matching` (L2C §4).
+
+    Derivatives with respect to ``intervals``, ``min_rate`` and ``max_rate`` are exact, in
+    forward and reverse mode, by the implicit function theorem on the likelihood equation
+    (a clipped estimate has the derivative of its bound).
+
+    Args:
+      intervals: ``(..., k)`` time since the previous crawl, > 0 where observed.
+      changed: ``(..., k)`` 0/1 change indicators.
+      mask: optional ``(..., k)`` bool, True where an observation exists.
+      min_rate, max_rate: the clip range ``0 < min_rate < max_rate`` (scalars or arrays
+        broadcasting against the leading axes).  Defaults 1e-9 and 25 (L2C §6).
+      max_steps: cap on root-finding iterations (each is one pass over the histories);
+        simulated histories need 4-8.
+      rtol: relative tolerance of the root (default ``4 eps^0.75`` of the dtype).
+      return_info: return an :class:`Estimate` ``(rate, converged, num_steps)`` instead of
+        the rates alone.
+      throw: raise :class:`jaxcrawl.NonConvergenceError` (through a host callback, so
+        inside ``jit`` too) when a history stops at ``max_steps`` before its tolerance.
+
+    Returns:
+      ``(...)`` estimated rates in the dtype of ``intervals`` (float32 unless float64 given
+      with x64 enabled), or an :class:`Estimate` with ``return_info=True``.
+    """
+    validate_history(intervals, changed, mask)
+    validate_bounds(min_rate, max_rate)
+    max_steps, rtol = _options(max_steps, rtol)
+    est = _mle_impl(intervals, changed, mask, min_rate, max_rate, max_steps=max_steps, rtol=rtol,
+                    throw=bool(throw))
+    return est if return_info else est.rate
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
+    w, c, m = prepare(intervals, changed, mask)
+    return _solve_equation(_likelihood_score, (w, c), w, c, m, min_rate, max_rate,
+                           max_steps, rtol, throw, "estimators.mle")
+
+
+def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
+                    min_rate: ArrayLike = DEFAULT_MIN_RATE, max_rate: ArrayLike = DEFAULT_MAX_RATE,
+                    max_steps: int = 60, rtol: Optional[float] = None, return_info: bool = False,
+                    throw: bool = False) -> Union[jax.Array, Estimate]:
+    r"""Moment-matching estimator of L2C eq. 7, clipped.
+
+    With :math:`\hat p = \frac1N\sum_n (1-o_n)` the fraction of crawls that saw no change,
+    :math:`\tilde\xi` solves
+
+    .. math:: \hat p = \frac1N \sum_{n=1}^N e^{-\tilde\xi w_n}
+
+    (its right side decreases in ξ) and :math:`\hat\xi = \max(\xi_{\min},\min(\xi_{\max},\tilde\xi))`.
+    This is the estimator that :func:`lemma3_halfwidth` covers.  Under equal intervals it
+    coincides with :func:`mle`.  The papers' instabilities (:math:`\hat p = 0` gives
+    :math:`\tilde\xi=\infty`, :math:`\hat p = 1` gives 0) are resolved by the clip:
+    all-changed -> ``max_rate``; never-changed, empty -> ``min_rate``; a single
+    observation -> one of the two.  Solved and differentiated as :func:`mle` is.
+
+    Args:
+      intervals, changed, mask, min_rate, max_rate, max_steps, rtol, return_info, throw:
+        as in :func:`mle`.
+
+    Returns:
+      ``(...)`` estimated rates, or an :class:`Estimate` with ``return_info=True``.
+    """
+    validate_history(intervals, changed, mask)
+    validate_bounds(min_rate, max_rate)
+    max_steps, rtol = _options(max_steps, rtol)
+    est = _mm_impl(intervals, changed, mask, min_rate, max_rate, max_steps=max_steps, rtol=rtol,
+                   throw=bool(throw))
+    return est if return_info else est.rate
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _mm_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
+    w, c, m = prepare(intervals, changed, mask)
+    return _solve_equation(_moment_score, (w, c, m), w, c, m, min_rate, max_rate,
+                           max_steps, rtol, throw, "estimators.moment_matching")
+
+
+def mle_smoothed(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
+                 window: Optional[ArrayLike] = None, time: Optional[ArrayLike] = None,
+                 offset: ArrayLike = 0.0, smoothing: ArrayLike = 0.5,
+                 min_rate: ArrayLike = DEFAULT_MIN_RATE, max_rate: ArrayLike = DEFAULT_MAX_RATE,
+                 max_steps: int = 60, rtol: Optional[float] = None, return_info: bool = False,
+                 throw: bool = False) -> Union[jax.Array, Estimate]:
+    r"""Smoothed MLE of LambdaLearnAndCrawl (NeurIPS-19 Alg. 4 line 11).
+
+    Adds one imaginary *changed* and one imaginary *unchanged* observation interval of
+    length ``smoothing`` (0.5 in the paper) to the likelihood equation (NeurIPS-19 eq. 10)
+    and solves
+
+    .. math:: \sum_{j:z_j=1}\frac{a_j}{e^{a_j\lambda}-1} + \frac{s}{e^{s\lambda}-1}
+              = \sum_{j:z_j=0} a_j + s
+
+    over the history suffix: the observations whose crawl time
+    :math:`t_j = \text{offset} + \sum_{i\le j} a_i` lies in ``(time - window, time]``.
+    The smoothing removes the singularities without affecting consistency, so the root is
+    always finite and positive: all-changed histories give a finite rate, never-changed
+    ones a positive rate, and an empty history gives :math:`\ln 2/s` (``2 ln 2 ≈ 1.386``
+    for s = 0.5).  The result is still clipped to ``[min_rate, max_rate]``.  Solved,
+    differentiated (also with respect to ``smoothing``) and reported as :func:`mle` is.
+
+    Args:
+      intervals, changed, mask: the history, as in :func:`mle`.
+      window: length (in time units) of the history suffix to use (the paper's S(n));
+        ``None`` uses the whole history.
+      time: end of the suffix (e.g. the start of the current epoch); ``None`` means the
+        time of the last observation.
+      offset: time of the first crawl, ``(...)`` or scalar (the data set's first-crawl
+        offsets).  Only matters together with ``time``.
+      smoothing: length ``s`` of the imaginary intervals (default 0.5).
+      min_rate, max_rate, max_steps, rtol, return_info, throw: as in :func:`mle`.
+
+    Returns:
+      ``(...)`` estimated rates, or an :class:`Estimate` with ``return_info=True``.
+    """
+    validate_history(intervals, changed, mask)
+    validate_bounds(min_rate, max_rate)
+    validate_window(window, smoothing)
+    max_steps, rtol = _options(max_steps, rtol)
+    est = _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate,
+                             max_rate, max_steps=max_steps, rtol=rtol, throw=bool(throw))
+    return est if return_info else est.rate
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate,
+                       max_rate, *, max_steps, rtol, throw):
+    w, c, m = prepare(intervals, changed, mask)
+    dtype = w.dtype
+    keep, _ = suffix_mask(w, m, offset, time, window)
+    w = jnp.where(keep, w, 0)
+    c = c & keep
+    batch = w.shape[:-1]
+    s = jnp.broadcast_to(jnp.asarray(smoothing, dtype), batch)[..., None]
+    w = jnp.concatenate([w, s, s], axis=-1)
+    c = jnp.concatenate([c, jnp.ones(batch + (1,), bool), jnp.zeros(batch + (1,), bool)], axis=-1)
+    keep = jnp.concatenate([keep, jnp.ones(batch + (2,), bool)], axis=-1)
+    return _solve_equation(_likelihood_score, (w, c), w, c, keep, min_rate, max_rate,
+                           max_steps, rtol, throw, "estimators.mle_smoothed")
+
+
+def complete_obs_rate(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
+                      window: Optional[ArrayLike] = None, time: Optional[ArrayLike] = None,
+                      offset: ArrayLike = 0.0, smoothing: ArrayLike = 0.5,
+                      min_rate: ArrayLike = DEFAULT_MIN_RATE,
+                      max_rate: ArrayLike = DEFAULT_MAX_RATE) -> jax.Array:
+    r"""Change rate of a page with complete change observations (NeurIPS-19 eq. 11, Alg. 4 line 13).
+
+    For a complete-observation page every change arrives as a signal, so the rate is the
+    observation rate: the number U of change signals in the history suffix over its
+    duration T (eq. 11, the Poisson MLE).  Alg. 4 line 13 adds an imaginary 0.5
+    observation to the count so that a period without signals does not give rate 0:
+
+    .. math:: \hat\lambda = \frac{U + s}{T}
+
+    Here the history's ``changed`` entries count the signals (a 1 for each observation
+    that carried a change signal), the suffix is ``(time - window, time]`` as in
+    :func:`mle_smoothed`, and ``T = time - max(offset, time - window)`` is the part of the
+    suffix that was monitored (``time`` defaults to the last observation,
+    ``offset + sum(intervals)``).  The result is clipped to ``[min_rate, max_rate]``; a
+    suffix of zero duration (e.g. an empty history with ``time=None``) gives ``max_rate``.
+    ``smoothing=0`` gives the unsmoothed eq. 11.
+
+    Args:
+      intervals, changed, mask: the history of change signals (or crawls).
+      window, time, offset: the history suffix, as in :func:`mle_smoothed`.
+      smoothing: imaginary count added to U (default 0.5); must be >= 0.
+      min_rate, max_rate: the clip range.
+
+    Returns:
+      ``(...)`` estimated rates.
+    """
+    validate_history(intervals, changed, mask)
+    validate_bounds(min_rate, max_rate)
+    validate_window(window, smoothing, zero_smoothing_ok=True)
+    return _complete_obs_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate, max_rate)
+
+
+@jax.jit
+def _complete_obs_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate, max_rate):
+    w, c, m = prepare(intervals, changed, mask)
+    dtype = w.dtype
+    keep, end = suffix_mask(w, m, offset, time, window)
+    u = jnp.sum(c & keep, axis=-1).astype(dtype)
+    start = jnp.broadcast_to(jnp.asarray(offset, dtype), end.shape)
+    if window is not None:
+        start = jnp.maximum(start, end - jnp.asarray(window, dtype))
+    duration = end - start
+    lo, hi = clip_bounds(min_rate, max_rate, dtype, u.shape)
+    pos = duration > 0
+    rate = (u + jnp.asarray(smoothing, dtype)) / jnp.where(pos, duration, 1)
+    rate = jnp.where(pos, rate, hi)
+    return jnp.clip(rate, lo, hi)
+
+
+def full_observation(intervals: ArrayLike, counts: ArrayLike, mask: Optional[ArrayLike] = None, *,
+                     min_rate: ArrayLike = DEFAULT_MIN_RATE,
+                     max_rate: ArrayLike = DEFAULT_MAX_RATE) -> jax.Array:
+    r"""Full-observation estimator (L2C App. K eq. 32), clipped.
+
+    When every crawl reveals the *number* of changes :math:`x_n` since the previous one
+    (e.g. RSS/ATOM feeds),
+
+    .. math:: \tilde\xi = \frac{1}{y_N}\sum_{n=1}^N x_n,\qquad y_N = \sum_n w_n,
+
+    and :math:`\hat\xi = \max(\xi_{\min}, \min(\xi_{\max}, \tilde\xi))`.  Covered by
+    :func:`lemma8_halfwidth`.  No changes -> ``min_rate``; an empty history -> ``min_rate``.
+
+    Args:
+      intervals: ``(..., k)`` time since the previous crawl, > 0 where observed.
+      counts: ``(..., k)`` non-negative integer numbers of changes per interval.
+      mask: optional ``(..., k)`` bool, True where an observation exists.
+      min_rate, max_rate: the clip range.
+
+    Returns:
+      ``(...)`` estimated rates.
+    """
+    validate_history(intervals, counts, mask, changed_name="counts", counts=True)
+    validate_bounds(min_rate, max_rate)
+    return _full_observation_impl(intervals, counts, mask, min_rate, max_rate)
+
+
+@jax.jit
+def _full_observation_impl(intervals, counts, mask, min_rate, max_rate):
+    w, x, _ = prepare(intervals, counts, mask, counts=True)
+    total = jnp.sum(w, axis=-1)
+    lo, hi = clip_bounds(min_rate, max_rate, w.dtype, total.shape)
+    rate = jnp.sum(x, axis=-1) / jnp.where(total > 0, total, 1)
+    rate = jnp.where(total > 0, rate, lo)
+    return jnp.clip(rate, lo, hi)

@@ -1,0 +1,226 @@
+"""Host files: per-host crawl-rate caps and the page -> host mapping.
+
+``jaxcrawl solve --host-caps FILE`` reads a caps CSV ``host_id,cap`` (:func:`read_host_caps`)
+and maps the problem's pages to hosts (:func:`read_page_hosts`, or the host names of URL
+page ids, :func:`url_host`); :func:`load_host_caps` does all of it and returns the dense
+arrays :func:`jaxcrawl.politeness.solve_with_host_caps` takes.  :func:`hosts_from_dataset`
+builds them from the NeurIPS-19 data set's host table instead.
+"""
+from __future__ import annotations
+
+import os
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from typing import Union
+
+import numpy as np
+from jax.typing import ArrayLike
+
+from .tables import Column, Schema, TableError, read_table
+
+__all__ = [
+    "HOST_CAPS",
+    "PAGE_HOSTS",
+    "read_host_caps",
+    "read_page_hosts",
+    "host_index",
+    "hosts_from_dataset",
+    "url_host",
+    "load_host_caps",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Caps CSV ``host_id,cap`` (``#`` comments; ``# pages: FILE`` names the mapping).
+HOST_CAPS = Schema(
+    "host caps",
+    (Column("host_id"), Column("cap", "number", minimum=0.0, exclusive_minimum=True, finite=False)),
+    key="host_id", rows="hosts", min_rows=0, comments=True,
+)
+
+#: Page -> host mapping CSV ``page_id,host_id``.
+PAGE_HOSTS = Schema(
+    "page -> host mapping",
+    (Column("page_id"), Column("host_id")),
+    key="page_id", rows="pages", min_rows=0, comments=True,
+)
+
+
+def _pages_comment(path: str, comments: Sequence[tuple[int, str]]) -> str | None:
+    pages_path = None
+    for lineno, text in comments:
+        key, sep, value = text.partition(":")
+        if sep and key.strip().lower() == "pages":
+            value = value.strip()
+            if not value:
+                raise TableError(path, lineno, "'# pages:' needs a file name")
+            pages_path = value if os.path.isabs(value) else os.path.join(
+                os.path.dirname(os.path.abspath(path)), value)
+    return pages_path
+
+
+def read_host_caps(path: PathLike) -> tuple[np.ndarray, np.ndarray, str | None]:
+    """Read a host-caps CSV.
+
+    Format: a header line ``host_id,cap``, then one row per host: ``host_id`` any non-empty
+    string (matched against the page->host mapping), ``cap`` the host's maximum total
+    crawl rate (crawls per unit time, same unit as the bandwidth), a number > 0 or
+    ``inf`` (uncapped).  Blank lines and lines starting with ``#`` are ignored, except a
+    comment ``# pages: FILE`` which names the page->host mapping file (relative paths are
+    relative to the caps file's directory).
+
+    Returns:
+      ``(host_ids, caps, pages_path)``: object array of host ids, float64 caps, and the
+      mapping path named in the file or None.
+
+    Raises:
+      ValueError: (:class:`~jaxcrawl.io.tables.TableError`) naming the file and line, for a
+      missing/wrong header, a wrong number of fields, an empty host id, a cap that is not
+      a number > 0, or a duplicate host.
+    """
+    t = read_table(path, HOST_CAPS)
+    return t["host_id"], t["cap"], _pages_comment(t.path, t.comments)
+
+
+def read_page_hosts(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Read a page->host mapping CSV.
+
+    Format: a header line ``page_id,host_id``, then one row per page; both fields are
+    non-empty strings.  Blank lines and ``#`` comments are ignored.  A page may appear
+    once.
+
+    Returns:
+      ``(page_ids, host_ids)`` object arrays.
+
+    Raises:
+      ValueError: (:class:`~jaxcrawl.io.tables.TableError`) naming the file and line, for
+      a wrong header, a wrong number of fields, an empty field, or a duplicate page.
+    """
+    t = read_table(path, PAGE_HOSTS)
+    return t["page_id"], t["host_id"]
+
+
+def host_index(page_id: ArrayLike | None, page_host: Sequence[str | None],
+               host_ids: ArrayLike, host_caps: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Dense host indices for the pages and the caps they index.
+
+    Args:
+      page_id: ``(n,)`` the problem's page ids (unused; kept for the signature).
+      page_host: ``(n,)`` each page's host id (string), or None / "" for no host.
+      host_ids, host_caps: from :func:`read_host_caps`.
+
+    Returns:
+      ``(host_id, host_cap)``: ``(n,)`` int32 index into ``host_cap`` (``-1``: the page's
+      host has no cap row, or an infinite cap, so it is uncapped), and ``(H,)`` float64
+      caps of the hosts that have at least one page.
+    """
+    del page_id
+    cap_of = {str(h): float(c) for h, c in zip(np.asarray(host_ids).tolist(), np.asarray(host_caps).tolist())}
+    used: dict[str, int] = {}
+    idx = np.full(len(page_host), -1, np.int32)
+    for i, h in enumerate(page_host):
+        if h is None or h == "":
+            continue
+        h = str(h)
+        if h not in cap_of or not np.isfinite(cap_of[h]):
+            continue
+        idx[i] = used.setdefault(h, len(used))
+    caps = np.asarray([cap_of[h] for h in used], np.float64)
+    return idx, caps
+
+
+def hosts_from_dataset(host_id: ArrayLike, host_constrained: ArrayLike,
+                       cap: float | Mapping[int, float] | Callable[[np.ndarray, np.ndarray], ArrayLike],
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host constraints from the NeurIPS-19 data set's host table.
+
+    The data set marks each host ``Is_constrained`` (``host_hostid_isconstrained.txt``;
+    :class:`jaxcrawl.io.neurips19.CrawlDataset` fields ``host_id`` and
+    ``host_constrained``) but gives no cap values, so the caller supplies them.
+
+    Args:
+      host_id: ``(n,)`` integer Host_ID per page (-1 unknown).
+      host_constrained: ``(n,)`` bool per page.
+      cap: a number (the same cap for every constrained host), a dict
+        ``{Host_ID: cap}``, or a callable ``(host_ids, pages_per_host) -> caps``.
+
+    Returns:
+      ``(host_index, host_cap, host_ids)``: ``(n,)`` int32 dense index (-1 for pages of
+      unconstrained or unknown hosts), ``(H,)`` caps and the ``(H,)`` Host_IDs they belong to.
+    """
+    hid = np.asarray(host_id)
+    con = np.asarray(host_constrained, bool)
+    if hid.shape != con.shape:
+        raise ValueError("host_id and host_constrained must have the same shape")
+    sel = con & (hid >= 0)
+    ids, inv, counts = np.unique(hid[sel], return_inverse=True, return_counts=True)
+    idx = np.full(hid.shape, -1, np.int32)
+    idx[sel] = inv.reshape(-1).astype(np.int32)
+    if callable(cap):
+        caps = np.asarray(cap(ids, counts), np.float64)
+    elif isinstance(cap, Mapping):
+        missing = [h for h in ids if h not in cap]
+        if missing:
+            raise ValueError(f"cap: no cap given for constrained host {missing[0]}")
+        caps = np.asarray([cap[h] for h in ids], np.float64)
+    else:
+        caps = np.full(ids.shape, float(cap))
+    if caps.shape != ids.shape:
+        raise ValueError(f"cap must give one cap per constrained host ({ids.size}); got shape {caps.shape}")
+    if np.any(np.isnan(caps)) or np.any(caps <= 0):
+        raise ValueError("cap must be > 0 for every constrained host")
+    return idx, caps, ids
+
+
+def url_host(page_id: object) -> str | None:
+    """The lower-cased host name of a URL page id, or None when it is not a URL."""
+    text = str(page_id)
+    if "://" not in text:
+        return None
+    host = urllib.parse.urlsplit(text).hostname
+    return host.lower() if host else None
+
+
+def load_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike | None = None,
+                   unknown_pages: str = "error") -> tuple[np.ndarray, np.ndarray]:
+    """The host constraints of the caps file ``path`` for pages ``page_id``.
+
+    Pages are mapped to hosts by, in order: ``pages_path`` if given; else the file named
+    by a ``# pages: FILE`` comment in the caps file (:func:`read_page_hosts`); else, when
+    every page id is a URL, its host name (:func:`url_host`), so a caps file keyed by host
+    names needs no mapping.  Pages whose host has no cap row (or an ``inf`` cap) are
+    uncapped.
+
+    Args:
+      path: the caps CSV (:func:`read_host_caps`).
+      page_id: ``(n,)`` the problem's page ids, in problem order.
+      pages_path: a ``page_id,host_id`` mapping CSV overriding the one the caps file names.
+      unknown_pages: a mapping row whose page is not in ``page_id``: ``"error"`` (default,
+        ``ValueError`` naming file and line) or ``"ignore"``.
+
+    Returns:
+      ``(host_index, host_cap)`` as :func:`host_index` returns them.
+    """
+    if unknown_pages not in ("error", "ignore"):
+        raise ValueError("unknown_pages must be 'error' or 'ignore'")
+    host_ids, caps, named = read_host_caps(path)
+    mapping = os.fspath(pages_path) if pages_path is not None else named
+    ids = [str(p) for p in np.asarray(page_id).tolist()]
+    if mapping is not None:
+        table = read_table(mapping, PAGE_HOSTS)
+        pos = {p: i for i, p in enumerate(ids)}
+        page_host: list[str | None] = [None] * len(ids)
+        for lineno, p, h in zip(table.line.tolist(), table["page_id"].tolist(), table["host_id"].tolist()):
+            i = pos.get(p)
+            if i is None:
+                if unknown_pages == "error":
+                    raise TableError(mapping, lineno, f"page_id {p!r} is not one of the problem's pages")
+                continue
+            page_host[i] = h
+    else:
+        page_host = [url_host(p) for p in ids]
+        if any(h is None for h in page_host):
+            raise ValueError(
+                f"{os.fspath(path)}: no page->host mapping: add a line '# pages: FILE' naming a "
+                "page_id,host_id CSV (or use URLs as page ids)")
+    return host_index(ids, page_host, host_ids, caps)
