@@ -34,7 +34,8 @@ multiplier per binding host, serves the host-capped solves of :mod:`jaxcrawl.pol
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +71,7 @@ class Allocation(NamedTuple):
     converged: jax.Array
 
 
-def check_budget(budget, lower, upper, shape) -> None:
+def check_budget(budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, shape: tuple) -> None:
     """Eager feasibility check: finite budget in ``[sum(lower), sum(upper)]``, ``lower <= upper``."""
     lo = np.broadcast_to(np.asarray(lower), shape)
     hi = np.broadcast_to(np.asarray(upper), shape)
@@ -96,10 +97,10 @@ def allocate(
     lower: ArrayLike = 0.0,
     upper: ArrayLike = jnp.inf,
     *,
-    marginal_fn: Optional[MarginalFn] = None,
-    bracket: Optional[tuple[ArrayLike, ArrayLike]] = None,
+    marginal_fn: MarginalFn | None = None,
+    bracket: tuple[ArrayLike, ArrayLike] | None = None,
     max_steps: int = 100,
-    rtol: Optional[float] = None,
+    rtol: float | None = None,
     adjoint: str = "implicit",
     throw: bool = False,
 ) -> Allocation:

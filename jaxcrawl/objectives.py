@@ -19,8 +19,6 @@ those points are finite (the double-``where`` trick).
 """
 from __future__ import annotations
 
-from typing import Union
-
 import jax
 import jax.numpy as jnp
 
@@ -36,7 +34,7 @@ __all__ = [
     "gamma2_cdf",
 ]
 
-RateLike = Union[jax.Array, Policy]
+RateLike = jax.Array | Policy
 
 
 def _rate_and_signal(problem: CrawlProblem, rate: RateLike):
@@ -57,7 +55,7 @@ def _safe_pos(x):
     return pos, jnp.where(pos, x, jnp.ones_like(x))
 
 
-def harmonic_cost(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False):
+def harmonic_cost(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False) -> jax.Array:
     r"""Harmonic staleness penalty :math:`J^\pi_h` (NeurIPS-19 eq. 1-2), page-averaged.
 
     Incomplete pages crawled as Poisson(:math:`\rho`) (Prop. 1):
@@ -82,7 +80,7 @@ def harmonic_cost(problem: CrawlProblem, rate: RateLike, *, per_page: bool = Fal
     return _reduce(cost, per_page, average=True)
 
 
-def binary_cost(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False):
+def binary_cost(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False) -> jax.Array:
     r"""Binary staleness penalty :math:`J^\pi_b` (NeurIPS-19 supplement eq. 12-13), page-averaged.
 
     Incomplete pages (eq. 12): :math:`\mu\lambda/(\lambda+\rho)`; complete pages crawled
@@ -96,7 +94,7 @@ def binary_cost(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False
     return _reduce(jnp.where(on_signal, complete, incomplete), per_page, average=True)
 
 
-def binary_freshness(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False):
+def binary_freshness(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False) -> jax.Array:
     r"""Expected rate of requests served fresh, :math:`F(\rho;\xi)=\sum_i \zeta_i\rho_i/(\rho_i+\xi_i)`.
 
     Learning to Crawl eq. 5 (Azar et al.'s objective); every page is crawled as a
@@ -107,7 +105,7 @@ def binary_freshness(problem: CrawlProblem, rate: RateLike, *, per_page: bool = 
     return _reduce(zeta * rate / (rate + xi), per_page, average=False)
 
 
-def accumulated_delay(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False):
+def accumulated_delay(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False) -> jax.Array:
     r"""Accumulated delay (Sia, Cho & Cho), :math:`\sum_i \zeta_i\xi_i/\rho_i`.
 
     Learning to Crawl App. F eq. 25 writes the utility :math:`J = -\sum_i
@@ -120,7 +118,7 @@ def accumulated_delay(problem: CrawlProblem, rate: RateLike, *, per_page: bool =
     return _reduce(jnp.where(pos, zeta * xi / r, jnp.inf), per_page, average=False)
 
 
-def uniform_interval_freshness(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False):
+def uniform_interval_freshness(problem: CrawlProblem, rate: RateLike, *, per_page: bool = False) -> jax.Array:
     r"""Freshness of uniform-interval (periodic) crawling, :math:`G(\rho;\xi)`.
 
     Learning to Crawl App. H / I.2: a page refreshed every :math:`1/\rho_i` time units

@@ -51,8 +51,8 @@ Files (used by ``jaxcrawl solve --host-caps FILE``): see :func:`read_host_caps` 
 """
 from __future__ import annotations
 
-import functools
-from typing import Callable, NamedTuple, Optional, Union
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -178,10 +178,10 @@ def _capped_utility(objective, epsilon, dtype, bandwidth, n):
 
 
 def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: ArrayLike,
-                         objective: Union[str, Utility] = "harmonic", *, epsilon: ArrayLike = 0.4,
-                         lower: Optional[ArrayLike] = None, upper: Optional[ArrayLike] = None,
+                         objective: str | Utility = "harmonic", *, epsilon: ArrayLike = 0.4,
+                         lower: ArrayLike | None = None, upper: ArrayLike | None = None,
                          max_steps: int = 100, inner_steps: int = 100,
-                         rtol: Optional[float] = None, throw: bool = False) -> HostCapSolution:
+                         rtol: float | None = None, throw: bool = False) -> HostCapSolution:
     r"""Optimal crawl rates for ``objective`` under the bandwidth and per-host caps.
 
     Solves SIGIR-19's politeness-constrained problem (module docstring) exactly, by the
@@ -270,9 +270,9 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
                            binding=binding, num_steps=steps)
 
 
-def lambda_crawl_with_host_caps(problem: CrawlProblem, host_id, host_cap, *,
+def lambda_crawl_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: ArrayLike, *,
                                 max_steps: int = 100, inner_steps: int = 100,
-                                rtol: Optional[float] = None) -> HostCapSolution:
+                                rtol: float | None = None) -> HostCapSolution:
     r"""LambdaCrawl (NeurIPS-19 Alg. 1-3, harmonic staleness) under per-host caps.
 
     Maximises NeurIPS-19 eq. 8's utility
@@ -287,9 +287,10 @@ def lambda_crawl_with_host_caps(problem: CrawlProblem, host_id, host_cap, *,
                                 inner_steps=inner_steps, rtol=rtol)
 
 
-def binary_lambda_crawl_with_host_caps(problem: CrawlProblem, host_id, host_cap, epsilon=0.0,
+def binary_lambda_crawl_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: ArrayLike,
+                                       epsilon: ArrayLike = 0.0,
                                        *, max_steps: int = 100, inner_steps: int = 100,
-                                       rtol: Optional[float] = None) -> HostCapSolution:
+                                       rtol: float | None = None) -> HostCapSolution:
     r"""BinaryLambdaCrawl / BLCε (Azar et al.; L2C eq. 5; NeurIPS-19 §9.3) under per-host caps.
 
     Maximises :math:`\sum_i\zeta_i\rho_i/(\rho_i+\xi_i)` s.t. :math:`\sum\rho=R`,
@@ -307,9 +308,9 @@ def binary_lambda_crawl_with_host_caps(problem: CrawlProblem, host_id, host_cap,
 # The file readers live in jaxcrawl.io.hosts (re-exported above).
 
 
-def solver_from_caps_file(path: str, page_id, objective: str = "harmonic", *,
-                          pages_path: Optional[str] = None, epsilon: float = 0.4,
-                          unknown_pages: str = "error") -> Callable[[CrawlProblem], Policy]:
+def solver_from_caps_file(path: str, page_id: ArrayLike, objective: str | Utility = "harmonic", *,
+                          pages_path: str | None = None, epsilon: float = 0.4,
+                          unknown_pages: str = "error", **solve_options) -> Callable[[CrawlProblem], Policy]:
     """A ``problem -> Policy`` solver honouring the host caps in ``path`` (``solve --host-caps``).
 
     The caps file is :func:`read_host_caps`'s ``host_id,cap`` CSV.  Pages are mapped to
@@ -322,11 +323,12 @@ def solver_from_caps_file(path: str, page_id, objective: str = "harmonic", *,
     Args:
       path: the caps CSV.
       page_id: ``(n,)`` the problem's page ids, in problem order.
-      objective: ``"harmonic"``, ``"binary"``, ``"binary-epsilon"``, ``"delay"`` or
-        ``"uniform"`` (the names of ``jaxcrawl solve --objective``).
+      objective: a separable utility's registry name (``"harmonic"``, ``"binary"``,
+        ``"binary-epsilon"``, ``"delay"``, ``"uniform"``, ...) or a :class:`~jaxcrawl.Utility`.
       epsilon: floor fraction for ``"binary-epsilon"``.
       unknown_pages: a mapping row whose page is not in ``page_id``: ``"error"`` (default,
         ValueError naming file and line) or ``"ignore"``.
+      **solve_options: passed to :func:`solve_with_host_caps` (``max_steps``, ``rtol``, ...).
 
     Returns:
       A callable ``problem -> Policy`` (the host arrays are bound to it; the solve
@@ -341,6 +343,7 @@ def solver_from_caps_file(path: str, page_id, objective: str = "harmonic", *,
         c = jnp.asarray(cap_arr, problem.importance.dtype)
         if c.shape[0] == 0:
             c = jnp.zeros((0,), problem.importance.dtype)
-        return solve_with_host_caps(problem, host_arr, c, objective, epsilon=epsilon).policy
+        return solve_with_host_caps(problem, host_arr, c, objective, epsilon=epsilon,
+                                    **solve_options).policy
 
     return solve

@@ -20,13 +20,12 @@ inside traced code (where leaves are tracers) it is skipped.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Optional
-
-from jax.typing import ArrayLike
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ._src.checks import check_positive_finite, is_concrete
 
@@ -151,10 +150,10 @@ class CrawlProblem:
         return self.importance.shape[-1]
 
     @property
-    def dtype(self):
+    def dtype(self) -> Any:
         return self.importance.dtype
 
-    def replace(self, **changes) -> "CrawlProblem":
+    def replace(self, **changes) -> CrawlProblem:
         """A copy with some fields replaced (validated again when concrete)."""
         fields = dict(
             importance=self.importance,
@@ -165,7 +164,7 @@ class CrawlProblem:
         fields.update(changes)
         return CrawlProblem(**fields)
 
-    def as_incomplete(self) -> "CrawlProblem":
+    def as_incomplete(self) -> CrawlProblem:
         """The same pages with every page treated as incomplete (Poisson-crawled)."""
         return CrawlProblem(
             self.importance, self.change_rate, self.bandwidth, jnp.zeros_like(self.complete)
@@ -226,13 +225,14 @@ class Policy(NamedTuple):
     converged: jax.Array = True
 
 
-def raw_problem(importance, change_rate, bandwidth, complete) -> "CrawlProblem":
+def raw_problem(importance: ArrayLike, change_rate: ArrayLike, bandwidth: ArrayLike,
+                complete: ArrayLike) -> CrawlProblem:
     """A :class:`CrawlProblem` from already-validated (or traced) arrays, without checks."""
     return _unflatten(None, (importance, change_rate, bandwidth, complete))
 
 
-def make_policy(problem: CrawlProblem, rate: ArrayLike, dual: ArrayLike, residual: Optional[ArrayLike] = None,
-                num_steps: ArrayLike = 0, on_signal: Optional[ArrayLike] = None,
+def make_policy(problem: CrawlProblem, rate: ArrayLike, dual: ArrayLike, residual: ArrayLike | None = None,
+                num_steps: ArrayLike = 0, on_signal: ArrayLike | None = None,
                 converged: ArrayLike = True) -> Policy:
     """Assemble a :class:`Policy` from rates (computes ``prob`` and the residual).
 

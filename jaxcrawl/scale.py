@@ -18,8 +18,8 @@ produces the same plan as the in-memory solve.
 """
 from __future__ import annotations
 
-import json
-from typing import NamedTuple, Optional, Union
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,7 @@ __all__ = [
 
 
 # ------------------------------------------------------------------ sharding
-def page_mesh(devices=None, axis_name: str = "pages") -> Mesh:
+def page_mesh(devices: Sequence | None = None, axis_name: str = "pages") -> Mesh:
     """A one-dimensional mesh over ``devices`` (default: all devices of all processes)."""
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), (axis_name,))
@@ -60,7 +60,7 @@ def _check_divisible(n, size, what):
         )
 
 
-def _shard(tree, mesh: Mesh, axis_name: Optional[str], axis: int, what: str):
+def _shard(tree, mesh: Mesh, axis_name: str | None, axis: int, what: str):
     """Put every array of ``tree`` on ``mesh`` with array axis ``axis`` sharded (scalars replicated)."""
     axis_name = mesh.axis_names[0] if axis_name is None else axis_name
     size = mesh.shape[axis_name]
@@ -77,7 +77,7 @@ def _shard(tree, mesh: Mesh, axis_name: Optional[str], axis: int, what: str):
     return jax.tree_util.tree_map(put, tree)
 
 
-def shard_pages(tree, mesh: Mesh, axis_name: Optional[str] = None):
+def shard_pages(tree: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
     """Place every array of ``tree`` with its last (pages) axis sharded over ``mesh``.
 
     Scalars (e.g. the bandwidth) are replicated.  Works on a :class:`CrawlProblem`, a
@@ -87,14 +87,14 @@ def shard_pages(tree, mesh: Mesh, axis_name: Optional[str] = None):
     return _shard(tree, mesh, axis_name, -1, "shard_pages")
 
 
-def shard_leading(tree, mesh: Mesh, axis_name: Optional[str] = None):
+def shard_leading(tree: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
     """Place every array of ``tree`` with its first axis sharded: seeds, instances,
     hyperparameters of a sweep, or the pages axis of padded histories ``(pages, k)``."""
     return _shard(tree, mesh, axis_name, 0, "shard_leading")
 
 
-def initialize_distributed(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
-                           process_id: Optional[int] = None, axis_name: str = "pages", **kwargs) -> Mesh:
+def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None, axis_name: str = "pages", **kwargs) -> Mesh:
     """Join a multi-host JAX job and return a page mesh over every device of every host.
 
     A thin wrapper of ``jax.distributed.initialize`` (arguments as there; on managed
@@ -154,10 +154,10 @@ def _stream_utility(objective, epsilon) -> Utility:
     return u
 
 
-def stream_solve(table: PageTable, bandwidth: float, *, objective: Union[str, Utility] = "harmonic",
-                 epsilon: float = 0.0, chunk_size: int = 1 << 20, dtype=None,
-                 out_path: Optional[str] = None, max_steps: int = 100,
-                 rtol: Optional[float] = None) -> StreamResult:
+def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility = "harmonic",
+                 epsilon: float = 0.0, chunk_size: int = 1 << 20, dtype: Any = None,
+                 out_path: str | None = None, max_steps: int = 100,
+                 rtol: float | None = None) -> StreamResult:
     """Solve any separable :class:`~jaxcrawl.Utility` from a page table on disk.
 
     The same optimum as :func:`jaxcrawl.solve` (e.g. LambdaCrawl, NeurIPS-19 Alg. 1-3, for

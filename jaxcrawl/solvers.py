@@ -24,7 +24,7 @@ solver                      objective (maximised utility)                    pap
 from __future__ import annotations
 
 import functools
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +70,7 @@ def _batched(solver: Callable) -> Callable:
     return wrapper
 
 
-def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: Optional[float] = None,
+def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | None = None,
                  adjoint: str = "implicit", throw: bool = False) -> Policy:
     r"""LambdaCrawl: the optimal harmonic-staleness policy under mixed observability.
 
@@ -98,7 +98,7 @@ def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: Optional[
     return solve(problem, HARMONIC, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw)
 
 
-def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol: Optional[float] = None,
+def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | None = None,
                         adjoint: str = "implicit", throw: bool = False) -> Policy:
     r"""LambdaCrawlApprox: Prop. 9's change-rate-free rates for incomplete pages.
 
@@ -119,7 +119,7 @@ def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol: Op
 
 
 def binary_lambda_crawl(problem: CrawlProblem, epsilon: ArrayLike = 0.0, *, max_steps: int = 100,
-                        rtol: Optional[float] = None, adjoint: str = "implicit",
+                        rtol: float | None = None, adjoint: str = "implicit",
                         throw: bool = False) -> Policy:
     r"""BinaryLambdaCrawl (Azar et al.'s optimum of binary freshness), and BLCε.
 
@@ -148,7 +148,7 @@ def binary_lambda_crawl(problem: CrawlProblem, epsilon: ArrayLike = 0.0, *, max_
                  throw=throw)
 
 
-def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: Optional[float] = None,
+def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | None = None,
                            adjoint: str = "implicit", throw: bool = False) -> Policy:
     r"""Optimal uniform-interval (periodic) crawl rates for the utility G.
 

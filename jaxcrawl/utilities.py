@@ -29,16 +29,17 @@ a static argument of the compiled solve, so a new closure per call compiles agai
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Optional, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .allocate import allocate
 from ._src import rootfind, special
 from ._src.checks import is_concrete
+from .allocate import allocate
 from .problem import CrawlProblem, Policy, make_policy, raw_problem
 
 __all__ = [
@@ -92,23 +93,23 @@ class Utility(NamedTuple):
 
     name: str
     rate: Callable[[jax.Array, Params], jax.Array]
-    marginal: Optional[Callable[[jax.Array, Params], jax.Array]]
+    marginal: Callable[[jax.Array, Params], jax.Array] | None
     params: Callable[[CrawlProblem], Params] = default_params
-    bounds: Optional[Callable[[Params, jax.Array, int], tuple]] = None
-    on_signal: Optional[Callable[[Params], jax.Array]] = None
-    value: Optional[Callable[[jax.Array, Params], jax.Array]] = None
-    bracket: Optional[Callable[[Params, jax.Array], tuple]] = None
-    dual: Optional[Callable[[jax.Array, Params], jax.Array]] = None
+    bounds: Callable[[Params, jax.Array, int], tuple] | None = None
+    on_signal: Callable[[Params], jax.Array] | None = None
+    value: Callable[[jax.Array, Params], jax.Array] | None = None
+    bracket: Callable[[Params, jax.Array], tuple] | None = None
+    dual: Callable[[jax.Array, Params], jax.Array] | None = None
     separable: bool = True
 
-    def page_bounds(self, params: Params, bandwidth, num_pages: int, dtype) -> tuple:
+    def page_bounds(self, params: Params, bandwidth: ArrayLike, num_pages: int, dtype: Any) -> tuple:
         """``(lower, upper)`` per page (scalars when the utility has no bounds)."""
         if self.bounds is None:
             return jnp.zeros((), dtype), jnp.full((), jnp.inf, dtype)
         lo, hi = self.bounds(params, bandwidth, num_pages)
         return jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
 
-    def signal_mask(self, params: Params, shape) -> jax.Array:
+    def signal_mask(self, params: Params, shape: tuple) -> jax.Array:
         """Pages crawled on their change signals (all False by default)."""
         if self.on_signal is None:
             return jnp.zeros(shape, bool)
@@ -134,7 +135,7 @@ def utility_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
-def get_utility(utility: Union[str, Utility]) -> Utility:
+def get_utility(utility: str | Utility) -> Utility:
     """The :class:`Utility` of a registry name (or the utility itself)."""
     if isinstance(utility, Utility):
         return utility
@@ -147,8 +148,8 @@ def get_utility(utility: Union[str, Utility]) -> Utility:
 
 
 # -------------------------------------------------------------------------- the solve
-def solve(problem: CrawlProblem, utility: Union[str, Utility], *, lower: Optional[ArrayLike] = None,
-          upper: Optional[ArrayLike] = None, max_steps: int = 100, rtol: Optional[float] = None,
+def solve(problem: CrawlProblem, utility: str | Utility, *, lower: ArrayLike | None = None,
+          upper: ArrayLike | None = None, max_steps: int = 100, rtol: float | None = None,
           adjoint: str = "implicit", throw: bool = False) -> Policy:
     r"""The optimal policy of ``utility`` for ``problem``: one dual root-find (``allocate``).
 
@@ -209,7 +210,7 @@ def _solve_one(problem, u: Utility, lower, upper, **opts) -> Policy:
 
 # ---------------------------------------------------------------- harmonic staleness
 @jax.custom_jvp
-def incomplete_harmonic_rate(mu, lam, nu):
+def incomplete_harmonic_rate(mu: ArrayLike, lam: ArrayLike, nu: ArrayLike) -> jax.Array:
     r"""Optimal Poisson crawl rate of an incomplete page at multiplier ν (NeurIPS-19 Prop. 2).
 
     :math:`\rho = (-\lambda + \sqrt{\lambda^2 + 4\mu\lambda/\nu})/2`, computed without
@@ -317,7 +318,7 @@ BINARY = register_utility(Utility(
     name="binary", rate=_binary_rate, marginal=_binary_marginal, value=_binary_value))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def binary_epsilon(epsilon: float = 0.4) -> Utility:
     r"""BLCε's utility: binary freshness with every page floored at :math:`\varepsilon R/n`
     (NeurIPS-19 supplement §9.3).  Cached per ``epsilon`` (one compilation each)."""

@@ -8,11 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxcrawl
-from jaxcrawl import CrawlProblem, politeness as P
+from jaxcrawl import CrawlProblem
+from jaxcrawl import politeness as P
 from jaxcrawl.cli import main
+
 from reference import bisect_dual, harmonic_incomplete_rate
 
 N, H = 120, 6  # one shape for most tests (one compilation per objective and dtype)

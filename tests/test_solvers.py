@@ -1,17 +1,17 @@
 """Optimal-rate solvers: KKT, independent references, the mixed split, properties."""
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxcrawl
 from jaxcrawl import CrawlProblem
+
 from reference import (
     bisect_dual,
     golden_max,
     harmonic_cost_ref,
-    harmonic_incomplete_rate,
     lambda_crawl_complete_ref,
     lambda_crawl_incomplete_ref,
 )

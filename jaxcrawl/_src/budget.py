@@ -40,7 +40,8 @@ differentiated.
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -53,13 +54,13 @@ class BudgetSolution(NamedTuple):
 
     x: jax.Array
     dual: jax.Array
-    host_dual: Optional[jax.Array]
+    host_dual: jax.Array | None
     residual: jax.Array
     converged: jax.Array
     num_steps: jax.Array
 
 
-def eval_pages(rate_fn, params, nu, lower, upper):
+def eval_pages(rate_fn: Callable, params: Any, nu: jax.Array, lower: jax.Array, upper: jax.Array) -> tuple:
     """One pass at per-page (or scalar) duals ``nu``: clipped allocation ``x``, its
     derivative in the dual on free pages (0 elsewhere), and the masks ``free``,
     ``at_lo``, ``at_hi``."""
@@ -74,7 +75,7 @@ def eval_pages(rate_fn, params, nu, lower, upper):
     return x, jnp.where(free & jnp.isfinite(dphi), dphi, 0.0), free, at_lo, at_hi
 
 
-def reference_point(budget, lower, upper):
+def reference_point(budget: jax.Array, lower: jax.Array, upper: jax.Array) -> tuple[jax.Array, jax.Array]:
     """A feasible point inside the box that sums to ``budget``, and the movable mask."""
     width = upper - lower
     finite = jnp.isfinite(width)
@@ -87,17 +88,18 @@ def reference_point(budget, lower, upper):
     return lower + slack * (w / total), width > 0
 
 
-def marginal_range(marginal_fn, params, xbar, movable):
+def marginal_range(marginal_fn: Callable, params: Any, xbar: jax.Array, movable: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(min, max) of the marginal utilities at ``xbar`` over movable pages, NaN-free."""
     m = jnp.broadcast_to(marginal_fn(xbar, params), xbar.shape)
     ok = movable & jnp.isfinite(m)
     return jnp.min(jnp.where(ok, m, jnp.inf)), jnp.max(jnp.where(ok, m, -jnp.inf))
 
 
-def bracket_from_marginals(marginal_fn, params, budget, lower, upper):
-    """Dual bracket ``[a, b]`` with ``f(a) >= 0 >= f(b)``, from the marginal utilities at a
-    feasible point: at :math:`\\nu=\\max_i u_i'(\\bar x_i)` every page has
-    :math:`x_i(\\nu)\\le\\bar x_i` (sum at most the budget), symmetrically at the min.
+def bracket_from_marginals(marginal_fn: Callable, params: Any, budget: jax.Array, lower: jax.Array,
+                           upper: jax.Array) -> tuple[jax.Array, jax.Array]:
+    r"""Dual bracket ``[a, b]`` with ``f(a) >= 0 >= f(b)``, from the marginal utilities at a
+    feasible point: at :math:`\nu=\max_i u_i'(\bar x_i)` every page has
+    :math:`x_i(\nu)\le\bar x_i` (sum at most the budget), symmetrically at the min.
     One pass over the pages."""
     xbar, movable = reference_point(budget, lower, upper)
     a, b = marginal_range(marginal_fn, params, xbar, movable)
@@ -105,7 +107,8 @@ def bracket_from_marginals(marginal_fn, params, budget, lower, upper):
     return jnp.where(fallback, 1.0, a), jnp.where(fallback, 1.0, b)
 
 
-def expand_bracket(total_fn, budget, a, b, max_expansions: int = 64):
+def expand_bracket(total_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.Array,
+                   max_expansions: int = 64) -> tuple[jax.Array, jax.Array]:
     """Widen ``[a, b]`` (geometrically when positive) until ``total(a) >= B >= total(b)``."""
     def widen_lo(a, b):
         return jnp.where(a > 0, a / 4.0, a - 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
@@ -310,8 +313,9 @@ def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
 _solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
 
 
-def solve(rate_fn, marginal_fn, params: Any, budget, lower, upper, *, bracket=None, hosts=None,
-          max_steps: int = 100, inner_steps: int = 100, rtol: Optional[float] = None,
+def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: jax.Array, lower: jax.Array,
+          upper: jax.Array, *, bracket: tuple | None = None, hosts: tuple | None = None,
+          max_steps: int = 100, inner_steps: int = 100, rtol: float | None = None,
           unrolled: bool = False) -> BudgetSolution:
     """Solve one budget problem (no validation: the public wrappers check their inputs).
 

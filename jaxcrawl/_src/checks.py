@@ -24,7 +24,7 @@ def first_bad(a: np.ndarray, bad: np.ndarray) -> tuple[int, Any]:
     return idx, np.ravel(a)[idx]
 
 
-def check_positive_finite(arr, name: str) -> None:
+def check_positive_finite(arr: Any, name: str) -> None:
     """``ValueError`` naming ``name``, the rule and the first bad index unless every
     entry is finite and > 0 (and there is at least one)."""
     a = np.asarray(arr)
@@ -52,7 +52,7 @@ def _raise_unless_converged(what: str, converged, num_steps, residual) -> None:
             "before the closing correction; raise max_steps or check the inputs")
 
 
-def raise_unless_converged(what: str, converged, num_steps, residual) -> None:
+def raise_unless_converged(what: str, converged: jax.Array, num_steps: jax.Array, residual: jax.Array) -> None:
     """Raise :class:`NonConvergenceError` (through a host callback, so it works inside
     ``jit`` and ``vmap``) when any entry of ``converged`` is False.
 

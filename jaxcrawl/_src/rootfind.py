@@ -21,14 +21,15 @@ tangent for clipped ones), so loops are never differentiated, in forward or reve
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 
-def default_rtol(dtype) -> float:
+def default_rtol(dtype: Any) -> float:
     """Default relative tolerance of a root: ``4 eps**0.75`` of the dtype."""
     eps = float(jnp.finfo(dtype).eps)
     return 4.0 * eps ** 0.75
@@ -50,7 +51,8 @@ class RootState(NamedTuple):
     done: jax.Array
 
 
-def root_init(a, b, z0=None, done=None) -> tuple[RootState, jax.Array]:
+def root_init(a: jax.Array, b: jax.Array, z0: jax.Array | None = None,
+              done: jax.Array | None = None) -> tuple[RootState, jax.Array]:
     """Start on the bracket ``[a, b]`` of ``x``: returns ``(state, log_mode)``.
 
     ``log_mode`` (elementwise) is ``a > 0``: then the iteration runs on ``log x``.
@@ -68,17 +70,18 @@ def root_init(a, b, z0=None, done=None) -> tuple[RootState, jax.Array]:
     return state, log_mode
 
 
-def to_z(x, log_mode):
+def to_z(x: jax.Array, log_mode: jax.Array) -> jax.Array:
     """The iteration variable of ``x``: ``log x`` where ``log_mode`` else ``x``."""
     return jnp.where(log_mode, jnp.log(jnp.where(log_mode, x, 1.0)), x)
 
 
-def root_value(state: RootState, log_mode) -> jax.Array:
+def root_value(state: RootState, log_mode: jax.Array) -> jax.Array:
     """The current iterate as ``x`` (``exp z`` in log mode)."""
     return jnp.where(log_mode, jnp.exp(state.z), state.z)
 
 
-def root_update(state: RootState, f, df_dx, log_mode, tol, ztol=0.0) -> RootState:
+def root_update(state: RootState, f: jax.Array, df_dx: jax.Array, log_mode: jax.Array, tol: Any,
+                ztol: Any = 0.0) -> RootState:
     """One rtsafe step given ``f(x)`` (nonincreasing) and ``df/dx`` at the current iterate.
 
     The bracket shrinks to the current point; a Newton step (on ``z``) is taken when it
@@ -115,7 +118,8 @@ def freeze(old: RootState, new: RootState) -> RootState:
                      keep(new.dz_old, old.dz_old), new.k, old.done | new.done)
 
 
-def iterate(f_and_df: Callable, state: RootState, log_mode, tol, max_steps: int, ztol=0.0) -> RootState:
+def iterate(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any, max_steps: int,
+            ztol: Any = 0.0) -> RootState:
     """Run :func:`root_update` in a ``lax.while_loop`` until every element converged or
     ``max_steps`` steps; ``f_and_df(x) -> (f, df/dx)`` elementwise."""
 
@@ -142,8 +146,8 @@ class Roots(NamedTuple):
     num_steps: jax.Array
 
 
-def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower, upper, *,
-                   x0=None, max_steps: int = 64, rtol: Optional[float] = None,
+def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower: Any, upper: Any, *,
+                   x0: Any | None = None, max_steps: int = 64, rtol: float | None = None,
                    ftol: float = 0.0) -> Roots:
     r"""Elementwise roots of ``fn(x, params) = 0``, ``fn`` nonincreasing in ``x``, on a box.
 
@@ -213,13 +217,13 @@ def _monotone_jvp(fn, cfg, primals, tangents):
     return (x, converged, steps), (dx, *float0_tangents((converged, steps)))
 
 
-def float0_tangents(like):
+def float0_tangents(like: tuple) -> tuple:
     """Zero tangents (dtype float0) for integer / bool outputs."""
     return tuple(np.zeros(jnp.shape(v), dtype=jax.dtypes.float0) for v in like)
 
 
-def iterate_unrolled(f_and_df: Callable, state: RootState, log_mode, tol, max_steps: int,
-                     ztol=0.0) -> RootState:
+def iterate_unrolled(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any, max_steps: int,
+                     ztol: Any = 0.0) -> RootState:
     """Exactly ``max_steps`` steps of :func:`root_update` in a ``lax.scan`` (finished
     elements frozen): reverse-mode autodiff can differentiate through it step by step.
     Kept only as the baseline the implicit rule is measured against."""

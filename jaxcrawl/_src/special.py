@@ -18,16 +18,19 @@ cut-offs and term counts are chosen so that float64 results are accurate to a fe
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 EULER_GAMMA = 0.57721566490153286061
 _H_TABLE_SIZE = 256
 
 
-def as_float(x) -> jax.Array:
+def as_float(x: ArrayLike) -> jax.Array:
     """``x`` as a JAX array of a floating dtype (integers become the default float)."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -35,8 +38,8 @@ def as_float(x) -> jax.Array:
     return x
 
 
-def horner(x, coeffs) -> jax.Array:
-    """:math:`\\sum_j c_j x^j` for ``coeffs = [c_0, c_1, ...]`` (Horner's rule)."""
+def horner(x: jax.Array, coeffs: Sequence[float]) -> jax.Array:
+    r""":math:`\sum_j c_j x^j` for ``coeffs = [c_0, c_1, ...]`` (Horner's rule)."""
     acc = jnp.zeros_like(x) + coeffs[-1]
     for c in coeffs[-2::-1]:
         acc = acc * x + c
@@ -48,7 +51,7 @@ def _split(x, small, inside, outside):
     return jnp.where(small, x, inside), jnp.where(small, outside, x)
 
 
-def harmonic_number(n, dtype=None) -> jax.Array:
+def harmonic_number(n: ArrayLike, dtype: Any = None) -> jax.Array:
     r""":math:`H(n)=\sum_{j=1}^n 1/j` (0 for :math:`n\le0`): NeurIPS-19 eq. 2's penalty.
 
     An exact table for :math:`n<256`; the asymptotic series
@@ -77,7 +80,7 @@ _EIN_PHI1_COEFFS = [0.0] + [(-1.0) ** (k + 1) / (k * math.factorial(k + 1)) for 
 _K_COEFFS = [0.0, 0.0] + [(-1.0) ** j / j for j in range(2, 20)]
 
 
-def gamma2_cdf(u) -> jax.Array:
+def gamma2_cdf(u: ArrayLike) -> jax.Array:
     r""":math:`h(u) = 1-(1+u)e^{-u}` (the Gamma(2, 1) CDF), accurate for small ``u``.
 
     The scaled marginal utility of uniform-interval crawling,
@@ -90,7 +93,7 @@ def gamma2_cdf(u) -> jax.Array:
     return jnp.where(small, horner(us, _GAMMA2_COEFFS), -jnp.expm1(-ul) - ul * jnp.exp(-ul))
 
 
-def phi1(x) -> jax.Array:
+def phi1(x: ArrayLike) -> jax.Array:
     r""":math:`\varphi_1(x) = 1-(1-e^{-x})/x`, stable for every :math:`x\ge0` (0 at 0).
 
     The time-averaged binary staleness of a page crawled every :math:`1/\rho` with
@@ -102,7 +105,7 @@ def phi1(x) -> jax.Array:
     return jnp.where(small, horner(xs, _PHI1_COEFFS), (xl + jnp.expm1(-xl)) / xl)
 
 
-def exp1(x) -> jax.Array:
+def exp1(x: ArrayLike) -> jax.Array:
     r"""The exponential integral :math:`E_1(x)=\int_x^\infty e^{-t}/t\,dt` for :math:`x>0`.
 
     :math:`-\gamma-\ln x+\mathrm{Ein}(x)` for :math:`x\le2`; above, the continued fraction
@@ -130,7 +133,7 @@ def _exp1_cf(x, terms: int = 48):
     return h * jnp.exp(-x)
 
 
-def ein(u) -> jax.Array:
+def ein(u: ArrayLike) -> jax.Array:
     r"""The entire exponential integral :math:`\mathrm{Ein}(u)=\int_0^u(1-e^{-t})/t\,dt`.
 
     :math:`\mathrm{Ein}(u) = E[H(N)]` for :math:`N\sim\mathrm{Poisson}(u)` (harmonic
@@ -143,7 +146,7 @@ def ein(u) -> jax.Array:
     return jnp.where(small, horner(us, _EIN_COEFFS), _exp1_cf(ul) + jnp.log(ul) + EULER_GAMMA)
 
 
-def ein_minus_phi1(u) -> jax.Array:
+def ein_minus_phi1(u: ArrayLike) -> jax.Array:
     r""":math:`\mathrm{Ein}(u)-\varphi_1(u) = \mathrm{Ein}(u)-1+(1-e^{-u})/u`, no cancellation.
 
     The time-averaged :math:`E[H(N_t)]` over one crawl period with :math:`u=\xi/\rho`
@@ -156,7 +159,7 @@ def ein_minus_phi1(u) -> jax.Array:
     return jnp.where(small, horner(us, _EIN_PHI1_COEFFS), big)
 
 
-def u_minus_log1p(u) -> jax.Array:
+def u_minus_log1p(u: ArrayLike) -> jax.Array:
     r""":math:`k(u) = u-\log(1+u)` for :math:`u\ge0` (series below 0.1)."""
     u = as_float(u)
     small = u < 0.1

@@ -12,27 +12,41 @@ import json
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any
 
 import jax
 import numpy as np
 
 __all__ = ["atomic_write", "write_json", "save_tree", "load_tree", "CheckpointStore"]
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
+
+
+def _new_file_mode(path: str) -> int:
+    """Permissions for a new version of ``path``: the old file's, else ``0o666 & ~umask``."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def atomic_write(path: PathLike, write_fn: Callable[[str], None]) -> None:
     """Write ``path`` atomically: ``write_fn(tmp_path)`` fills a temporary file in the same
-    directory, which is fsynced and renamed over ``path``; on any error it is removed and
+    directory, which is fsynced, given the old file's permissions (or the umask's default
+    for a new file) and renamed over ``path``; on any error (or interrupt) it is removed and
     ``path`` is untouched."""
     path = os.fspath(path)
     d = os.path.dirname(path) or "."
+    mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
     os.close(fd)
     try:
         write_fn(tmp)
+        os.chmod(tmp, mode)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)

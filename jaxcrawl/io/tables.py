@@ -648,16 +648,6 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
 
 
 # ------------------------------------------------------------------------ writing
-def _new_file_mode(path: str) -> int:
-    """Permissions for a new version of ``path``: the old file's, else ``0o666 & ~umask``."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
 def write_file(path: PathLike, fill: Callable[[IO], None], *, binary: bool = False) -> None:
     """Write ``path`` atomically: ``fill(fh)`` writes into a temporary file that replaces
     ``path`` only once complete (:func:`jaxcrawl.io.checkpoint.atomic_write`); on an error
@@ -666,12 +656,9 @@ def write_file(path: PathLike, fill: Callable[[IO], None], *, binary: bool = Fal
     path = os.fspath(path)
     if os.path.isdir(path):
         raise ValueError(f"{path}: is a directory")
-    mode = _new_file_mode(path)
-
     def write(tmp: str) -> None:
         with open(tmp, "wb" if binary else "w", **({} if binary else {"newline": "", "encoding": "utf-8"})) as fh:
             fill(fh)
-        os.chmod(tmp, mode)
 
     atomic_write(path, write)
 
