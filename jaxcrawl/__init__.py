@@ -7,40 +7,71 @@ The papers' vocabulary is unified: ``importance`` (ζ, μ, w), ``change_rate`` (
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from . import data as data
+from . import estimators as estimators
+from . import politeness as politeness
+from . import scale as scale
+from . import schedule as schedule
+from . import simulate as simulate
+from . import sync_bandits as sync_bandits
+from . import utilities as utilities
 from ._src.checks import NonConvergenceError as NonConvergenceError
-from .problem import CrawlProblem as CrawlProblem, Policy as Policy, make_policy as make_policy
-from .allocate import allocate as allocate, Allocation as Allocation
-from .utilities import (
-    Utility as Utility,
-    solve as solve,
-    register_utility as register_utility,
-    get_utility as get_utility,
-    utility_names as utility_names,
+from .allocate import Allocation as Allocation
+from .allocate import allocate as allocate
+from .objectives import (
+    accumulated_delay as accumulated_delay,
+)
+from .objectives import (
+    binary_cost as binary_cost,
+)
+from .objectives import (
+    binary_freshness as binary_freshness,
 )
 from .objectives import (
     harmonic_cost as harmonic_cost,
-    binary_cost as binary_cost,
-    binary_freshness as binary_freshness,
-    accumulated_delay as accumulated_delay,
+)
+from .objectives import (
     uniform_interval_freshness as uniform_interval_freshness,
+)
+from .problem import CrawlProblem as CrawlProblem
+from .problem import Policy as Policy
+from .problem import make_policy as make_policy
+from .solvers import (
+    accumulated_delay_crawl as accumulated_delay_crawl,
+)
+from .solvers import (
+    binary_lambda_crawl as binary_lambda_crawl,
+)
+from .solvers import (
+    change_rate_crawl as change_rate_crawl,
 )
 from .solvers import (
     lambda_crawl as lambda_crawl,
+)
+from .solvers import (
     lambda_crawl_approx as lambda_crawl_approx,
-    binary_lambda_crawl as binary_lambda_crawl,
+)
+from .solvers import (
     uniform_crawl as uniform_crawl,
-    change_rate_crawl as change_rate_crawl,
-    accumulated_delay_crawl as accumulated_delay_crawl,
+)
+from .solvers import (
     uniform_interval_crawl as uniform_interval_crawl,
 )
-from . import utilities as utilities
-from . import data as data
-from . import estimators as estimators
-from . import simulate as simulate
-from . import sync_bandits as sync_bandits
-from . import schedule as schedule
-from . import politeness as politeness
-from . import scale as scale
+from .utilities import (
+    Utility as Utility,
+)
+from .utilities import (
+    get_utility as get_utility,
+)
+from .utilities import (
+    register_utility as register_utility,
+)
+from .utilities import (
+    solve as solve,
+)
+from .utilities import (
+    utility_names as utility_names,
+)
 
 try:
     __version__ = _version("jaxcrawl")

@@ -35,7 +35,7 @@ MINE = ("neurips19_fig1", "neurips19_fig2", "l2c_appj_fig3_4", "icml20_fig1_4",
 reproduce = pytest.mark.reproduce
 
 
-def _run_cli(args, cwd, env_extra=None, timeout=900):
+def _run_cli(args, cwd, env_extra=None, timeout=1800):
     env = dict(os.environ)
     env.pop("JAXCRAWL_EXPERIMENTS_DIR", None)
     env.update(env_extra or {})
@@ -44,9 +44,19 @@ def _run_cli(args, cwd, env_extra=None, timeout=900):
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
+def experiments_snapshot(tmp_path_factory):
+    """A copy of experiments/ taken when the module starts: the checkpoint fingerprints hash
+    the scripts' sources, so the quick run and the rerun below must see the same files even
+    if the working tree is edited in between."""
+    snap = tmp_path_factory.mktemp("experiments_snapshot") / "experiments"
+    shutil.copytree(EXPERIMENTS, snap, ignore=shutil.ignore_patterns("__pycache__"))
+    return {"JAXCRAWL_EXPERIMENTS_DIR": str(snap)}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, experiments_snapshot):
     out = tmp_path_factory.mktemp("reproduce_quick")
-    proc = _run_cli([*MINE, "--quick", "--out", str(out), "--no-progress"], cwd=out)
+    proc = _run_cli([*MINE, "--quick", "--out", str(out), "--no-progress"], cwd=out, env_extra=experiments_snapshot)
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr[-3000:]
     summary = json.loads(lines[-1])
@@ -119,7 +129,7 @@ def test_quick_results_are_the_papers_numbers_where_closed_forms_exist(quick_run
 
 
 @reproduce
-def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, tmp_path):
+def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, experiments_snapshot, tmp_path):
     """A finished run's chunks are reused; deleting one recomputes exactly that one."""
     out, _, _ = quick_run
     work = tmp_path / "rerun"
@@ -130,7 +140,7 @@ def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, tmp
     assert len(list(chunk_dir.glob("*.pkl"))) == 4
     (blc,) = chunk_dir.glob("costs_BLC_n*.pkl")
     blc.unlink()
-    proc = _run_cli([name, "--quick", "--out", str(work), "--no-progress"], cwd=work)
+    proc = _run_cli([name, "--quick", "--out", str(work), "--no-progress"], cwd=work, env_extra=experiments_snapshot)
     assert proc.returncode == 0, proc.stderr[-3000:]
     second = json.loads((work / f"{name}.json").read_text())
     assert second["checkpoints"]["reused"] == 3 and second["checkpoints"]["computed"] == 1

@@ -13,7 +13,7 @@ NAMES = ["l2c_fig1", "l2c_fig2", "neurips19_fig3"]
 
 def test_learner_figures_quick(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "jaxcrawl.cli", "reproduce", *NAMES, "--quick", "--out", str(tmp_path),
-                           "--no-progress"], capture_output=True, text=True, timeout=1200, cwd=tmp_path)
+                           "--no-progress"], capture_output=True, text=True, timeout=2400, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["passed"] is True and summary["failed"] == [] and set(summary["experiments"]) == set(NAMES)

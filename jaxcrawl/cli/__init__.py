@@ -23,7 +23,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED"]
+__all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED"]
 
 #: The subcommands, each a module ``jaxcrawl.cli.<name>``.
 COMMANDS = ("solve", "estimate", "schedule", "reproduce")

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     import jaxcrawl
     from jaxcrawl import objectives
     from jaxcrawl._src.rootfind import default_rtol
-    from jaxcrawl.io import check_output, write_plan_csv
+    from jaxcrawl.io import check_output, read_host_caps, write_plan_csv
     from jaxcrawl.utilities import binary_epsilon
 
     if args.max_steps < 1:
@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--rtol must be in (0, 1); got {args.rtol}")
     if args.host_caps and (args.max_steps != 100 or args.rtol is not None):
         raise ValueError("--max-steps and --rtol apply to solves without --host-caps")
-    check_output(args.output, args.input, args.host_caps)
+    mapping = read_host_caps(args.host_caps)[2] if args.host_caps else None
+    check_output(args.output, args.input, args.host_caps, mapping)
     page_id, imp, lam, comp, source = _load(args)
     n = len(page_id)
     if args.bandwidth is not None:
