@@ -24,11 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import best_time  # noqa: E402
-
-from jaxcrawl import data, objectives, solvers  # noqa: E402
 import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
-from jaxcrawl.learners.sweep import run_learner  # noqa: E402
+from jaxcrawl import data, objectives, solvers  # noqa: E402
+from jaxcrawl.learners import run_learner  # noqa: E402
+
+from _common import best_time  # noqa: E402
 
 
 # ------------------------------------------------------------------ NumPy baseline
@@ -85,7 +85,7 @@ def main():
     keys = jax.random.split(jax.random.key(2019), args.episodes)
     problems = jax.vmap(lambda k: data.synthetic(k, args.pages))(keys)
     t0 = time.perf_counter()
-    settings = lc.llc_settings(problems, "lambda_crawl", events_per_window=args.events_per_window)
+    settings = lc.llc_settings(problems, "harmonic", events_per_window=args.events_per_window)
     t_settings = time.perf_counter() - t0
     print(f"settings ({t_settings:.1f} s): {settings}")
     learner = lc.llc(**settings)
@@ -109,7 +109,8 @@ def main():
           f"({t_run / (args.episodes * args.epochs):.3f} s per page-set epoch)")
     print("mean harmonic cost / LambdaCrawl optimum per epoch:", np.round(ratio.mean(0), 4).tolist())
     print(f"overflowed page-windows: {int(info.overflow.sum())}; pages with a shortened suffix "
-          f"at the end: {int(info.truncated[:, -1].sum())}")
+          f"at the end: {int(info.truncated[:, -1].sum())}; inner solves converged: "
+          f"{int(info.converged.sum())}/{info.converged.size}")
 
     # ---- one epoch's estimate + solve: JAX vs NumPy on the same history
     problem = jax.tree_util.tree_map(lambda x: x[0], problems)
@@ -160,6 +161,7 @@ def main():
         final_cost_over_optimum_mean=round(float(ratio[:, -1].mean()), 5),
         final_cost_over_optimum_max=round(float(ratio[:, -1].max()), 5),
         overflow=int(info.overflow.sum()),
+        inner_solves_converged=bool(info.converged.all()),
         estimate_solve_jax_ms=round(t_jax * 1e3, 2),
         estimate_solve_numpy_ms=round(t_np * 1e3, 2),
         estimate_solve_speedup=round(t_np / t_jax, 2),

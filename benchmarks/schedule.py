@@ -30,10 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import best_time  # noqa: E402
-
 import jaxcrawl  # noqa: E402
-from jaxcrawl import politeness, schedule  # noqa: E402
+from jaxcrawl import politeness, timetable  # noqa: E402
+
+from _common import best_time  # noqa: E402
 
 
 def heap_timetable(rate, phase, horizon):
@@ -78,13 +78,13 @@ def main():
                                    dtype=jnp.float32)
     pol = jax.jit(jaxcrawl.lambda_crawl)(prob)
     rate = jnp.where(pol.on_signal, 0.0, pol.rate)
-    phase = schedule.golden_phase(n, dtype=jnp.float32)
+    phase = timetable.golden_phase(n, dtype=jnp.float32)
     t0 = time.perf_counter()
-    tt = jax.block_until_ready(schedule.timetable(rate, 1.0, phase=phase))
+    tt = jax.block_until_ready(timetable.timetable(rate, 1.0, phase=phase))
     first = time.perf_counter() - t0
     cap = int(tt.time.shape[0])
     crawls = int(tt.num_crawls)
-    t_tt = best_time(lambda: schedule.timetable(rate, 1.0, phase=phase, capacity=cap), repeat=5)
+    t_tt = best_time(lambda: timetable.timetable(rate, 1.0, phase=phase, capacity=cap), repeat=5)
     print(f"timetable     {n} pages, one day: {crawls} crawls in {t_tt:.3f} s after compilation "
           f"({first:.2f} s first call); {t_tt / crawls * 1e9:.0f} ns per crawl")
     res.update(timetable_seconds=t_tt, timetable_first_call_seconds=first, crawls=crawls,
@@ -99,7 +99,7 @@ def main():
     t_heap = time.perf_counter() - t0
     heap_ns = t_heap / max(len(ht), 1) * 1e9
     # the baselines produce the same timetable (on the heap's pages)
-    sub = schedule.timetable(jnp.asarray(rate_np[:m]), 1.0, phase=jnp.asarray(phase_np[:m]))
+    sub = timetable.timetable(jnp.asarray(rate_np[:m]), 1.0, phase=jnp.asarray(phase_np[:m]))
     same = int(sub.num_crawls) == len(ht) and np.array_equal(
         np.sort(np.asarray(sub.page)[np.asarray(sub.mask)]), np.sort(hp))
     t_np = best_time(lambda: numpy_timetable(rate_np, phase_np, 1.0), repeat=3)
@@ -113,9 +113,9 @@ def main():
                heap_matches_timetable=bool(same))
 
     # ---- 3. generator
-    state = schedule.init_crawler(rate, phase, 0.0)
-    jax.block_until_ready(schedule.next_crawls(state, rate, phase, num_crawls=65536))
-    t_gen = best_time(lambda: schedule.next_crawls(state, rate, phase, num_crawls=65536), repeat=5)
+    state = timetable.init_crawler(rate, phase, 0.0)
+    jax.block_until_ready(timetable.next_crawls(state, rate, phase, num_crawls=65536))
+    t_gen = best_time(lambda: timetable.next_crawls(state, rate, phase, num_crawls=65536), repeat=5)
     print(f"generator     next 65536 crawls of {n} pages: {t_gen * 1e3:.1f} ms")
     res["generator_65536_ms"] = t_gen * 1e3
 
@@ -127,8 +127,8 @@ def main():
         pol64 = jaxcrawl.lambda_crawl(p64)
         gains = {}
         for name, poisson, periodic in (
-                ("harmonic", jaxcrawl.harmonic_cost, schedule.periodic_harmonic_cost),
-                ("binary", jaxcrawl.binary_cost, schedule.periodic_binary_cost)):
+                ("harmonic", jaxcrawl.harmonic_cost, timetable.periodic_harmonic_cost),
+                ("binary", jaxcrawl.binary_cost, timetable.periodic_binary_cost)):
             a, b = float(poisson(p64, pol64)), float(periodic(p64, pol64))
             gains[name] = (a, b)
             print(f"gain          {name}: Poisson {a:.4f} -> timetable {b:.4f} "

@@ -44,7 +44,7 @@ What this module provides:
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -101,15 +101,15 @@ TABLE2 = dict(
 # --------------------------------------------------------------------------- protocol
 @runtime_checkable
 class CostProcess(Protocol):
-    """The protocol a family of cost-generating processes implements (ICML-20 §2).
+    r"""The protocol a family of cost-generating processes implements (ICML-20 §2).
 
     A family is a pytree (e.g. a ``NamedTuple`` of per-arm arrays) describing the K arms'
-    processes :math:`c_k(\\tau)`.  All methods act elementwise over the arms and must be
+    processes :math:`c_k(\tau)`.  All methods act elementwise over the arms and must be
     jit/vmap-safe.  See :class:`PolynomialCosts` for a complete example.
     """
 
     def mean_cumulative_cost(self, tau):
-        """:math:`\\bar C_k(\\tau) = \\int_0^\\tau E[c_k(t)]\\,dt` (ICML-20 eq. 3), per arm."""
+        r""":math:`\bar C_k(\tau) = \int_0^\tau E[c_k(t)]\,dt` (ICML-20 eq. 3), per arm."""
         ...
 
     def sample_path(self, key):
@@ -117,7 +117,7 @@ class CostProcess(Protocol):
         ...
 
     def cost(self, path, tau):
-        """Instantaneous cost :math:`c_k(\\tau)` on ``path``, nondecreasing in ``tau``."""
+        r"""Instantaneous cost :math:`c_k(\tau)` on ``path``, nondecreasing in ``tau``."""
         ...
 
 
@@ -146,26 +146,26 @@ class PolynomialCosts(NamedTuple):
     noise: jax.Array
 
     def mean_cumulative_cost(self, tau):
-        """:math:`\\bar C_k(\\tau) = \\bar a_k \\tau^{p_k+1}/(p_k+1)` (ICML-20 eq. 3)."""
+        r""":math:`\bar C_k(\tau) = \bar a_k \tau^{p_k+1}/(p_k+1)` (ICML-20 eq. 3)."""
         p = self.exponent
         return self.scale * jnp.power(tau, p + 1.0) / (p + 1.0)
 
     def mean_cost(self, tau):
-        """:math:`\\bar c_k(\\tau) = \\bar a_k \\tau^{p_k}`."""
+        r""":math:`\bar c_k(\tau) = \bar a_k \tau^{p_k}`."""
         return self.scale * jnp.power(tau, self.exponent)
 
     def arm_cost(self, rate):
-        """:math:`J_k(r) = r\\bar C_k(1/r) = \\bar a_k r^{-p_k}/(p_k+1)` (Lemma 1)."""
+        r""":math:`J_k(r) = r\bar C_k(1/r) = \bar a_k r^{-p_k}/(p_k+1)` (Lemma 1)."""
         p = self.exponent
         return self.scale * jnp.power(rate, -p) / (p + 1.0)
 
     def marginal_value(self, rate):
-        """:math:`-J_k'(r) = \\bar a_k p_k r^{-p_k-1}/(p_k+1)` (Lemma 1 proof)."""
+        r""":math:`-J_k'(r) = \bar a_k p_k r^{-p_k-1}/(p_k+1)` (Lemma 1 proof)."""
         p = self.exponent
         return self.scale * p * jnp.power(rate, -p - 1.0) / (p + 1.0)
 
     def kkt_rate(self, target, lower, upper):
-        """Closed-form inverse of the marginal value: :math:`r = (\\bar a p/((p+1)y))^{1/(p+1)}`.
+        r"""Closed-form inverse of the marginal value: :math:`r = (\bar a p/((p+1)y))^{1/(p+1)}`.
 
         Returns the rate with ``marginal_value(rate) == target`` clipped to
         ``[lower, upper]``; ``+inf`` before clipping when ``target <= 0``.
@@ -187,7 +187,7 @@ class PolynomialCosts(NamedTuple):
         return self.scale * (1.0 + self.noise * u)
 
     def cost(self, path, tau):
-        """:math:`c_k(\\tau) = a_k\\tau^{p_k}` on the sampled multiplier (0 at :math:`\\tau=0`)."""
+        r""":math:`c_k(\tau) = a_k\tau^{p_k}` on the sampled multiplier (0 at :math:`\tau=0`)."""
         tpos = tau > 0
         return jnp.where(tpos, path * jnp.power(jnp.where(tpos, tau, 1.0), self.exponent), 0.0)
 
@@ -213,30 +213,30 @@ class BinaryPoissonCosts(NamedTuple):
     change_rate: jax.Array
 
     def mean_cumulative_cost(self, tau):
-        """:math:`\\bar C_k(\\tau) = w_k\\tau\\,(1 - (1-e^{-\\lambda_k\\tau})/(\\lambda_k\\tau))`."""
+        r""":math:`\bar C_k(\tau) = w_k\tau\,(1 - (1-e^{-\lambda_k\tau})/(\lambda_k\tau))`."""
         return self.importance * tau * phi1(self.change_rate * tau)
 
     def mean_cost(self, tau):
-        """:math:`\\bar c_k(\\tau) = w_k(1 - e^{-\\lambda_k\\tau})`."""
+        r""":math:`\bar c_k(\tau) = w_k(1 - e^{-\lambda_k\tau})`."""
         return -self.importance * jnp.expm1(-self.change_rate * tau)
 
     def arm_cost(self, rate):
-        """:math:`J_k(r) = w_k(1 - (1-e^{-x})/x)`, :math:`x=\\lambda_k/r` (Lemma 1, stable)."""
+        r""":math:`J_k(r) = w_k(1 - (1-e^{-x})/x)`, :math:`x=\lambda_k/r` (Lemma 1, stable)."""
         return self.importance * phi1(self.change_rate / rate)
 
     def marginal_value(self, rate):
-        """:math:`-J_k'(r) = (w_k/\\lambda_k)(1-(1+x)e^{-x})`, :math:`x=\\lambda_k/r` (stable)."""
+        r""":math:`-J_k'(r) = (w_k/\lambda_k)(1-(1+x)e^{-x})`, :math:`x=\lambda_k/r` (stable)."""
         lam = self.change_rate
         return self.importance / lam * gamma2_cdf(lam / rate)
 
     def sample_path(self, key):
-        """Time of the first change after the sync play, :math:`E_k\\sim\\mathrm{Exp}(\\lambda_k)`."""
+        r"""Time of the first change after the sync play, :math:`E_k\sim\mathrm{Exp}(\lambda_k)`."""
         shape = jnp.broadcast_shapes(jnp.shape(self.importance), jnp.shape(self.change_rate))
         dtype = jnp.result_type(self.change_rate)
         return jax.random.exponential(key, shape, dtype) / self.change_rate
 
     def cost(self, path, tau):
-        """:math:`c_k(\\tau) = w_k\\mathbb 1\\{E_k \\le \\tau\\}` (at least one change by ``tau``)."""
+        r""":math:`c_k(\tau) = w_k\mathbb 1\{E_k \le \tau\}` (at least one change by ``tau``)."""
         return jnp.where(path <= tau, self.importance, jnp.zeros_like(self.importance))
 
 
@@ -299,11 +299,11 @@ def binary_poisson_costs(change_rate: ArrayLike, importance: ArrayLike = 1.0) ->
 
 
 class SyncBandit(NamedTuple):
-    """A synchronization-bandit instance: Problem 1 of ICML-20 (eq. 8).
+    r"""A synchronization-bandit instance: Problem 1 of ICML-20 (eq. 8).
 
     Attributes:
       costs: the arms' cost-generating processes (a :class:`CostProcess` pytree).
-      budget: total sync rate B (the constraint :math:`\\|r\\|_1 = B`).
+      budget: total sync rate B (the constraint :math:`\|r\|_1 = B`).
       min_rate: :math:`r_{min}` (scalar).
       max_rate: :math:`r_{max}` (scalar).
 
@@ -446,7 +446,7 @@ def marginal_values(costs: Any, rate: ArrayLike) -> jax.Array:
 
 
 def _log_marginal_gap(rate, params):
-    """:math:`\log m_k(r) - \log y_k`, nonincreasing in r (``-inf`` where :math:`m_k(r) = 0`,
+    r""":math:`\log m_k(r) - \log y_k`, nonincreasing in r (``-inf`` where :math:`m_k(r) = 0`,
     ``+inf`` where :math:`y_k \le 0`: every rate is then too small)."""
     costs, target = params
     m = marginal_values(costs, rate)
@@ -457,7 +457,7 @@ def _log_marginal_gap(rate, params):
 
 
 def _invert_marginal(costs, target, lower, upper):
-    """Per-arm root of :math:`\log m_k(r) = \log y_k` on ``[lower, upper]`` by the shared
+    r"""Per-arm root of :math:`\log m_k(r) = \log y_k` on ``[lower, upper]`` by the shared
     safeguarded Newton (:func:`jaxcrawl._src.rootfind.solve_monotone`, in log r), started
     at the secant of (log r, log m) over the box (exact for power laws); derivatives by
     the implicit function theorem per arm."""
@@ -498,7 +498,7 @@ def kkt_rate(costs: Any, target: ArrayLike, lower: ArrayLike, upper: ArrayLike) 
 
 
 def optimal_rates(costs: Any, budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, *,
-                  max_steps: int = 100, rtol: Optional[float] = None,
+                  max_steps: int = 100, rtol: float | None = None,
                   throw: bool = False) -> Allocation:
     r"""Exact optimum of Problem 1: :math:`\min J(r)` s.t. :math:`\|r\|_1 = B`,
     :math:`r \in [r_{min}, r_{max}]^K` (ICML-20 eq. 8).
@@ -592,11 +592,11 @@ def gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, exploration: 
 
 
 class ProbeGradient(NamedTuple):
-    """Result of :func:`interval_gradient_estimate`.
+    r"""Result of :func:`interval_gradient_estimate`.
 
     Attributes:
       grad: ``(K,)`` per-arm average of the Lemma 2 samples over the arm's sync intervals,
-        in units of :math:`J_k'(r_k) = K\\,\\partial J/\\partial r_k` (0 for arms with no
+        in units of :math:`J_k'(r_k) = K\,\partial J/\partial r_k` (0 for arms with no
         interval).
       num_probes: total number of probe plays drawn.
     """
@@ -611,7 +611,7 @@ def _gather_arms(costs, idx):
 
 def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_intervals: ArrayLike,
                                exploration: ArrayLike, *,
-                               chunk_size: Optional[int] = None) -> ProbeGradient:
+                               chunk_size: int | None = None) -> ProbeGradient:
     r"""Average of the Lemma 2 samples over ``num_intervals[k]`` sync intervals of each arm.
 
     Each of arm k's intervals (length :math:`1/r_k`, a fresh path each) independently holds

@@ -54,11 +54,12 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ._src.checks import is_concrete
 from ._src.special import ein, ein_minus_phi1, phi1
@@ -104,7 +105,8 @@ def _rank_in_group(group):
     return jnp.zeros((n,), jnp.int32).at[order].set((pos - first).astype(jnp.int32))
 
 
-def golden_phase(num_pages: int, *, group=None, dtype=None) -> jax.Array:
+def golden_phase(num_pages: int, *, group: ArrayLike | None = None,
+                 dtype: DTypeLike | None = None) -> jax.Array:
     r"""Golden-ratio (Kronecker) phases :math:`\varphi_i = \{(r_i + 1)\,g\}`, :math:`g=(\sqrt5-1)/2`.
 
     ``r_i`` is the page index, or with ``group`` (e.g. host ids) the page's rank within its
@@ -112,7 +114,9 @@ def golden_phase(num_pages: int, *, group=None, dtype=None) -> jax.Array:
     three-distance theorem the first ``m`` points of the sequence cut the circle into gaps
     of at most three lengths, all within a bounded factor of ``1/m`` (the golden ratio is
     badly approximable), so ``m`` pages with equal rates give an aggregate load within
-    :math:`O(\log m)` crawls of its mean in every window.  Computed in 32-bit fixed point (exact, no loss for large indices).
+    :math:`O(\log m)` crawls of its mean in every window: the phases of NeurIPS-19 §4.1's
+    periodic derandomisation.  Computed in 32-bit fixed point (exact for any index), then
+    kept to the resolution of ``dtype`` (all 32 bits in float64, 24 in float32).
 
     Args:
       num_pages: number of pages n (static).
@@ -143,8 +147,11 @@ def _mix32(x):
     return x ^ (x >> 16)
 
 
-def hashed_phase(page_key, *, seed: int = 0, dtype=None) -> jax.Array:
+def hashed_phase(page_key: ArrayLike, *, seed: int = 0, dtype: DTypeLike | None = None) -> jax.Array:
     """Phases from a hash of integer page keys: stable under adding or removing pages.
+
+    The per-page phases of the derandomised, periodic crawl policy (NeurIPS-19 §4.1), for
+    a crawler whose page set changes: a page's crawl times depend on its own key only.
 
     Args:
       page_key: ``(n,)`` integer page ids (for string ids, hash them to integers first,
@@ -215,12 +222,14 @@ def _window_first(rate, phase, start, horizon):
     return k0, delta, count
 
 
-def crawl_counts(rate, phase, start, end) -> jax.Array:
+def crawl_counts(rate: ArrayLike, phase: ArrayLike, start: ArrayLike, end: ArrayLike) -> jax.Array:
     r"""Exact number of crawls of each page in ``[start, end)``.
 
     :math:`\lceil \mathrm{end}\,\rho_i-\varphi_i\rceil-\lceil\mathrm{start}\,\rho_i-\varphi_i\rceil`:
     the integers ``k`` with ``start <= (k + phase_i) / rate_i < end``; always strictly
-    within ±1 of ``rate_i * (end - start)``.  Vectorised, jittable.
+    within ±1 of ``rate_i * (end - start)``, so the periodic timetable spends each page's
+    Poisson-optimal rate (NeurIPS-19 §4.1) to within one crawl in every window.
+    Vectorised, jittable.
     """
     rate = _as_rate(rate)
     phase = jnp.asarray(phase, rate.dtype)
@@ -355,12 +364,12 @@ def _bucket(m: int) -> int:
 
 
 def timetable(
-    rate,
-    horizon,
+    rate: ArrayLike,
+    horizon: ArrayLike,
     *,
-    start=0.0,
-    phase=None,
-    capacity: Optional[int] = None,
+    start: ArrayLike = 0.0,
+    phase: ArrayLike | str | None = None,
+    capacity: int | None = None,
 ) -> Timetable:
     r"""Every crawl in ``[start, start + horizon)``, page ``i`` at ``(k + phase_i) / rate_i``.
 
@@ -419,9 +428,10 @@ def timetable(
     return out
 
 
-def timetable_from_policy(policy: Policy, horizon, *, start=0.0, phase=None,
+def timetable_from_policy(policy: Policy, horizon: ArrayLike, *, start: ArrayLike = 0.0,
+                          phase: ArrayLike | str | None = None,
                           include_signal_pages: bool = False,
-                          capacity: Optional[int] = None) -> Timetable:
+                          capacity: int | None = None) -> Timetable:
     """Timetable of a solver's :class:`~jaxcrawl.problem.Policy` (one problem, ``(n,)`` rates).
 
     Pages crawled on change signals (``policy.on_signal``, NeurIPS-19 Π°) are crawled when
@@ -448,8 +458,12 @@ class CrawlerState(NamedTuple):
     time: jax.Array
 
 
-def init_crawler(rate, phase=None, start=0.0) -> CrawlerState:
+def init_crawler(rate: ArrayLike, phase: ArrayLike | str | None = None,
+                 start: ArrayLike = 0.0) -> CrawlerState:
     """Generator state whose first crawls are the timetable's crawls at or after ``start``.
+
+    The ``init`` of the crawl generator (:func:`next_crawls` is its ``step``) of the
+    periodic derandomised policy (NeurIPS-19 §4.1).
 
     Args:
       rate: ``(n,)`` crawl rates.
@@ -546,8 +560,12 @@ def _next_impl(state, rate, phase, *, num_crawls, max_steps=200):
     return new_state, tt
 
 
-def next_crawls(state: CrawlerState, rate, phase=None, *, num_crawls: int):
+def next_crawls(state: CrawlerState, rate: ArrayLike, phase: ArrayLike | str | None = None, *,
+                num_crawls: int) -> tuple[CrawlerState, Timetable]:
     """The next ``num_crawls`` crawls of the timetable after ``state``: ``(state, Timetable)``.
+
+    Page ``i``'s crawls are at ``(k + phase_i) / rate_i`` (NeurIPS-19 §4.1's periodic
+    derandomisation, as in :func:`timetable`).
 
     The ``step`` of an ``(init, step)`` pair (:func:`init_crawler`): a crawler pulls its
     work in batches, and the concatenated batches are exactly :func:`timetable`'s crawls
@@ -576,8 +594,8 @@ def _rate_signal(problem, rate):
     return jnp.asarray(rate), problem.complete
 
 
-def periodic_binary_cost(problem: CrawlProblem, rate: Union[jax.Array, Policy], *,
-                         per_page: bool = False):
+def periodic_binary_cost(problem: CrawlProblem, rate: ArrayLike | Policy, *,
+                         per_page: bool = False) -> jax.Array:
     r"""Long-run binary staleness of crawling every page periodically at its rate, page-averaged.
 
     A page crawled every :math:`1/\rho` is stale a fraction
@@ -599,8 +617,8 @@ def periodic_binary_cost(problem: CrawlProblem, rate: Union[jax.Array, Policy], 
     return cost if per_page else jnp.mean(cost, axis=-1)
 
 
-def periodic_harmonic_cost(problem: CrawlProblem, rate: Union[jax.Array, Policy], *,
-                           per_page: bool = False):
+def periodic_harmonic_cost(problem: CrawlProblem, rate: ArrayLike | Policy, *,
+                           per_page: bool = False) -> jax.Array:
     r"""Long-run harmonic staleness of crawling every page periodically at its rate, page-averaged.
 
     NeurIPS-19 eq. 1-2 for a page crawled every :math:`1/\rho`: the time average of

@@ -18,17 +18,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jaxcrawl
-from jaxcrawl import data, estimators, objectives, solvers
-from jaxcrawl.problem import CrawlProblem
-from jaxcrawl.simulate import config_for
-from jaxcrawl.utilities import BINARY_EPSILON, HARMONIC, HARMONIC_APPROX
 import jaxcrawl.learners.explore_commit as ec
 import jaxcrawl.learners.learn_and_crawl as lc
 import jaxcrawl.learners.sweep as sw
+from jaxcrawl import data, estimators, objectives, solvers
 from jaxcrawl.learners import Learner, run_learner
+from jaxcrawl.problem import CrawlProblem
+from jaxcrawl.simulate import config_for
+from jaxcrawl.utilities import BINARY_EPSILON, HARMONIC, HARMONIC_APPROX
 
 Z = 4.0  # standard errors allowed in Monte-Carlo comparisons
 
@@ -320,7 +321,7 @@ def test_sweep_resumes_without_recomputing(tmp_path):
     files of jaxcrawl.io.checkpoint) and computes only the rest; the result equals the
     uninterrupted sweep; load_sweep reads the chunks; a different sweep is refused."""
     problems, key = toy_problems(), jax.random.key(4)
-    kwargs = dict(num_seeds=2, num_steps=5, chunk_size=2)
+    kwargs = dict(num_seeds=3, num_steps=6, chunk_size=2)  # the shapes above: no new compilation
     full = sw.run_sweep(key, TOY, problems, TOY_GRID, **kwargs)
     out_dir = str(tmp_path / "sweep")
 

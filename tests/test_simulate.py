@@ -6,10 +6,11 @@ The closed forms are written here in NumPy; nothing relies on other jaxcrawl mod
 being correct (objectives/estimators are only cross-checked at the end).
 
 Compilations are shared between tests (compiling a window costs seconds, running it
-milliseconds): every window-level test runs one jitted ``simulate_window`` on the same
-world and config (:func:`world`, in the lane's float dtype), every Monte-Carlo test one
-``evaluate`` program on 1,200 float32 pages (:func:`mixed_config`), and the sampler and
-stationary-law tests read one draw of ``stationary_state`` (:func:`stationary_draw`).
+milliseconds): every window-level test runs one jitted ``simulate`` program -- four
+windows of a two-instance world with a policy per window, every window recorded
+(:func:`world`, :func:`run_world`, in the lane's float dtype) -- every Monte-Carlo test
+one ``evaluate`` program on 1,200 float32 pages (:func:`mixed_config`), and the sampler
+and stationary-law tests read one draw of ``stationary_state`` (:func:`stationary_draw`).
 """
 import dataclasses
 import functools
@@ -19,19 +20,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import count_compiles
 
 from jaxcrawl import simulate as S
 from jaxcrawl.problem import CrawlProblem
 from jaxcrawl.simulate import _sampling
+
+from helpers import count_compiles
 
 N_PAGES = 1200
 NUM_WINDOWS = 30
 REPLICATES = 4
 Z = 4.0  # standard errors allowed
 
-# one compiled window per (shapes, config): shared by every single-window test
-_step = jax.jit(S.simulate_window, static_argnames="config")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -94,12 +94,15 @@ OBS_GROUPS = (0.1, 0.6, 1.5, 3.0, 30.0)  # change rates of the observation-law p
 OBS_PER_GROUP = 300
 OBS_KAPPA, OBS_RHO, OBS_P = 0.5, 1.0, 0.3  # periodic period, Poisson rate, signal prob
 WINDOW = 0.75
+RUN_WINDOWS = 4  # windows per call of the shared program
+INSTANCE_SCALE = (1.0, 0.5)  # change rates of the two instances, relative to the world's
+POLICY_SCALE = (0.5, 1.0, 0.75, 0.25)  # crawl rates of the four windows (<= 1: within config)
 
 
 @dataclasses.dataclass(frozen=True)
 class World:
-    prob: CrawlProblem
-    sched: S.Schedule
+    prob: CrawlProblem  # (2, n): the two instances
+    sched: S.Schedule  # (n,): the schedule at scale 1
     config: S.SimConfig
     kinds: np.ndarray
     rate: np.ndarray
@@ -108,7 +111,7 @@ class World:
     since: np.ndarray
     num_changes: np.ndarray
     obs_part: np.ndarray  # -1 edge pages; 0 periodic, 1 Poisson, 2 signal observation pages
-    obs_xi: np.ndarray
+    obs_xi: np.ndarray  # the observation pages' change rates in instance 0
 
     @property
     def n(self) -> int:
@@ -118,8 +121,15 @@ class World:
     def dtype(self):
         return self.prob.change_rate.dtype
 
+    def schedules(self, scales=(1.0,) * RUN_WINDOWS) -> S.Schedule:
+        """The schedule of each window (crawl rates times ``scales``), stacked."""
+        per_window = [self.sched._replace(rate=self.sched.rate * f,
+                                          prob=jnp.clip(self.sched.prob * f, 0, 1),
+                                          period=self.sched.period / f) for f in scales]
+        return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *per_window)
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def world() -> World:
     """The pages every window-level test simulates (one config, one compilation).
 
@@ -130,6 +140,7 @@ def world() -> World:
       for each kind: periodic every ``OBS_KAPPA``, Poisson at ``OBS_RHO``, signal with
       ``OBS_P`` (heavy pages among them: ξ = 30).
 
+    Two instances (a leading batch axis): the second has half the change rates.
     Requests are off (``config.requests=False``): the request counts are checked by the
     Monte-Carlo tests, which run with them.  Float dtype: the lane's default.
     """
@@ -162,7 +173,9 @@ def world() -> World:
     period = np.concatenate([period, np.where(part == 0, OBS_KAPPA, np.inf)])
     prob_sig = np.concatenate([prob_sig, np.where(part == 2, OBS_P, 0.0)])
     phase = np.concatenate([phase, rng.uniform(0, OBS_KAPPA, m)])
-    prob = CrawlProblem(imp.astype(dtype), xi.astype(dtype), 10.0, comp)
+    prob = CrawlProblem(np.stack([imp] * 2).astype(dtype),
+                        np.stack([xi * f for f in INSTANCE_SCALE]).astype(dtype),
+                        np.array([10.0, 2.0], dtype), np.stack([comp] * 2))
     sched = S.Schedule(
         jnp.asarray(kinds, jnp.int32), jnp.asarray(rate, dtype), jnp.asarray(prob_sig, dtype),
         jnp.asarray(period, dtype), jnp.asarray(phase, dtype),
@@ -172,6 +185,26 @@ def world() -> World:
     num_changes = rng.integers(0, 4, n + m)
     return World(prob, sched, cfg, kinds, rate, period, phase, since, num_changes,
                  np.concatenate([np.full(n, -1), part]), np.concatenate([np.zeros(n), o_xi]))
+
+
+def _record_all(win):
+    return win
+
+
+_simulate = jax.jit(S.simulate, static_argnames=("config", "num_windows", "schedule_per_window",
+                                                  "record_fn"))
+
+
+def run_world(key, state, prob=None, schedules=None):
+    """``RUN_WINDOWS`` windows of the world (or of another problem of its shapes) with a
+    schedule per window, every :class:`~jaxcrawl.simulate.Window` recorded: the one
+    compiled window-level program of this file.  Returns ``(final_state, totals, windows)``
+    with leaves ``(window, instance, ...)``."""
+    wd = world()
+    prob = wd.prob if prob is None else prob
+    schedules = wd.schedules() if schedules is None else schedules
+    return _simulate(key, prob, schedules, state, wd.config, RUN_WINDOWS,
+                     schedule_per_window=True, record_fn=_record_all)
 
 
 # --------------------------------------------------------------------------- Monte-Carlo config
@@ -218,14 +251,15 @@ def test_poisson_capacity_is_the_1e9_quantile(mean):
 
 
 def test_requests_can_be_switched_off():
-    w = world()
-    assert not w.config.requests
-    _, out = _step(jax.random.key(0), S.init_state(w.prob), w.prob, w.sched, config=w.config)
-    assert float(np.asarray(out.requests).sum()) == 0.0
-    assert float(np.asarray(out.fresh_requests).sum()) == 0.0
-    assert np.all(np.asarray(out.stale_time) >= 0)
+    wd = world()
+    assert not wd.config.requests
+    _, _, win = run_world(jax.random.key(0), S.init_state(wd.prob))
+    assert float(np.asarray(win.requests).sum()) == 0.0
+    assert float(np.asarray(win.fresh_requests).sum()) == 0.0
+    assert np.all(np.asarray(win.stale_time) >= 0)
     with pytest.raises(ValueError, match="requests=True"):
-        S.evaluate(jax.random.key(0), w.prob, w.sched, horizon=1.5, window=WINDOW, config=w.config)
+        S.evaluate(jax.random.key(0), wd.prob, wd.sched, horizon=1.5, window=WINDOW,
+                   config=wd.config)
 
 
 def test_config_counts_heavy_pages():
@@ -359,57 +393,70 @@ def _reference_window(ev_page, ev_time, ev_chg, ev_crl, ev_valid, n0, since, w, 
 
 def test_windows_match_a_numpy_event_loop():
     """Every integral, observation and carried state equals a plain event loop on the same
-    events, over three consecutive windows (carry-over included), for all three kinds
-    (every edge page and a sample of the others), in the lane's float dtype."""
+    events, over four consecutive windows with a different policy in each (carry-over
+    included), for all three kinds, in both instances of a batched problem (every edge
+    page and a sample of the others), in the lane's float dtype; the scan's totals are the
+    sums of its windows."""
     wd = world()
-    prob, sched, cfg, w = wd.prob, wd.sched, wd.config, WINDOW
-    kinds, rate, period, phase = wd.kinds, wd.rate, wd.period, wd.phase
-    assert cfg.heavy_event_pages >= 3
-    state = S.init_state(prob, since_crawl=wd.since, num_changes=wd.num_changes, time=0.3)
+    w, n_inst = WINDOW, len(INSTANCE_SCALE)
+    kinds = wd.kinds
+    state = S.init_state(wd.prob, since_crawl=wd.since, num_changes=wd.num_changes, time=0.3)
+    final, tot, win = run_world(jax.random.key(3), state, schedules=wd.schedules(POLICY_SCALE))
+    win = jax.tree_util.tree_map(np.asarray, win)
+    assert not np.any(win.overflow)
+    # the instances draw their own events
+    assert not np.array_equal(win.events.time[0, 0], win.events.time[0, 1])
     pages = np.concatenate([np.arange(EDGE_N), np.arange(EDGE_N, wd.n, 37)])
     # the event loop sums in float64 the simulator's own event times: only the simulator's
     # roundings (a few per sum, of numbers below ~20) separate the two
     eps = np.finfo(wd.dtype).eps
     tol = 64 * eps
-    for key in jax.random.split(jax.random.key(3), 3):
-        new, out = _step(key, state, prob, sched, config=cfg)
-        assert not np.any(np.asarray(out.overflow))
-        e = jax.tree_util.tree_map(np.asarray, out.events)
-        o = jax.tree_util.tree_map(np.asarray, out.observations)
-        t_abs = float(state.time)
-        for i in pages:
-            harm, stale, obs, n_end, since_end, n_chg = _reference_window(
-                e.page, e.time, e.is_change, e.is_crawl, e.valid,
-                np.asarray(state.num_changes)[i], np.asarray(state.since_crawl)[i], w, i,
-            )
-            sel = e.valid & (e.page == i)
-            ts = e.time[sel]
-            assert np.all(np.diff(ts) >= 0) and np.all((ts > 0) & (ts <= w))
-            if kinds[i] == S.SIGNAL:  # crawls only right after changes
-                assert np.all(e.is_change[sel][e.is_crawl[sel]])
-            else:  # never both at once
-                assert not np.any(e.is_change[sel] & e.is_crawl[sel])
-            if kinds[i] == S.PERIODIC and np.isfinite(period[i]):
-                # crawls exactly on the grid phase + k * period, all of them
-                k = (t_abs + ts[e.is_crawl[sel]] - phase[i]) / period[i]
-                assert np.allclose(k, np.round(k), atol=1e-4)
-                grid = np.arange(-100, 100) * period[i] + phase[i]
-                assert np.sum(e.is_crawl[sel]) == np.sum((grid > t_abs) & (grid <= t_abs + w))
-            if kinds[i] != S.SIGNAL and rate[i] == 0 and not np.isfinite(period[i]):
-                assert not np.any(e.is_crawl[sel])  # never crawled
-            np.testing.assert_allclose(out.harmonic[i], harm, rtol=tol, atol=tol)
-            np.testing.assert_allclose(out.stale_time[i], stale, rtol=tol, atol=tol)
-            assert int(out.num_changes[i]) == n_chg
-            assert int(out.num_crawls[i]) == len(obs) == int(o.mask[i].sum())
-            assert int(new.num_changes[i]) == n_end
-            np.testing.assert_allclose(new.since_crawl[i], since_end, rtol=tol, atol=tol)
-            for j, (interval, count, t) in enumerate(obs):
-                np.testing.assert_allclose(o.intervals[i, j], interval, rtol=tol, atol=tol)
-                assert o.counts[i, j] == count and o.changed[i, j] == float(count > 0)
-                np.testing.assert_allclose(o.crawl_times[i, j], t, rtol=tol, atol=tol)
-            assert np.all(o.intervals[i, len(obs):] == 0) and not np.any(o.mask[i, len(obs):])
-        np.testing.assert_allclose(float(new.time), t_abs + w, rtol=4 * eps)
-        state = new
+    for b in range(n_inst):
+        n_unc = np.asarray(wd.num_changes, np.int64).copy()  # the reference's carried state
+        since = np.asarray(state.since_crawl[b], np.float64).copy()
+        for t, f in enumerate(POLICY_SCALE):
+            e = jax.tree_util.tree_map(lambda a: a[t, b], win.events)
+            o = jax.tree_util.tree_map(lambda a: a[t, b], win.observations)
+            t_abs = 0.3 + t * w
+            period, rate = wd.period / f, wd.rate * f
+            for i in pages:
+                harm, stale, obs, n_end, since_end, n_chg = _reference_window(
+                    e.page, e.time, e.is_change, e.is_crawl, e.valid, n_unc[i], since[i], w, i)
+                sel = e.valid & (e.page == i)
+                ts = e.time[sel]
+                assert np.all(np.diff(ts) >= 0) and np.all((ts > 0) & (ts <= w))
+                if kinds[i] == S.SIGNAL:  # crawls only right after changes
+                    assert np.all(e.is_change[sel][e.is_crawl[sel]])
+                else:  # never both at once
+                    assert not np.any(e.is_change[sel] & e.is_crawl[sel])
+                if kinds[i] == S.PERIODIC and np.isfinite(period[i]):
+                    # crawls exactly on the window's grid phase + k * period, all of them
+                    k = (t_abs + ts[e.is_crawl[sel]] - wd.phase[i]) / period[i]
+                    assert np.allclose(k, np.round(k), atol=1e-4)
+                    grid = np.arange(-100, 100) * period[i] + wd.phase[i]
+                    assert np.sum(e.is_crawl[sel]) == np.sum((grid > t_abs) & (grid <= t_abs + w))
+                if kinds[i] != S.SIGNAL and rate[i] == 0 and not np.isfinite(period[i]):
+                    assert not np.any(e.is_crawl[sel])  # never crawled
+                np.testing.assert_allclose(win.harmonic[t, b, i], harm, rtol=tol, atol=tol)
+                np.testing.assert_allclose(win.stale_time[t, b, i], stale, rtol=tol, atol=tol)
+                assert int(win.num_changes[t, b, i]) == n_chg
+                assert int(win.num_crawls[t, b, i]) == len(obs) == int(o.mask[i].sum())
+                for j, (interval, count, tc) in enumerate(obs):
+                    np.testing.assert_allclose(o.intervals[i, j], interval, rtol=tol, atol=tol)
+                    assert o.counts[i, j] == count and o.changed[i, j] == float(count > 0)
+                    np.testing.assert_allclose(o.crawl_times[i, j], tc, rtol=tol, atol=tol)
+                assert np.all(o.intervals[i, len(obs):] == 0) and not np.any(o.mask[i, len(obs):])
+                n_unc[i], since[i] = n_end, since_end
+        # the state after the last window is the reference's
+        np.testing.assert_array_equal(np.asarray(final.num_changes[b])[pages], n_unc[pages])
+        np.testing.assert_allclose(np.asarray(final.since_crawl[b])[pages], since[pages],
+                                   rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(final.time), 0.3 + RUN_WINDOWS * w, rtol=8 * eps)
+    # totals add up the windows
+    np.testing.assert_array_equal(np.asarray(tot.crawls), win.num_crawls.sum(0))
+    np.testing.assert_array_equal(np.asarray(tot.changes), win.num_changes.sum(0))
+    np.testing.assert_allclose(np.asarray(tot.harmonic), win.harmonic.astype(np.float64).sum(0),
+                               rtol=8 * eps, atol=8 * eps)
 
 
 # --------------------------------------------------------------------------- closed forms
@@ -514,13 +561,16 @@ def test_pool_overflow_flags_the_pages_past_it():
     wd = world()
     n, pool = wd.n, wd.config.pool_capacity
     # light pages (15 events expected per window) that need far more slots than the pool
-    dense = CrawlProblem(wd.prob.importance, jnp.full(n, 20.0, wd.dtype), 10.0, wd.prob.complete)
-    sched = S.poisson_schedule(jnp.zeros(n, wd.dtype))
-    _, out = _step(jax.random.key(1), S.init_state(dense), dense, sched, config=wd.config)
-    flags = np.asarray(out.overflow)
-    first_bad = int(np.argmax(flags))
-    assert flags[-1] and np.all(flags[first_bad:]) and 0 < first_bad < n
-    assert int(np.asarray(out.num_changes)[:first_bad].sum() + first_bad) <= pool
+    dense = CrawlProblem(wd.prob.importance, jnp.full((2, n), 20.0, wd.dtype), wd.prob.bandwidth,
+                         wd.prob.complete)
+    never = jax.tree_util.tree_map(lambda a: jnp.stack([a] * RUN_WINDOWS),
+                                   S.poisson_schedule(jnp.zeros(n, wd.dtype)))
+    _, _, win = run_world(jax.random.key(1), S.init_state(dense), dense, never)
+    for b in range(2):
+        flags = np.asarray(win.overflow[0, b])
+        first_bad = int(np.argmax(flags))
+        assert flags[-1] and np.all(flags[first_bad:]) and 0 < first_bad < n
+        assert int(np.asarray(win.num_changes[0, b])[:first_bad].sum() + first_bad) <= pool
 
 
 # --------------------------------------------------------------------------- the timetable
@@ -605,36 +655,43 @@ def test_timetable_beats_poisson_crawling_in_the_simulator(poisson_evaluation, m
 def test_observation_laws():
     """Partial observations (L2C eq. 1): P(changed | interval w) = 1 - e^{-ξw}; full
     observations (App. K): counts ~ Poisson(ξw); Poisson crawls: intervals ~ Exp(ρ);
-    signal crawls always see a change and each change is crawled w.p. p.
+    signal crawls always see a change and each change is crawled w.p. p; in both
+    instances (the second with half the change rates).
 
-    The world's observation pages start just crawled; the first window is a burn-in (its
-    periodic intervals start off the grid), then 27 windows (ρT ≈ 20) are recorded."""
+    The world's pages start just crawled; the first window is a burn-in (its periodic
+    intervals start off the grid), then 27 windows (ρT ≈ 20) are recorded."""
     wd = world()
-    prob, sched, cfg = wd.prob, wd.sched, wd.config
-    num_windows = 27
+    w = WINDOW
+    calls = 7
+    num_windows = calls * RUN_WINDOWS - 1
+    state, records = S.init_state(wd.prob), []
+    for k in jax.random.split(jax.random.key(5), calls):
+        state, _, win = run_world(k, state)
+        assert not np.any(np.asarray(win.overflow))
+        records.append(jax.tree_util.tree_map(np.asarray, (win.observations, win.num_changes,
+                                                           win.num_crawls)))
+    obs, nchg_all, ncrl_all = jax.tree_util.tree_map(lambda *a: np.concatenate(a)[1:], *records)
+    hist_all = jax.tree_util.tree_map(np.asarray, S.history(obs))  # (instance, n, T * K)
+    assert hist_all.intervals.shape == (2, wd.n, num_windows * wd.config.crawl_capacity)
+    for b, scale in enumerate(INSTANCE_SCALE):
+        hist = jax.tree_util.tree_map(lambda a: a[b], hist_all)
+        nchg = nchg_all[:, b]
+        crawls, changes = ncrl_all[:, b].sum(0), nchg.sum(0)
+        _observation_laws_of(wd, hist, nchg, crawls, changes, scale, (num_windows + 1) * w)
+
+
+def _observation_laws_of(wd, hist, nchg, crawls, changes, scale, t_end):
+    """The laws for one instance (change rates ``scale`` times the world's)."""
     kappa, rho_c, p_sig, w = OBS_KAPPA, OBS_RHO, OBS_P, WINDOW
-    keys = jax.random.split(jax.random.key(5), num_windows + 1)
-    state, _ = _step(keys[0], S.init_state(prob), prob, sched, config=cfg)
-    recs, nchg, crawls, changes = [], [], 0.0, 0.0
-    for k in keys[1:]:
-        state, out = _step(k, state, prob, sched, config=cfg)
-        assert not np.any(np.asarray(out.overflow))
-        recs.append(out.observations)
-        nchg.append(np.asarray(out.num_changes))
-        crawls = crawls + np.asarray(out.num_crawls, np.float64)
-        changes = changes + np.asarray(out.num_changes, np.float64)
-    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *recs)
-    hist = jax.tree_util.tree_map(np.asarray, S.history(stacked))
-    assert hist.intervals.shape == (wd.n, num_windows * cfg.crawl_capacity)
-    nchg = np.stack(nchg)
     part, xi = wd.obs_part, wd.obs_xi
+    # intervals are exact up to the rounding of the absolute times (which grow to t_end)
+    time_ulp = float(np.spacing(np.asarray(t_end, wd.dtype)))
     w_, c_, m_, k_ = hist.intervals, hist.changed, hist.mask, hist.counts
-    for g in OBS_GROUPS:
+    for g0 in OBS_GROUPS:
+        g = g0 * scale
         # periodic: every interval is κ, P(changed) = 1 - e^{-ξκ}, counts ~ Poisson(ξκ)
-        rows = (part == 0) & (xi == g)
+        rows = (part == 0) & (xi == g0)
         mm = m_[rows]
-        # up to the rounding of the absolute times (which grow to (T + 1) w)
-        time_ulp = np.spacing(np.asarray((num_windows + 1) * w, wd.dtype)).astype(np.float64)
         np.testing.assert_allclose(w_[rows][mm], kappa, rtol=0, atol=4 * time_ulp)
         ch = c_[rows][mm]
         pc = -math.expm1(-g * kappa)
@@ -648,7 +705,7 @@ def test_observation_laws():
         # Poisson crawls.  Pooling every observed interval would be biased (a page has
         # more intervals when they are short); the 2nd-4th intervals of every page exist
         # except with probability ~1e-6 (ρT ≈ 20) and are iid Exp(ρ).
-        rows = (part == 1) & (xi == g)
+        rows = (part == 1) & (xi == g0)
         order = np.cumsum(m_[rows], axis=1)
         pick = m_[rows] & (order >= 2) & (order <= 4)
         iv = w_[rows][pick]
@@ -664,12 +721,12 @@ def test_observation_laws():
         resid = cnt - g * iv
         assert abs(resid.mean()) < Z * resid.std() / math.sqrt(resid.size)
         # signal crawls: every one saw a change, and each change is crawled w.p. p
-        rows = (part == 2) & (xi == g)
+        rows = (part == 2) & (xi == g0)
         assert np.all(c_[rows][m_[rows]] == 1)
         cr, chs = float(crawls[rows].sum()), float(changes[rows].sum())
         assert abs(cr / chs - p_sig) < Z * math.sqrt(p_sig * (1 - p_sig) / chs)
         # full observation of the change process: changes per window ~ Poisson(ξ w)
-        counts = nchg[:, (part >= 0) & (xi == g)].ravel()
+        counts = nchg[:, (part >= 0) & (xi == g0)].ravel()
         lam = g * w
         assert abs(counts.mean() - lam) < Z * math.sqrt(lam / counts.size)
         assert abs(counts.var() - lam) < Z * math.sqrt((lam + 2 * lam * lam) / counts.size)
@@ -686,46 +743,6 @@ def test_observation_laws():
 
 
 # --------------------------------------------------------------------------- structure
-def test_batched_scan_with_changing_policy_equals_separate_windows():
-    """One ``simulate`` scan over 4 windows of a problem with a leading instance axis and a
-    policy that changes every window (``schedule_per_window``) equals a Python loop of
-    single-instance ``simulate_window`` calls: instance ``b`` of window ``t`` uses the
-    ``b``-th share of window ``t``'s key; the recorded windows and the totals add up."""
-    wd = world()
-    prob_a, cfg = wd.prob, wd.config
-    prob_b = CrawlProblem(prob_a.importance, prob_a.change_rate * 0.5, 2.0, prob_a.complete)
-    both = CrawlProblem(
-        jnp.stack([prob_a.importance] * 2), jnp.stack([prob_a.change_rate, prob_b.change_rate]),
-        jnp.asarray([10.0, 2.0], wd.dtype), jnp.stack([prob_a.complete] * 2),
-    )
-    scheds = [wd.sched._replace(rate=wd.sched.rate * f, prob=jnp.clip(wd.sched.prob * f, 0, 1),
-                                period=wd.sched.period / f)
-              for f in (0.5, 1.0, 0.75, 0.25)]  # within the rates the config was sized for
-    stacked = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *scheds)
-    key = jax.random.key(11)
-    final, tot, rec = jax.jit(
-        lambda k, p, sc, s0: S.simulate(k, p, sc, s0, cfg, 4, schedule_per_window=True,
-                                        record_fn=lambda w: (w.num_crawls, w.harmonic,
-                                                             w.observations.counts))
-    )(key, both, stacked, S.init_state(both))
-    assert final.time.shape == (2,) and tot.harmonic.shape == (2, wd.n)
-    assert int(np.asarray(tot.overflow).sum()) == 0
-    for b, pr in enumerate((prob_a, prob_b)):
-        st, harm = S.init_state(pr), 0.0
-        for t, k in enumerate(jax.random.split(key, 4)):
-            st, out = _step(jax.random.split(k, 2)[b], st, pr, scheds[t], config=cfg)
-            np.testing.assert_array_equal(np.asarray(out.num_crawls), np.asarray(rec[0][t, b]))
-            np.testing.assert_array_equal(np.asarray(out.harmonic), np.asarray(rec[1][t, b]))
-            np.testing.assert_array_equal(np.asarray(out.observations.counts),
-                                          np.asarray(rec[2][t, b]))
-            harm = harm + np.asarray(out.harmonic, np.float64)
-        np.testing.assert_array_equal(np.asarray(final.num_changes[b]), np.asarray(st.num_changes))
-        np.testing.assert_allclose(np.asarray(final.since_crawl[b]), np.asarray(st.since_crawl),
-                                   rtol=4 * np.finfo(wd.dtype).eps)
-        np.testing.assert_allclose(np.asarray(tot.harmonic[b]), harm,
-                                   rtol=8 * np.finfo(wd.dtype).eps, atol=8 * np.finfo(wd.dtype).eps)
-
-
 def test_harmonic_number():
     """``jaxcrawl.simulate.harmonic_number`` is the special function of K19 eq. 2."""
     n = np.array([0, 1, 2, 3, 10, 255, 256, 300, 5000])

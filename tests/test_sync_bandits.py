@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxcrawl import sync_bandits as sb
 from jaxcrawl.learners import Learner, SyncLearner, run_learner, sweep_key
@@ -458,12 +459,12 @@ def test_steps_equal_brute_force_argmin_and_hold_frozen_arms(kind):
     problem with their total as the budget (ICML-20 Alg. 2 lines 31-33)."""
     step, obj, grad = STEPS[kind]
     rng = np.random.RandomState(7)
-    for trial in range(12):
+    for _ in range(12):
         r, g, eta, budget, lo, hi = random_step_problem(rng, 2)
         x = embedded_step(step, rng, r, g, eta, budget, lo, hi)
         ref = bisect_k2(lambda z: grad(z, r, g, eta), budget, lo, hi)
         np.testing.assert_allclose(x, ref, rtol=1e-10, atol=1e-12)
-    for trial in range(6):
+    for _ in range(6):
         r, g, eta, budget, lo, hi = random_step_problem(rng, 3)
         x = embedded_step(step, rng, r, g, eta, budget, lo, hi)
         ref = brute_force_k3(lambda z: obj(z, r, g, eta), budget, lo, hi)

@@ -10,7 +10,7 @@ eq. 10, Avrachenkov et al. eq. 1-3)::
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +52,7 @@ def _first_bad(a: np.ndarray, bad: np.ndarray) -> tuple[tuple[int, ...], Any]:
     return tuple(int(i) for i in idx), a[idx]
 
 
-def validate_history(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike], *,
+def validate_history(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
                      changed_name: str = "changed", counts: bool = False) -> None:
     """Eager checks of a history (skipped for tracers): ``ValueError`` naming the argument.
 
@@ -130,7 +130,7 @@ def validate_delta(delta: ArrayLike) -> None:
         raise ValueError(f"delta must lie in (0, 1); got {delta!r}")
 
 
-def validate_window(window: Optional[ArrayLike], smoothing: ArrayLike, *,
+def validate_window(window: ArrayLike | None, smoothing: ArrayLike, *,
                     zero_smoothing_ok: bool = False) -> None:
     """Eager checks of a history suffix length (the S(n) of NeurIPS-19 Alg. 4) and of the
     smoothing (> 0, or >= 0 with ``zero_smoothing_ok``)."""
@@ -145,7 +145,7 @@ def validate_window(window: Optional[ArrayLike], smoothing: ArrayLike, *,
             raise ValueError(f"smoothing must be finite and {rule}; got {smoothing!r}")
 
 
-def prepare(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike], *,
+def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
             counts: bool = False, dtype: Any = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Broadcast, sanitise masked entries and cast: ``(w, c, m)`` with ``w = 0`` and
     ``c = 0`` off the mask (``c`` boolean, or float counts with ``counts=True``).
@@ -183,8 +183,8 @@ def clip_bounds(min_rate: ArrayLike, max_rate: ArrayLike, dtype: Any,
     return lo, hi
 
 
-def suffix_mask(w: jax.Array, m: jax.Array, offset: ArrayLike, time: Optional[ArrayLike],
-                window: Optional[ArrayLike]) -> tuple[jax.Array, jax.Array]:
+def suffix_mask(w: jax.Array, m: jax.Array, offset: ArrayLike, time: ArrayLike | None,
+                window: ArrayLike | None) -> tuple[jax.Array, jax.Array]:
     """The history suffix S(n) of NeurIPS-19 Alg. 4: observations whose crawl time
     ``t_j = offset + sum_{i<=j} w_i`` lies in ``(time - window, time]``.
 

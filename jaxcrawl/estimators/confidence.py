@@ -10,8 +10,6 @@ the true rate both lie in the clip range), so they are finite for every history.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +32,7 @@ _BENNETT_CUT = 0.5
 _BENNETT_COEFFS = [2.0 * (-1.0) ** j / ((j + 1) * (j + 2)) for j in range(48)]
 
 
-def lemma3_halfwidth(intervals: ArrayLike, mask: Optional[ArrayLike] = None, *, delta: ArrayLike,
+def lemma3_halfwidth(intervals: ArrayLike, mask: ArrayLike | None = None, *, delta: ArrayLike,
                      min_rate: ArrayLike = DEFAULT_MIN_RATE,
                      max_rate: ArrayLike = DEFAULT_MAX_RATE) -> jax.Array:
     r"""Half-width of the L2C Lemma 3 confidence interval (partial observations).
@@ -97,7 +95,7 @@ def bennett_psi(t: ArrayLike) -> jax.Array:
     return jnp.where(small, horner(ts, _BENNETT_COEFFS), exact)
 
 
-def lemma8_halfwidth(intervals: ArrayLike, mask: Optional[ArrayLike] = None, *, delta: ArrayLike,
+def lemma8_halfwidth(intervals: ArrayLike, mask: ArrayLike | None = None, *, delta: ArrayLike,
                      min_rate: ArrayLike = DEFAULT_MIN_RATE,
                      max_rate: ArrayLike = DEFAULT_MAX_RATE) -> jax.Array:
     r"""Half-width of the L2C Lemma 8 confidence interval (full observations, App. K).

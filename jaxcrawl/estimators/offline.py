@@ -29,7 +29,7 @@ safeguarded Newton (:func:`jaxcrawl._src.rootfind.solve_monotone`, on ``log ξ``
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -87,7 +87,7 @@ class Estimate(NamedTuple):
 # ---------------------------------------------------------------------------------------
 
 
-def naive(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None) -> jax.Array:
+def naive(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None) -> jax.Array:
     r"""Naive estimator: detected changes per unit time monitored (Avrachenkov et al. §3.4).
 
     .. math:: \hat\xi = \frac{\sum_n o_n}{\sum_n w_n}
@@ -118,7 +118,7 @@ def _naive_impl(intervals, changed, mask):
 
 
 def log_likelihood(rate: ArrayLike, intervals: ArrayLike, changed: ArrayLike,
-                   mask: Optional[ArrayLike] = None) -> jax.Array:
+                   mask: ArrayLike | None = None) -> jax.Array:
     r"""Log-likelihood of a partially observed history (L2C eq. 6).
 
     .. math:: \mathcal L(\xi) = \sum_{n:o_n=1}\ln(1-e^{-\xi w_n}) - \sum_{n:o_n=0}\xi w_n
@@ -196,6 +196,18 @@ def _initial_guess(w, c, m, lo, hi):
     return jnp.where(a < b, jnp.clip(guess, a, b), jnp.sqrt(lo * hi))
 
 
+def _refine_from_left(score, params, x0, lo, hi, steps=2):
+    """Newton steps in ξ from the initial guess, taken only where it lies left of the root
+    (``score > 0``): the scores are convex and decreasing in ξ, so these steps approach
+    the root monotonically without passing it; the log-space iteration that follows is
+    fastest near the root."""
+    for _ in range(steps):
+        f, df = jax.jvp(lambda v: score(v, params), (x0,), (jnp.ones_like(x0),))
+        ok = (f > 0) & (df < 0) & jnp.isfinite(f) & jnp.isfinite(df)
+        x0 = jnp.clip(x0 - jnp.where(ok, f / jnp.where(ok, df, -1.0), 0.0), lo, hi)
+    return x0
+
+
 def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol, throw, what):
     """Root of the nonincreasing ``score`` per history, clipped to ``[min_rate, max_rate]``.
 
@@ -212,7 +224,9 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
     always = (u == n) & (n > 0)      # always changed: the MLE is +inf
     lower = jnp.where(always, hi, lo)
     upper = jnp.where(never, lo, hi)
-    x0 = _initial_guess(w, c, m, jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi))
+    sg = jax.lax.stop_gradient
+    x0 = _initial_guess(w, c, m, sg(lo), sg(hi))
+    x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi))
     roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps, rtol=rtol)
     if throw:
         x = jax.lax.stop_gradient(roots.x)
@@ -221,7 +235,7 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
     return Estimate(roots.x, roots.converged, jax.lax.stop_gradient(roots.num_steps))
 
 
-def _options(max_steps: int, rtol: Optional[float]) -> tuple[int, Optional[float]]:
+def _options(max_steps: int, rtol: float | None) -> tuple[int, float | None]:
     max_steps = int(max_steps)
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1; got {max_steps}")
@@ -231,10 +245,10 @@ def _options(max_steps: int, rtol: Optional[float]) -> tuple[int, Optional[float
 _STATIC = ("max_steps", "rtol", "throw")
 
 
-def mle(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
+def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
         min_rate: ArrayLike = DEFAULT_MIN_RATE, max_rate: ArrayLike = DEFAULT_MAX_RATE,
-        max_steps: int = 60, rtol: Optional[float] = None, return_info: bool = False,
-        throw: bool = False) -> Union[jax.Array, Estimate]:
+        max_steps: int = 60, rtol: float | None = None, return_info: bool = False,
+        throw: bool = False) -> jax.Array | Estimate:
     r"""Maximum-likelihood change rate from partial observations, clipped (L2C eq. 6).
 
     Solves the likelihood equation (L2C eq. 6 differentiated; NeurIPS-19 eq. 10;
@@ -295,10 +309,10 @@ def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, 
                            max_steps, rtol, throw, "estimators.mle")
 
 
-def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
+def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
                     min_rate: ArrayLike = DEFAULT_MIN_RATE, max_rate: ArrayLike = DEFAULT_MAX_RATE,
-                    max_steps: int = 60, rtol: Optional[float] = None, return_info: bool = False,
-                    throw: bool = False) -> Union[jax.Array, Estimate]:
+                    max_steps: int = 60, rtol: float | None = None, return_info: bool = False,
+                    throw: bool = False) -> jax.Array | Estimate:
     r"""Moment-matching estimator of L2C eq. 7, clipped.
 
     With :math:`\hat p = \frac1N\sum_n (1-o_n)` the fraction of crawls that saw no change,
@@ -335,12 +349,12 @@ def _mm_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, t
                            max_steps, rtol, throw, "estimators.moment_matching")
 
 
-def mle_smoothed(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
-                 window: Optional[ArrayLike] = None, time: Optional[ArrayLike] = None,
+def mle_smoothed(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
+                 window: ArrayLike | None = None, time: ArrayLike | None = None,
                  offset: ArrayLike = 0.0, smoothing: ArrayLike = 0.5,
                  min_rate: ArrayLike = DEFAULT_MIN_RATE, max_rate: ArrayLike = DEFAULT_MAX_RATE,
-                 max_steps: int = 60, rtol: Optional[float] = None, return_info: bool = False,
-                 throw: bool = False) -> Union[jax.Array, Estimate]:
+                 max_steps: int = 60, rtol: float | None = None, return_info: bool = False,
+                 throw: bool = False) -> jax.Array | Estimate:
     r"""Smoothed MLE of LambdaLearnAndCrawl (NeurIPS-19 Alg. 4 line 11).
 
     Adds one imaginary *changed* and one imaginary *unchanged* observation interval of
@@ -398,8 +412,8 @@ def _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing
                            max_steps, rtol, throw, "estimators.mle_smoothed")
 
 
-def complete_obs_rate(intervals: ArrayLike, changed: ArrayLike, mask: Optional[ArrayLike] = None, *,
-                      window: Optional[ArrayLike] = None, time: Optional[ArrayLike] = None,
+def complete_obs_rate(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
+                      window: ArrayLike | None = None, time: ArrayLike | None = None,
                       offset: ArrayLike = 0.0, smoothing: ArrayLike = 0.5,
                       min_rate: ArrayLike = DEFAULT_MIN_RATE,
                       max_rate: ArrayLike = DEFAULT_MAX_RATE) -> jax.Array:
@@ -452,7 +466,7 @@ def _complete_obs_impl(intervals, changed, mask, window, time, offset, smoothing
     return jnp.clip(rate, lo, hi)
 
 
-def full_observation(intervals: ArrayLike, counts: ArrayLike, mask: Optional[ArrayLike] = None, *,
+def full_observation(intervals: ArrayLike, counts: ArrayLike, mask: ArrayLike | None = None, *,
                      min_rate: ArrayLike = DEFAULT_MIN_RATE,
                      max_rate: ArrayLike = DEFAULT_MAX_RATE) -> jax.Array:
     r"""Full-observation estimator (L2C App. K eq. 32), clipped.

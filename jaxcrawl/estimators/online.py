@@ -8,7 +8,8 @@ that scan.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional, Union
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 #: A step-size schedule: a positive number (the paper's schedule) or a callable ``k -> value``.
-Schedule = Union[float, Callable[[jax.Array], jax.Array]]
+Schedule = float | Callable[[jax.Array], jax.Array]
 
 
 class OnlineEstimator(NamedTuple):
@@ -104,7 +105,7 @@ def _online_init(crawl_rate: ArrayLike, initial_rate: ArrayLike) -> tuple[jax.Ar
     return p, x0
 
 
-def _obs(changed: ArrayLike, mask: Optional[ArrayLike], dtype: Any,
+def _obs(changed: ArrayLike, mask: ArrayLike | None, dtype: Any,
          shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
     i = jnp.broadcast_to(jnp.asarray(changed) != 0, shape).astype(dtype)
     m = jnp.ones(shape, bool) if mask is None else jnp.broadcast_to(jnp.asarray(mask), shape).astype(bool)
@@ -137,7 +138,7 @@ def lln(alpha: Schedule = 1.0) -> OnlineEstimator:
         zero = jnp.zeros(p.shape, p.dtype)
         return LLNState(zero, zero, p, x0)
 
-    def update(state: LLNState, changed: ArrayLike, mask: Optional[ArrayLike] = None) -> LLNState:
+    def update(state: LLNState, changed: ArrayLike, mask: ArrayLike | None = None) -> LLNState:
         dtype = state.rate.dtype
         i, m = _obs(changed, mask, dtype, state.rate.shape)
         k = state.num_obs + 1
@@ -176,7 +177,7 @@ def sa(eta: Schedule = 0.75) -> OnlineEstimator:
         p, y0 = _online_init(crawl_rate, initial_rate)
         return SAState(jnp.zeros(p.shape, p.dtype), p, y0)
 
-    def update(state: SAState, changed: ArrayLike, mask: Optional[ArrayLike] = None) -> SAState:
+    def update(state: SAState, changed: ArrayLike, mask: ArrayLike | None = None) -> SAState:
         dtype = state.rate.dtype
         i, m = _obs(changed, mask, dtype, state.rate.shape)
         k = state.num_obs
@@ -218,7 +219,7 @@ def sam(eta: Schedule = 1.3, beta: Schedule = 0.75, omega: float = 1.0) -> Onlin
         p, z0 = _online_init(crawl_rate, initial_rate)
         return SAMState(jnp.zeros(p.shape, p.dtype), p, z0, z0)
 
-    def update(state: SAMState, changed: ArrayLike, mask: Optional[ArrayLike] = None) -> SAMState:
+    def update(state: SAMState, changed: ArrayLike, mask: ArrayLike | None = None) -> SAMState:
         dtype = state.rate.dtype
         i, m = _obs(changed, mask, dtype, state.rate.shape)
         k = state.num_obs
@@ -239,7 +240,7 @@ def sam(eta: Schedule = 1.3, beta: Schedule = 0.75, omega: float = 1.0) -> Onlin
 
 
 def run_online(estimator: OnlineEstimator, changed: ArrayLike, crawl_rate: ArrayLike,
-               mask: Optional[ArrayLike] = None, *,
+               mask: ArrayLike | None = None, *,
                initial_rate: ArrayLike = 0.0) -> tuple[Any, jax.Array]:
     """Run an online estimator (Avrachenkov et al. eq. 1-3) over a stream with ``jax.lax.scan``.
 

@@ -17,6 +17,8 @@ The package attribute ``mirror_sync`` is the MirrorSync factory; import the modu
 path (``from jaxcrawl.learners.mirror_sync import ...``).
 """
 from .base import Learner, SyncLearner, run_learner, run_sync_learner  # noqa: F401
+from .explore_commit import *  # noqa: F401,F403  (names listed in its __all__)
+from .learn_and_crawl import *  # noqa: F401,F403
 from .mirror_sync import (  # noqa: F401
     APP_B_GRIDS,
     AsyncSyncState,
@@ -33,7 +35,4 @@ from .mirror_sync import (  # noqa: F401
     num_learner_steps,
     projected_sgd_step,
 )
-
-from .explore_commit import *  # noqa: F401,F403  (names listed in its __all__)
-from .learn_and_crawl import *  # noqa: F401,F403
 from .sweep import *  # noqa: F401,F403

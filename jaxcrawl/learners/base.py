@@ -24,7 +24,8 @@ names of ICML-20's learners.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -84,7 +85,7 @@ def run_learner(key: jax.Array, learner: Learner, problem: Any, num_steps: int,
 
 
 def run_sync_learner(key: jax.Array, learner: Learner, bandit: Any, num_steps: int,
-                     hparams: Optional[Any] = None) -> tuple[Any, Any]:
+                     hparams: Any | None = None) -> tuple[Any, Any]:
     """:func:`run_learner` for a synchronization-bandit learner (ICML-20), with the names
     of :mod:`jaxcrawl.learners.mirror_sync`: ``run_learner(key, learner, bandit,
     num_steps, hparams)`` (the same compiled program).

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from jax.typing import ArrayLike
 
 from jaxcrawl import estimators
@@ -67,7 +67,6 @@ from jaxcrawl.simulate import (
     simulate,
     simulate_window,
 )
-
 from jaxcrawl.utilities import BINARY, solve
 
 from ._history import (
@@ -221,19 +220,19 @@ def commit_transient(problem: CrawlProblem, rate: ArrayLike, duration: ArrayLike
 
 # ------------------------------------------------------------ explore-then-commit
 class ETCParams(NamedTuple):
-    """Hyperparameters of explore-then-commit (arrays: ``jax.vmap`` sweeps them).
+    r"""Hyperparameters of explore-then-commit (arrays: ``jax.vmap`` sweeps them).
 
     The horizon τ is not one of them: every τ of a grid commits from the same
     exploration (:func:`run_etc`, :func:`etc_grid_transform`).
 
     Attributes:
       min_rate, max_rate: the clip of the estimates, L2C's known bounds
-        :math:`[\\xi_{\\min}, \\xi_{\\max}]` (§2, Lemma 3); ``None``: the learner's
+        :math:`[\xi_{\min}, \xi_{\max}]` (§2, Lemma 3); ``None``: the learner's
         defaults (L2C §6: 1e-9 and 25).
     """
 
-    min_rate: Optional[float] = None
-    max_rate: Optional[float] = None
+    min_rate: float | None = None
+    max_rate: float | None = None
 
 
 class ETCState(NamedTuple):
@@ -255,10 +254,10 @@ class ETCState(NamedTuple):
 
 
 class ETCInfo(NamedTuple):
-    """Diagnostics of one exploration window.
+    r"""Diagnostics of one exploration window.
 
     Attributes:
-      utility: simulated utility of the window, :math:`\\frac1m\\sum_i\\zeta_i \\times`
+      utility: simulated utility of the window, :math:`\frac1m\sum_i\zeta_i \times`
         fresh time (the conditional expectation of eq. 2's count given the change and
         crawl times, by Campbell's formula as in eq. 3).
       num_crawls: crawls in the window.
@@ -273,16 +272,16 @@ class ETCInfo(NamedTuple):
 
 
 class ETCOutcome(NamedTuple):
-    """What committing after τ gives (all exact expectations except ``estimate``/``rate``).
+    r"""What committing after τ gives (all exact expectations except ``estimate``/``rate``).
 
     Attributes:
       tau: the exploration horizon used, ``num_rounds * m / R``.
       num_rounds: exploration rounds N (observations per page).
       estimate: ``(m,)`` moment-matching estimates from the first N rounds.
-      rate: ``(m,)`` committed rates :math:`\\hat\\rho` (Azar et al.'s optimum for the estimates).
-      optimal_freshness: :math:`F(\\rho^*;\\xi)` (eq. 5).
-      commit_freshness: :math:`F(\\hat\\rho;\\xi)`.
-      exploration_freshness: :math:`G(R/m;\\xi)` (App. H), the exploration utility rate × m.
+      rate: ``(m,)`` committed rates :math:`\hat\rho` (Azar et al.'s optimum for the estimates).
+      optimal_freshness: :math:`F(\rho^*;\xi)` (eq. 5).
+      commit_freshness: :math:`F(\hat\rho;\xi)`.
+      exploration_freshness: :math:`G(R/m;\xi)` (App. H), the exploration utility rate × m.
       num_pages: m (as a float).
 
     :func:`etc_regret` gives the regret at any horizon, :func:`commit_transient` the
@@ -451,7 +450,7 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
                          "window does not hold its exploration crawls")
     slots = num_windows * config.crawl_capacity
 
-    def init(problem: CrawlProblem, params: Optional[ETCParams] = None) -> ETCState:
+    def init(problem: CrawlProblem, params: ETCParams | None = None) -> ETCState:
         dtype = problem.change_rate.dtype
         given = params or ETCParams()
         prm = ETCParams(jnp.asarray(min_rate if given.min_rate is None else given.min_rate, dtype),
@@ -481,7 +480,7 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
                int(rounds_per_window), rates_fn)
 
 
-def _grid_commit(state: ETCState, problem: CrawlProblem, learner: "ETC", taus, group_ratio: int):
+def _grid_commit(state: ETCState, problem: CrawlProblem, learner: ETC, taus, group_ratio: int):
     """Commit at every τ of a concrete grid, in groups of similar history prefixes."""
     taus = np.asarray(taus, dtype=float).ravel()
     if taus.size == 0 or np.any(~np.isfinite(taus)) or np.any(taus <= 0):
@@ -515,8 +514,8 @@ def _grid_commit(state: ETCState, problem: CrawlProblem, learner: "ETC", taus, g
         tau_eff, n_rounds, est, rate)
 
 
-def run_etc(key: jax.Array, learner: "ETC", problem: CrawlProblem, taus: ArrayLike,
-            params: Optional[ETCParams] = None, *, group_ratio: int = 4) -> tuple[ETCOutcome, ETCInfo]:
+def run_etc(key: jax.Array, learner: ETC, problem: CrawlProblem, taus: ArrayLike,
+            params: ETCParams | None = None, *, group_ratio: int = 4) -> tuple[ETCOutcome, ETCInfo]:
     """Explore once for ``learner.num_windows`` windows, then commit at every τ of ``taus``.
 
     All τ share the same simulated exploration (common random numbers across the grid,
@@ -584,8 +583,8 @@ class _GridTransform:
         return isinstance(other, _GridTransform) and other._key() == self._key()
 
 
-def etc_grid_transform(learner: "ETC", taus: ArrayLike, *, group_ratio: int = 4,
-                       clips: Optional[Sequence[tuple[float, float]]] = None) -> Callable[..., Any]:
+def etc_grid_transform(learner: ETC, taus: ArrayLike, *, group_ratio: int = 4,
+                       clips: Sequence[tuple[float, float]] | None = None) -> Callable[..., Any]:
     """A :func:`~jaxcrawl.learners.sweep.run_sweep` ``transform`` that commits at every τ.
 
     ``run_sweep(key, learner, problems, params, num_seeds=S, num_steps=learner.num_windows,
@@ -637,10 +636,10 @@ def simulate_etc(key: jax.Array, learner: ETC, problem: CrawlProblem, tau_window
 
 # ------------------------------------------------------------------ phased ε-greedy
 class EpsGreedyParams(NamedTuple):
-    """Hyperparameters of phased ε-greedy (arrays: ``jax.vmap`` sweeps them).
+    r"""Hyperparameters of phased ε-greedy (arrays: ``jax.vmap`` sweeps them).
 
     Attributes:
-      epsilon: the uniform share ε of :math:`\\rho^\\varepsilon = (1-\\varepsilon)\\hat\\rho + \\varepsilon R/m`.
+      epsilon: the uniform share ε of :math:`\rho^\varepsilon = (1-\varepsilon)\hat\rho + \varepsilon R/m`.
     """
 
     epsilon: float = 0.1
@@ -668,13 +667,13 @@ class EpsGreedyState(NamedTuple):
 
 
 class PhaseInfo(NamedTuple):
-    """Diagnostics of one phase (of the policy executed during it).
+    r"""Diagnostics of one phase (of the policy executed during it).
 
     Attributes:
       duration: the phase length L.
-      utility: expected utility of the phase by eq. 4, :math:`\\frac{L}{m}F(\\rho;\\xi)`.
-      simulated_utility: :math:`\\frac1m\\sum_i\\zeta_i\\times` simulated fresh time.
-      freshness: :math:`F(\\rho;\\xi)` of the executed rates.
+      utility: expected utility of the phase by eq. 4, :math:`\frac{L}{m}F(\rho;\xi)`.
+      simulated_utility: :math:`\frac1m\sum_i\zeta_i\times` simulated fresh time.
+      freshness: :math:`F(\rho;\xi)` of the executed rates.
       rate: ``(m,)`` the executed rates.
       estimate: ``(m,)`` the estimates at the end of the phase.
       overflow: page-windows that overflowed a simulator capacity.
@@ -693,7 +692,7 @@ class PhaseInfo(NamedTuple):
 
 def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int, *,
                     epsilon: float = 0.01, events_per_window: float = 24.0, safety: float = 2.0,
-                    max_crawl_rate: Optional[float] = None, history_capacity: Optional[int] = None,
+                    max_crawl_rate: float | None = None, history_capacity: int | None = None,
                     tail: float = 1e-9) -> dict:
     """Static settings of :func:`phased_epsilon_greedy` (eager).
 
@@ -770,7 +769,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     phase_length = windows_per_phase * config.window
 
-    def init(problem: CrawlProblem, params: Optional[EpsGreedyParams] = None) -> EpsGreedyState:
+    def init(problem: CrawlProblem, params: EpsGreedyParams | None = None) -> EpsGreedyState:
         dtype = problem.change_rate.dtype
         prm = EpsGreedyParams(*(jnp.asarray(v, dtype) for v in (params or EpsGreedyParams())))
         if is_concrete(prm) and not np.all((np.asarray(prm.epsilon) >= 0) & (np.asarray(prm.epsilon) <= 1)):

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -129,7 +129,7 @@ INNER_SOLVERS = {
 
 _LEARNER_NAMES = {HARMONIC: "llc", HARMONIC_APPROX: "llca", BINARY_EPSILON: "bllc"}
 
-Solver = Union[str, Utility]
+Solver = str | Utility
 
 
 def inner_utility(solver: Solver) -> Utility:
@@ -146,7 +146,7 @@ def inner_utility(solver: Solver) -> Utility:
             f"jaxcrawl.Utility, or a tuple of these; got {solver!r}") from None
 
 
-def _utilities(solver: Union[Solver, tuple]) -> tuple[Utility, ...]:
+def _utilities(solver: Solver | tuple) -> tuple[Utility, ...]:
     names = solver if isinstance(solver, tuple) and not isinstance(solver, Utility) else (solver,)
     if not names:
         raise ValueError("solver must not be an empty tuple")
@@ -166,9 +166,9 @@ def _solve_utility(utility: Utility, problem: CrawlProblem, epsilon: ArrayLike) 
     return solve(problem, utility)
 
 
-def inner_solve(solver: Union[Solver, tuple], problem: CrawlProblem, estimate: ArrayLike,
+def inner_solve(solver: Solver | tuple, problem: CrawlProblem, estimate: ArrayLike,
                 epsilon: ArrayLike = 0.4, index: ArrayLike = 0) -> Policy:
-    """K19 Alg. 4 line 4: the inner solver's optimal policy for the estimated change rates.
+    r"""K19 Alg. 4 line 4: the inner solver's optimal policy for the estimated change rates.
 
     ``solver`` is an inner solver (:func:`inner_utility`) or a tuple of them, of which the
     one at ``index`` (traced: ``jax.lax.switch``) is used.  The registry's
@@ -273,10 +273,10 @@ class LLCParams(NamedTuple):
 
 
 class LLCState(NamedTuple):
-    """LambdaLearnAndCrawl state.
+    r"""LambdaLearnAndCrawl state.
 
     Attributes:
-      estimate: ``(n,)`` current change-rate estimates :math:`\\hat\\lambda_n`.
+      estimate: ``(n,)`` current change-rate estimates :math:`\hat\lambda_n`.
       policy: the :class:`~jaxcrawl.problem.Policy` to execute in the next epoch
         (optimal for ``estimate``).
       sim: the simulator's :class:`~jaxcrawl.simulate.SimState` (the world).
@@ -294,12 +294,12 @@ class LLCState(NamedTuple):
 
 
 class LLCInfo(NamedTuple):
-    """Diagnostics of one epoch (the policy is the one computed at the epoch's end).
+    r"""Diagnostics of one epoch (the policy is the one computed at the epoch's end).
 
     Attributes:
       harmonic_cost: K19 eq. 8 (Prop. 1, 4) of the new policy under the true rates.
       binary_cost: K19 supplement eq. 12-13 of the new policy under the true rates.
-      estimate_error: mean over pages of :math:`|\\log(\\hat\\lambda/\\lambda)|`.
+      estimate_error: mean over pages of :math:`|\log(\hat\lambda/\lambda)|`.
       num_crawls: crawls made during the epoch (all pages).
       overflow: page-windows of the epoch that overflowed a simulator capacity (0 for
         an exact simulation).
@@ -341,7 +341,7 @@ def _check_llc_params(p: LLCParams):
         raise ValueError(f"initial_rate must be finite and > 0; got {r0}")
 
 
-def lambda_learn_and_crawl(solver: Union[Solver, tuple] = "harmonic", *, config: SimConfig,
+def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimConfig,
                            windows_per_epoch: int,
                            history_capacity: int = 64, history_epochs: int = 21,
                            min_rate: float = estimators.DEFAULT_MIN_RATE,
@@ -384,7 +384,7 @@ def lambda_learn_and_crawl(solver: Union[Solver, tuple] = "harmonic", *, config:
         raise ValueError("need 0 < min_rate < max_rate")
     epoch_length = config.window * windows_per_epoch
 
-    def init(problem: CrawlProblem, params: Optional[LLCParams] = None) -> LLCState:
+    def init(problem: CrawlProblem, params: LLCParams | None = None) -> LLCState:
         dtype = problem.change_rate.dtype
         prm = _params(params, LLCParams, dtype)
         _check_llc_params(prm)
@@ -452,11 +452,11 @@ def _pilot_rates(utilities: tuple, problem: CrawlProblem, estimates: jax.Array, 
         for u in utilities])
 
 
-def llc_settings(problem: CrawlProblem, solver: Union[Solver, tuple] = "harmonic", *,
+def llc_settings(problem: CrawlProblem, solver: Solver | tuple = "harmonic", *,
                  epoch_length: float = 1.0,
                  epsilon: float = 0.4, initial_rate: float = 1.0, safety: float = 2.0,
                  events_per_window: float = 24.0, history_epochs: int = 21,
-                 history_capacity: Optional[int] = None, tail: float = 1e-9) -> dict:
+                 history_capacity: int | None = None, tail: float = 1e-9) -> dict:
     """Static settings for :func:`lambda_learn_and_crawl` sized for ``problem`` (eager).
 
     Pilot policies (the inner solver(s) at the initial estimate and at the true rates)
@@ -513,22 +513,22 @@ def llc_settings(problem: CrawlProblem, solver: Union[Solver, tuple] = "harmonic
 
 # ---------------------------------------------------------- Avrachenkov et al. §5
 class OnlineParams(NamedTuple):
-    """Hyperparameters of :func:`online_learn_and_crawl` (arrays: ``jax.vmap`` sweeps them).
+    r"""Hyperparameters of :func:`online_learn_and_crawl` (arrays: ``jax.vmap`` sweeps them).
 
     ``None`` fields take the estimator's paper defaults (Avrachenkov et al. §5: LLN
     α_k ≡ 1; SA η = 0.75; SAM η = 1.3, β = 0.75).
 
     Attributes:
-      alpha: LLN's constant :math:`\\alpha_k` (eq. 1).
-      eta: exponent of :math:`\\eta_k = (k+1)^{-\\eta}` (SA eq. 2, SAM eq. 3).
-      beta: exponent of :math:`\\beta_k = (k+1)^{-\\beta}` (SAM eq. 3).
+      alpha: LLN's constant :math:`\alpha_k` (eq. 1).
+      eta: exponent of :math:`\eta_k = (k+1)^{-\eta}` (SA eq. 2, SAM eq. 3).
+      beta: exponent of :math:`\beta_k = (k+1)^{-\beta}` (SAM eq. 3).
       epsilon: BLCε floor of the re-solve (0: Azar et al.'s Algorithm 2, as §5).
       initial_rate: the estimators' starting value before any observation.
     """
 
-    alpha: Optional[float] = None
-    eta: Optional[float] = None
-    beta: Optional[float] = None
+    alpha: float | None = None
+    eta: float | None = None
+    beta: float | None = None
     epsilon: float = 0.0
     initial_rate: float = 0.0
 
@@ -560,12 +560,12 @@ class OnlineState(NamedTuple):
 
 
 class OnlineInfo(NamedTuple):
-    """Diagnostics of one round.
+    r"""Diagnostics of one round.
 
     Attributes:
       rate: ``(n,)`` the re-solved crawl rates.
       estimate: ``(n,)`` the estimates handed to the solver (clipped).
-      freshness: :math:`F(p;\\Delta) = \\sum_i w_i p_i/(p_i+\\Delta_i)` of the new rates
+      freshness: :math:`F(p;\Delta) = \sum_i w_i p_i/(p_i+\Delta_i)` of the new rates
         under the true rates (Avrachenkov eq. 17 / L2C eq. 5).
       num_observations: observations made during the round (all pages).
       overflow: page-windows that overflowed a simulator capacity.
@@ -643,7 +643,7 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
                 raise ValueError(f"initial_rate must be finite and >= 0; got {r0}")
         return prm
 
-    def init(problem: CrawlProblem, params: Optional[OnlineParams] = None) -> OnlineState:
+    def init(problem: CrawlProblem, params: OnlineParams | None = None) -> OnlineState:
         dtype = problem.change_rate.dtype
         prm = full_params(params, dtype)
         n = problem.change_rate.shape[-1]
@@ -688,7 +688,7 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
 
 def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50.0,
                     events_per_window: float = 24.0, safety: float = 3.0,
-                    max_crawl_rate: Optional[float] = None, tail: float = 1e-9) -> dict:
+                    max_crawl_rate: float | None = None, tail: float = 1e-9) -> dict:
     """Static settings for :func:`online_learn_and_crawl` (eager).
 
     A round lasts ``observations_per_round * n / B`` time units (on average that many

@@ -40,7 +40,8 @@ with ``jax.lax.scan`` and :func:`grid_search` runs the App. B hyperparameter sea
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -107,10 +108,10 @@ class SyncHyperparams(NamedTuple):
 
 
 class MirrorSyncState(NamedTuple):
-    """MirrorSync state (ICML-20 Alg. 1).
+    r"""MirrorSync state (ICML-20 Alg. 1).
 
     Attributes:
-      rate: ``(K,)`` current sync rates, in :math:`\\mathcal K_\\varepsilon`.
+      rate: ``(K,)`` current sync rates, in :math:`\mathcal K_\varepsilon`.
       hparams: :class:`SyncHyperparams`.
       time: simulated time (rounds × :math:`1/r_{min}`).
       num_updates: mirror-descent steps taken.
@@ -142,12 +143,12 @@ class AsyncSyncState(NamedTuple):
 
 
 class SyncInfo(NamedTuple):
-    """Diagnostics of one step.
+    r"""Diagnostics of one step.
 
     Attributes:
       policy_cost: exact :math:`J(r)` after the update (ICML-20 Lemma 1).
       time: simulated time after the step.
-      num_updated: arms updated (K for MirrorSync; :math:`|\\mathcal A_i|` for Alg. 2).
+      num_updated: arms updated (K for MirrorSync; :math:`|\mathcal A_i|` for Alg. 2).
       num_probes: probe plays whose samples entered the gradient.
       dual: multiplier ν of the step's budget constraint.
       num_steps: root-finding iterations of the step.
@@ -321,7 +322,7 @@ def _initial_rates(bandit, eps):
 def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
                 exploration: float = TABLE1["exploration"], *,
                 first_sample_only: bool = False,
-                chunk_size: Optional[int] = None) -> SyncLearner:
+                chunk_size: int | None = None) -> SyncLearner:
     r"""MirrorSync (ICML-20 Alg. 1) as an ``(init, step)`` learner; one step = one round.
 
     Each round (length :math:`T = 1/r_{min}`, line 1) starts with every arm freshly
@@ -342,7 +343,7 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
     """
     defaults = (learning_rate, exploration, 1.0)
 
-    def init(bandit: SyncBandit, hparams: Optional[SyncHyperparams] = None) -> MirrorSyncState:
+    def init(bandit: SyncBandit, hparams: SyncHyperparams | None = None) -> MirrorSyncState:
         hp = _hparams(bandit, hparams, defaults)
         rate = _initial_rates(bandit, hp.exploration)
         zero = jnp.zeros((), rate.dtype)
@@ -375,7 +376,7 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
 
 
 def _async_learner(update_fn, defaults, name, chunk_size):
-    def init(bandit: SyncBandit, hparams: Optional[SyncHyperparams] = None) -> AsyncSyncState:
+    def init(bandit: SyncBandit, hparams: SyncHyperparams | None = None) -> AsyncSyncState:
         hp = _hparams(bandit, hparams, defaults)
         rate = _initial_rates(bandit, hp.exploration)
         zero = jnp.zeros((), rate.dtype)
@@ -422,7 +423,7 @@ def _async_learner(update_fn, defaults, name, chunk_size):
 def async_mirror_sync(learning_rate: float = TABLE1["async_mirror_sync"]["learning_rate"],
                       exploration: float = TABLE1["exploration"],
                       update_interval: float = TABLE1["async_mirror_sync"]["update_interval"], *,
-                      chunk_size: Optional[int] = None) -> SyncLearner:
+                      chunk_size: int | None = None) -> SyncLearner:
     r"""AsyncMirrorSync (ICML-20 Alg. 2) as an ``(init, step)`` learner; one step = one update time.
 
     Arms are never reset for free.  Between update times :math:`t_i = i\,l_{upd}` every
@@ -450,7 +451,7 @@ def async_mirror_sync(learning_rate: float = TABLE1["async_mirror_sync"]["learni
 def async_psgd_sync(learning_rate: float = TABLE1["async_psgd_sync"]["learning_rate"],
                     exploration: float = TABLE1["exploration"],
                     update_interval: float = TABLE1["async_psgd_sync"]["update_interval"], *,
-                    chunk_size: Optional[int] = None) -> SyncLearner:
+                    chunk_size: int | None = None) -> SyncLearner:
     r"""AsyncPSGDSync (ICML-20 §8): :func:`async_mirror_sync` with the mirror-descent step
     replaced by the exact Euclidean projection of :math:`r - \eta\bar g` onto the local
     constraint set (:func:`projected_sgd_step`).
@@ -468,7 +469,7 @@ def async_psgd_sync(learning_rate: float = TABLE1["async_psgd_sync"]["learning_r
 
 # ------------------------------------------------------------------------- drivers
 def num_learner_steps(learner: Learner, min_rate: float, horizon_rounds: float,
-                      update_interval: Optional[float] = None) -> int:
+                      update_interval: float | None = None) -> int:
     """Steps covering ``horizon_rounds`` MirrorSync rounds of :math:`1/r_{min}` time each.
 
     A ``synchronous`` learner (MirrorSync, ICML-20 Alg. 1) takes one step per round; an
@@ -525,7 +526,7 @@ class _HorizonHold(NamedTuple):
 
 
 def grid_search(key: jax.Array, learner: Learner, bandit: SyncBandit,
-                learning_rates: Sequence[float], update_intervals: Optional[Sequence[float]] = None,
+                learning_rates: Sequence[float], update_intervals: Sequence[float] | None = None,
                 *, exploration: float = TABLE1["exploration"],
                 horizon_rounds: float = TABLE1["horizon_rounds"],
                 tail_fraction: float = 0.25) -> GridSearchResult:

@@ -22,7 +22,8 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -101,7 +102,7 @@ class SweepResult(NamedTuple):
     outputs: Any
     computed_chunks: tuple
     num_chunks: int
-    out_dir: Optional[str]
+    out_dir: str | None
 
 
 def _leading(tree):
@@ -161,9 +162,9 @@ def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform
 
 
 def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = None, *,
-              num_seeds: int, num_steps: int, chunk_size: Optional[int] = None,
-              out_dir: Optional[str] = None, transform: Optional[Callable[..., Any]] = None,
-              tag: str = "", on_chunk: Optional[Callable[[int, Any], None]] = None) -> SweepResult:
+              num_seeds: int, num_steps: int, chunk_size: int | None = None,
+              out_dir: str | None = None, transform: Callable[..., Any] | None = None,
+              tag: str = "", on_chunk: Callable[[int, Any], None] | None = None) -> SweepResult:
     """Run ``learner`` for every grid point × instance × seed; resumable on disk.
 
     Each chunk of ``chunk_size`` grid points is one compiled call (jit of three nested

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import math
 import warnings
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +79,7 @@ def monte_carlo(
     num_windows: int,
     *,
     num_replicates: int = 4,
-    initial: Optional[SimState] = None,
+    initial: SimState | None = None,
 ) -> Evaluation:
     """Monte-Carlo costs of ``schedule`` over ``num_windows * config.window`` time units.
 
@@ -114,7 +114,7 @@ def _tiled_problem(problem: CrawlProblem, schedule: Schedule,
 
 
 def _replicated_state(key: jax.Array, problem: CrawlProblem, schedule: Schedule, r: int,
-                      initial: Optional[SimState]) -> SimState:
+                      initial: SimState | None) -> SimState:
     """Initial states of r replicates, pages repeated: independent stationary draws, or
     ``initial`` repeated."""
     tiled, sched = _tiled_problem(problem, schedule, r)
@@ -201,16 +201,16 @@ def _compiled_initial(num_replicates: int, stationary: bool):
 def evaluate(
     key: jax.Array,
     problem: CrawlProblem,
-    policy: Union[Policy, Schedule],
+    policy: Policy | Schedule,
     *,
     horizon: float,
     window: float = 1.0,
     num_replicates: int = 4,
-    initial: Union[str, SimState] = "stationary",
+    initial: str | SimState = "stationary",
     incomplete: str = "poisson",
     phase: ArrayLike = 0.0,
     tail: float = 1e-9,
-    config: Optional[SimConfig] = None,
+    config: SimConfig | None = None,
 ) -> Evaluation:
     """Monte-Carlo evaluation of a policy: the eager, validating front door of :func:`monte_carlo`.
 

@@ -2,7 +2,8 @@
 and :func:`history` (stacked observations as one padded crawl history)."""
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -17,11 +18,11 @@ __all__ = ["Totals", "simulate", "history"]
 
 
 class Totals(NamedTuple):
-    """Per-page sums over the windows of :func:`simulate` (all ``(..., n)``).
+    r"""Per-page sums over the windows of :func:`simulate` (all ``(..., n)``).
 
     Attributes:
-      harmonic: :math:`\\int H(N(s))\\,ds` (K19 eq. 1-2, unweighted).
-      stale_time: :math:`\\int 1\\{N(s) > 0\\}\\,ds`.
+      harmonic: :math:`\int H(N(s))\,ds` (K19 eq. 1-2, unweighted).
+      stale_time: :math:`\int 1\{N(s) > 0\}\,ds`.
       requests: number of requests.
       fresh_requests: requests served fresh (L2C eq. 2, unnormalised).
       crawls: number of crawls.
@@ -66,7 +67,7 @@ def simulate(
     num_windows: int,
     *,
     schedule_per_window: bool = False,
-    record_fn: Optional[Callable[[Window], Any]] = None,
+    record_fn: Callable[[Window], Any] | None = None,
 ) -> tuple[SimState, Totals, Any]:
     """Run ``num_windows`` windows of :func:`~jaxcrawl.simulate.simulate_window` in one
     ``jax.lax.scan`` (the model of L2C §2 and K19 §2; costs K19 eq. 1-2, L2C eq. 2).

@@ -174,10 +174,10 @@ def schedule_from_policy(
 
 
 def nominal_rate(problem: CrawlProblem, schedule: Schedule) -> jax.Array:
-    """Long-run crawl rate of each page: ``rate``, ``1 / period`` or ``prob * change_rate``.
+    r"""Long-run crawl rate of each page: ``rate``, ``1 / period`` or ``prob * change_rate``.
 
     The crawl rate a Poisson (K19 eq. 3), periodic (L2C K_R) or signal (K19 eq. 6,
-    :math:`p_i\\xi_i`) schedule spends, to compare with the bandwidth R.
+    :math:`p_i\xi_i`) schedule spends, to compare with the bandwidth R.
     """
     safe = jnp.where(jnp.isfinite(schedule.period), schedule.period, 1.0)
     per = jnp.where(jnp.isfinite(schedule.period), 1.0 / safe, 0.0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +58,7 @@ def init_state(
     *,
     fresh: ArrayLike = True,
     since_crawl: ArrayLike = 0.0,
-    num_changes: Optional[ArrayLike] = None,
+    num_changes: ArrayLike | None = None,
     time: ArrayLike = 0.0,
 ) -> SimState:
     """A deterministic initial state (L2C Lemma 1's cache state S(t0)).
@@ -193,11 +193,11 @@ def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
 
 def config_for(
     problem: CrawlProblem,
-    schedule: Optional[Schedule] = None,
+    schedule: Schedule | None = None,
     window: float = 1.0,
     *,
-    max_crawl_rate: Optional[float] = None,
-    total_crawl_rate: Optional[float] = None,
+    max_crawl_rate: float | None = None,
+    total_crawl_rate: float | None = None,
     tail: float = 1e-9,
     requests: bool = True,
 ) -> SimConfig:

@@ -1,4 +1,4 @@
-"""One window ``(t, t + w]`` of the simulated world: :func:`simulate_window`.
+r"""One window ``(t, t + w]`` of the simulated world: :func:`simulate_window`.
 
 The kernel runs per problem instance (pages on axis 0) as a chain of small steps, each a
 pure function of NamedTuples:
@@ -12,8 +12,8 @@ pure function of NamedTuples:
    K19 eq. 6), periodic crawls merged in time order;
 4. :func:`_count_changes` -- running counts of changes and crawls, the uncrawled
    changes N(s) after every event (K19 eq. 1);
-5. :func:`_integrate_staleness` -- exact :math:`\\int H(N)` (K19 eq. 2) and
-   :math:`\\int 1\\{N>0\\}` over the window;
+5. :func:`_integrate_staleness` -- exact :math:`\int H(N)` (K19 eq. 2) and
+   :math:`\int 1\{N>0\}` over the window;
 6. :func:`_observe` -- the crawler's observations (L2C eq. 1, App. K) per page;
 7. :func:`_carry` -- the :class:`~jaxcrawl.simulate.SimState` of the next window;
 8. :func:`_draw_requests` -- requests served fresh and stale (L2C eq. 2).
