@@ -543,13 +543,11 @@ def test_inner_solvers_are_utilities(llc_runs):
     ref = solvers.binary_lambda_crawl(p.replace(change_rate=est), 0.2)
     np.testing.assert_allclose(blc.rate, ref.rate, rtol=rtol_for(ref.rate, 1e-12))
     assert float(jnp.min(blc.rate)) >= 0.2 * float(p.bandwidth) / 64 * (1 - rtol_for(ref.rate, 1e-12))
-    s = llc_runs["settings"]
-    learner = lc.lambda_learn_and_crawl(LOG_UTILITY, **s)
+    learner = lc.lambda_learn_and_crawl(LOG_UTILITY, **llc_runs["settings"])
     assert learner.name == "llc[log]"
-    q = llc_runs["problem"]
-    policy = learner.init(q).policy
-    mu = np.asarray(q.importance, np.float64)
-    np.testing.assert_allclose(policy.rate, mu / mu.sum() * float(q.bandwidth), rtol=rtol_for(policy.rate, 1e-9))
+    policy = learner.init(p).policy  # init solves for the initial estimate (K19 Alg. 4 line 4)
+    mu = np.asarray(p.importance, np.float64)
+    np.testing.assert_allclose(policy.rate, mu / mu.sum() * float(p.bandwidth), rtol=rtol_for(policy.rate, 1e-9))
     assert bool(policy.converged)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from jaxcrawl import simulate as S
 from jaxcrawl.problem import CrawlProblem
-from jaxcrawl.simulate import _sampling
+from jaxcrawl.simulate import _sampling  # the count sampler itself, tested directly
 
 from helpers import count_compiles
 
@@ -31,7 +31,6 @@ N_PAGES = 1200
 NUM_WINDOWS = 30
 REPLICATES = 4
 Z = 4.0  # standard errors allowed
-
 
 
 # --------------------------------------------------------------------------- helpers
@@ -616,7 +615,7 @@ def test_exact_finite_horizon_expectation_helper_matches_stationary_average():
     for kind, f in (("harmonic", timetable.periodic_harmonic_cost),
                     ("binary", timetable.periodic_binary_cost)):
         avg = periodic_expected_cost(1.0, lam, period, offs, T, kind).mean()
-        np.testing.assert_allclose(avg, float(f(p, np.array([1 / period]))), rtol=1e-6)
+        np.testing.assert_allclose(avg, float(jax.jit(f)(p, np.array([1 / period]))), rtol=1e-6)
 
 
 def test_timetable_beats_poisson_crawling_in_the_simulator(poisson_evaluation, mixed_config):
@@ -748,7 +747,7 @@ def test_harmonic_number():
     n = np.array([0, 1, 2, 3, 10, 255, 256, 300, 5000])
     ref = np.array([math.fsum(1.0 / np.arange(1, k + 1)) for k in n])
     dtype = jnp.result_type(float)
-    got = np.asarray(S.harmonic_number(jnp.asarray(n), dtype))
+    got = np.asarray(jax.jit(S.harmonic_number, static_argnums=1)(jnp.asarray(n), dtype))
     assert got.dtype == dtype
     np.testing.assert_allclose(got, ref, rtol=8 * np.finfo(dtype).eps)
 

@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 from jaxcrawl import sync_bandits as sb
 from jaxcrawl.learners import Learner, SyncLearner, run_learner, sweep_key
 
+from reference import golden_max
+
 # By module path: the package attribute `jaxcrawl.learners.mirror_sync` is the factory.
 ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
 
@@ -364,35 +366,18 @@ def pg_grad(x, r, g, eta):
     return 2 * (x - (r - eta * g))
 
 
-def golden(f, a, b, iters=90):
-    """Plain golden-section minimisation of a convex 1-D function on [a, b]."""
-    phi = (np.sqrt(5) - 1) / 2
-    c, d = b - phi * (b - a), a + phi * (b - a)
-    fc, fd = f(c), f(d)
-    for _ in range(iters):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - phi * (b - a)
-            fc = f(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + phi * (b - a)
-            fd = f(d)
-    return 0.5 * (a + b)
-
-
 def brute_force_k3(obj, budget, lo, hi):
     """argmin over {x in box, sum x = budget} for K = 3 by nested golden-section search."""
 
     def inner(x1):
         a = max(lo[1], budget - x1 - hi[2])
         b = min(hi[1], budget - x1 - lo[2])
-        x2 = golden(lambda x2: obj(np.array([x1, x2, budget - x1 - x2])), a, b)
+        x2 = golden_max(lambda x2: -obj(np.array([x1, x2, budget - x1 - x2])), a, b, iters=90)
         return x2, obj(np.array([x1, x2, budget - x1 - x2]))
 
     a1 = max(lo[0], budget - hi[1] - hi[2])
     b1 = min(hi[0], budget - lo[1] - lo[2])
-    x1 = golden(lambda x1: inner(x1)[1], a1, b1)
+    x1 = golden_max(lambda x1: -inner(x1)[1], a1, b1, iters=90)
     x2 = inner(x1)[0]
     return np.array([x1, x2, budget - x1 - x2])
 

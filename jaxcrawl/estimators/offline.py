@@ -157,17 +157,35 @@ def _log_gap(s, target):
     return jnp.where(ok_t, jnp.where(ok_s, val, -jnp.inf), jnp.inf)
 
 
+@jax.custom_jvp
+def _inv_expm1(y):
+    """``1/(e^y - 1)`` for ``y > 0`` (0 where ``e^y`` overflows)."""
+    return 1 / jnp.expm1(y)
+
+
+@_inv_expm1.defjvp
+def _inv_expm1_jvp(primals, tangents):
+    # d/dy 1/(e^y - 1) = -r (1 + r): finite where e^y overflows (the chain rule through
+    # expm1 would give inf/inf there).
+    (y,), (dy,) = primals, tangents
+    r = _inv_expm1(y)
+    return r, -r * (1 + r) * dy
+
+
 def _likelihood_score(x, params):
     r"""Score of L2C eq. 6 (NeurIPS-19 eq. 10) as a log-ratio, elementwise in ``x``:
 
     .. math:: \psi(\xi) = \log\sum_{o_n=1}\frac{w_n}{e^{\xi w_n}-1} - \log\sum_{o_n=0} w_n,
 
-    nonincreasing and convex in ξ.  ``w/(e^{ξw}-1)`` is computed as
-    ``w e^{-ξw}/(1-e^{-ξw})`` so that neither it nor its derivatives overflow."""
-    w, c = params
-    xw = jnp.where(c, x[..., None] * w, 1)
-    t = jnp.where(c, w * jnp.exp(-xw) / -jnp.expm1(-xw), 0)
-    return _log_gap(jnp.sum(t, axis=-1), jnp.sum(jnp.where(c, 0, w), axis=-1))
+    nonincreasing and convex in ξ.  ``params = (w, c, w_unchanged)``, the last one
+    precomputed (it does not depend on ξ)."""
+    w, c, w_unchanged = params
+    t = jnp.where(c, w * _inv_expm1(jnp.where(c, x[..., None] * w, 1)), 0)
+    return _log_gap(jnp.sum(t, axis=-1), w_unchanged)
+
+
+def _likelihood_params(w, c):
+    return w, c, jnp.sum(jnp.where(c, 0, w), axis=-1)
 
 
 def _moment_score(x, params):
@@ -175,10 +193,10 @@ def _moment_score(x, params):
 
     .. math:: \psi(\xi) = \log\sum_n e^{-\xi w_n} - \log\#\{n: o_n = 0\},
 
-    nonincreasing and convex in ξ."""
-    w, c, m = params
+    nonincreasing and convex in ξ.  ``params = (w, m, n_unchanged)``."""
+    w, m, n_unchanged = params
     e = jnp.where(m, jnp.exp(-x[..., None] * w), 0)
-    return _log_gap(jnp.sum(e, axis=-1), jnp.sum(m & ~c, axis=-1).astype(w.dtype))
+    return _log_gap(jnp.sum(e, axis=-1), n_unchanged)
 
 
 def _initial_guess(w, c, m, lo, hi):
@@ -196,16 +214,22 @@ def _initial_guess(w, c, m, lo, hi):
     return jnp.where(a < b, jnp.clip(guess, a, b), jnp.sqrt(lo * hi))
 
 
-def _refine_from_left(score, params, x0, lo, hi, steps=2):
-    """Newton steps in ξ from the initial guess, taken only where it lies left of the root
-    (``score > 0``): the scores are convex and decreasing in ξ, so these steps approach
-    the root monotonically without passing it; the log-space iteration that follows is
-    fastest near the root."""
-    for _ in range(steps):
-        f, df = jax.jvp(lambda v: score(v, params), (x0,), (jnp.ones_like(x0),))
+#: Newton steps in ξ from the left before the log-space iteration (part of ``max_steps``).
+_LEFT_STEPS = 3
+
+
+def _refine_from_left(score, params, x0, lo, hi, steps):
+    """``steps`` Newton steps in ξ from the initial guess, taken only where it lies left of
+    the root (``score > 0``).  The scores are convex and decreasing in ξ, so these steps
+    approach the root monotonically without passing it, which the log-space iteration
+    that follows cannot do from the left where the score is concave in log ξ (large ξw)."""
+
+    def step(_, x):
+        f, df = jax.jvp(lambda v: score(v, params), (x,), (jnp.ones_like(x),))
         ok = (f > 0) & (df < 0) & jnp.isfinite(f) & jnp.isfinite(df)
-        x0 = jnp.clip(x0 - jnp.where(ok, f / jnp.where(ok, df, -1.0), 0.0), lo, hi)
-    return x0
+        return jnp.clip(x - jnp.where(ok, f / jnp.where(ok, df, -1.0), 0.0), lo, hi)
+
+    return jax.lax.fori_loop(0, steps, step, x0)
 
 
 def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol, throw, what):
@@ -226,13 +250,14 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
     upper = jnp.where(never, lo, hi)
     sg = jax.lax.stop_gradient
     x0 = _initial_guess(w, c, m, sg(lo), sg(hi))
-    x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi))
-    roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps, rtol=rtol)
+    left_steps = min(_LEFT_STEPS, max_steps - 1)
+    x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi), left_steps)
+    roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps - left_steps, rtol=rtol)
+    num_steps = sg(roots.num_steps) + left_steps
     if throw:
-        x = jax.lax.stop_gradient(roots.x)
-        residual = jnp.where(roots.converged, 0, score(x, jax.lax.stop_gradient(params)))
-        raise_unless_converged(what, roots.converged, roots.num_steps, residual)
-    return Estimate(roots.x, roots.converged, jax.lax.stop_gradient(roots.num_steps))
+        residual = jnp.where(roots.converged, 0, score(sg(roots.x), sg(params)))
+        raise_unless_converged(what, roots.converged, num_steps, residual)
+    return Estimate(roots.x, roots.converged, num_steps)
 
 
 def _options(max_steps: int, rtol: float | None) -> tuple[int, float | None]:
@@ -257,9 +282,10 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
     .. math:: \sum_{n:o_n=1} \frac{w_n}{e^{\xi w_n}-1} = \sum_{n:o_n=0} w_n
 
     for every history at once, written as ``log LHS − log RHS`` (convex and decreasing in
-    ξ), by the shared elementwise safeguarded Newton on ``log ξ`` (Newton inside a
-    shrinking bracket, bisection as the fallback), started at the equal-interval closed
-    form, and clips the root to ``[min_rate, max_rate]``.  Because the score is monotone,
+    ξ), and clips the root to ``[min_rate, max_rate]``.  From the equal-interval closed
+    form, up to three Newton steps in ξ are taken where it lies left of the root (convexity
+    makes them monotone), then the shared elementwise safeguarded Newton iterates on
+    ``log ξ`` (Newton inside a shrinking bracket, bisection as the fallback).  Because the score is monotone,
     clipping the root is the same as maximising the likelihood over the interval.
 
     Edge cases (finite, by the clip):
@@ -282,8 +308,8 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
       mask: optional ``(..., k)`` bool, True where an observation exists.
       min_rate, max_rate: the clip range ``0 < min_rate < max_rate`` (scalars or arrays
         broadcasting against the leading axes).  Defaults 1e-9 and 25 (L2C §6).
-      max_steps: cap on root-finding iterations (each is one pass over the histories);
-        simulated histories need 4-8.
+      max_steps: cap on Newton iterations, the steps from the left included (each is one
+        pass over the histories); simulated histories need 6-10.
       rtol: relative tolerance of the root (default ``4 eps^0.75`` of the dtype).
       return_info: return an :class:`Estimate` ``(rate, converged, num_steps)`` instead of
         the rates alone.
@@ -305,7 +331,7 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
     w, c, m = prepare(intervals, changed, mask)
-    return _solve_equation(_likelihood_score, (w, c), w, c, m, min_rate, max_rate,
+    return _solve_equation(_likelihood_score, _likelihood_params(w, c), w, c, m, min_rate, max_rate,
                            max_steps, rtol, throw, "estimators.mle")
 
 
@@ -345,7 +371,8 @@ def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _mm_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
     w, c, m = prepare(intervals, changed, mask)
-    return _solve_equation(_moment_score, (w, c, m), w, c, m, min_rate, max_rate,
+    n_unchanged = jnp.sum(m & ~c, axis=-1).astype(w.dtype)
+    return _solve_equation(_moment_score, (w, m, n_unchanged), w, c, m, min_rate, max_rate,
                            max_steps, rtol, throw, "estimators.moment_matching")
 
 
@@ -408,7 +435,7 @@ def _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing
     w = jnp.concatenate([w, s, s], axis=-1)
     c = jnp.concatenate([c, jnp.ones(batch + (1,), bool), jnp.zeros(batch + (1,), bool)], axis=-1)
     keep = jnp.concatenate([keep, jnp.ones(batch + (2,), bool)], axis=-1)
-    return _solve_equation(_likelihood_score, (w, c), w, c, keep, min_rate, max_rate,
+    return _solve_equation(_likelihood_score, _likelihood_params(w, c), w, c, keep, min_rate, max_rate,
                            max_steps, rtol, throw, "estimators.mle_smoothed")
 
 

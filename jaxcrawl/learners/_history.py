@@ -8,7 +8,8 @@ public types).
   signals per epoch column (LambdaLearnAndCrawl, phased ε-greedy).  The likelihood of eq.
   10 (and L2C eq. 6) depends on the intervals of crawls that saw no change only through
   their sum, so :func:`suffix_history` gives an estimator-ready padded history whose MLE is
-  exactly the one of the full suffix.
+  exactly the one of the full suffix.  :func:`crawl_epoch` executes a policy for one
+  epoch / phase and records it (K19 Alg. 4 lines 5-8).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcrawl.problem import CrawlProblem
+from jaxcrawl.simulate import SimConfig, SimState, simulate_window
 
 __all__ = [
     "PaddedHistory",
@@ -31,6 +33,8 @@ __all__ = [
     "record_window",
     "in_suffix",
     "suffix_history",
+    "EpochStats",
+    "crawl_epoch",
 ]
 
 
@@ -189,3 +193,36 @@ def suffix_history(hist: CrawlHistory, epoch: ArrayLike,
     changed = jnp.concatenate([jnp.ones((n, cap), bool), jnp.zeros((n, num_cols), bool)], axis=-1)
     mask = jnp.concatenate([ring_ok, col_ok], axis=-1)
     return intervals, changed, mask
+
+
+class EpochStats(NamedTuple):
+    """Per-window diagnostics of :func:`crawl_epoch` (leading axis: the epoch's windows).
+
+    Attributes:
+      utility: :func:`window_utility` of each window.
+      overflow: page-windows that overflowed a simulator capacity.
+      num_crawls: crawls made in each window (all pages).
+    """
+
+    utility: jax.Array
+    overflow: jax.Array
+    num_crawls: jax.Array
+
+
+def crawl_epoch(key: jax.Array, sim: SimState, hist: CrawlHistory, problem: CrawlProblem, schedule: Any,
+                config: SimConfig, num_windows: int, epoch: ArrayLike) -> tuple[SimState, CrawlHistory, EpochStats]:
+    """Execute ``schedule`` for one epoch of ``num_windows`` simulator windows (K19 Alg. 4
+    lines 5-8; a phase of L2C §6.2), recording every window's observations in the column
+    of ``epoch`` (started here); window ``j`` uses ``jax.random.split(key, num_windows)[j]``."""
+    hist = start_epoch(hist, epoch)
+
+    def window(carry, k):
+        sim_, h = carry
+        sim_, win = simulate_window(k, sim_, problem, schedule, config)
+        h = record_window(h, win.observations, win.num_changes, epoch)
+        stats = EpochStats(window_utility(problem, win, config.window),
+                           jnp.sum(win.overflow, dtype=jnp.int32), jnp.sum(win.num_crawls, dtype=jnp.int32))
+        return (sim_, h), stats
+
+    (sim, hist), stats = jax.lax.scan(window, (sim, hist), jax.random.split(key, num_windows))
+    return sim, hist, stats

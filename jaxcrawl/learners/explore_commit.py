@@ -75,8 +75,6 @@ from ._history import (
     append_window,
     empty_history,
     empty_padded_history,
-    record_window,
-    start_epoch,
     suffix_history,
     window_utility,
 )
@@ -309,7 +307,10 @@ class ETC(NamedTuple):
       num_windows: exploration windows the history holds (``run_etc`` runs them all).
       rounds_per_window: exploration rounds (crawls per page) per window.
       commit_rates: ``(history, problem, tau, min_rate=, max_rate=) -> (tau, N, estimate,
-        rate)``, the part of the commit that depends on τ (used by :func:`run_etc`).
+        rate)``, the part of the commit that depends on τ.
+      commit_estimates: ``(history, problem, tau, min_rate=, max_rate=) -> (tau, N,
+        estimate)``, its estimation part (:func:`run_etc` estimates at every τ, then solves
+        for all of them and the true rates in one batched solve).
     """
 
     init: Callable
@@ -320,6 +321,7 @@ class ETC(NamedTuple):
     num_windows: int
     rounds_per_window: int
     commit_rates: Callable
+    commit_estimates: Callable | None = None
 
 
 def _exploration_period(problem):
@@ -357,8 +359,8 @@ def etc_settings(problem: CrawlProblem, max_tau: float, *, events_per_window: fl
     return dict(config=config, num_windows=num_windows, rounds_per_window=rounds)
 
 
-def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator: str, min_rate, max_rate):
-    """Estimates from the first floor(τR/m) rounds and Azar et al.'s optimum for them."""
+def _commit_estimates(history: PaddedHistory, problem: CrawlProblem, tau, estimator: str, min_rate, max_rate):
+    """(τ used, N, estimates) from the first N = floor(τR/m) rounds (L2C eq. 7 or eq. 6)."""
     dtype = problem.change_rate.dtype
     w = _exploration_period(problem)
     n_rounds = jnp.clip(jnp.floor(jnp.asarray(tau, dtype) / w * (1 + 1e-9)), 1, None)
@@ -367,8 +369,18 @@ def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator:
     n_rounds = jnp.minimum(n_rounds, jnp.min(jnp.sum(prefix, axis=-1)).astype(dtype))
     est = ESTIMATORS[estimator](history.intervals, history.changed, prefix,
                                 min_rate=min_rate, max_rate=max_rate)
-    rate = solve(problem.replace(change_rate=est.astype(dtype)), BINARY).rate
-    return n_rounds * w, n_rounds, est, rate
+    return n_rounds * w, n_rounds, est.astype(dtype)
+
+
+def _optimal_rates(problem: CrawlProblem, change_rate):
+    """Azar et al.'s optimum (L2C eq. 5, ``solve(problem, "binary")``) for the given rates."""
+    return solve(problem.replace(change_rate=change_rate), BINARY).rate
+
+
+def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator: str, min_rate, max_rate):
+    """Estimates from the first floor(τR/m) rounds and Azar et al.'s optimum for them."""
+    tau_eff, n_rounds, est = _commit_estimates(history, problem, tau, estimator, min_rate, max_rate)
+    return tau_eff, n_rounds, est, _optimal_rates(problem, est)
 
 
 def _reference_freshness(problem: CrawlProblem):
@@ -476,8 +488,9 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
 
     commit_fn = functools.partial(commit, estimator=estimator)
     rates_fn = functools.partial(_commit_rates, estimator=estimator)
+    estimates_fn = functools.partial(_commit_estimates, estimator=estimator)
     return ETC(init, step, f"etc_{estimator}", commit_fn, config, int(num_windows),
-               int(rounds_per_window), rates_fn)
+               int(rounds_per_window), rates_fn, estimates_fn)
 
 
 def _grid_commit(state: ETCState, problem: CrawlProblem, learner: ETC, taus, group_ratio: int):
@@ -497,19 +510,28 @@ def _grid_commit(state: ETCState, problem: CrawlProblem, learner: ETC, taus, gro
     width = np.minimum(group_ratio ** level, learner.num_windows)
     k = learner.config.crawl_capacity
     lo, hi = state.params.min_rate, state.params.max_rate
+    estimate_fn = learner.commit_estimates
+    if estimate_fn is None:  # an ETC built by hand: estimate through commit_rates
+        def estimate_fn(h, q, t, min_rate, max_rate):
+            return learner.commit_rates(h, q, t, min_rate=min_rate, max_rate=max_rate)[:3]
     parts, order = [], []
     for wd in np.unique(width):
         idx = np.flatnonzero(width == wd)
         short = jax.tree_util.tree_map(lambda a: a[..., : wd * k], state.history)
         grid = jnp.asarray(taus[idx], problem.change_rate.dtype)
-        parts.append(jax.vmap(lambda t: learner.commit_rates(short, problem, t, min_rate=lo, max_rate=hi))(grid))
+        parts.append(jax.vmap(lambda t: estimate_fn(short, problem, t, min_rate=lo, max_rate=hi))(grid))
         order.append(idx)
     order = np.concatenate(order)
     inverse = np.empty_like(order)
     inverse[order] = np.arange(order.size)
-    tau_eff, n_rounds, est, rate = jax.tree_util.tree_map(
-        lambda *xs: jnp.concatenate(xs, axis=0)[inverse], *parts)
-    f_star, g_ui = _reference_freshness(problem)
+    tau_eff, n_rounds, est = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=0)[inverse], *parts)
+    # one batched solve for every τ's estimates and for the true rates (the reference ρ*)
+    rates = jax.vmap(lambda r: _optimal_rates(problem, r))(
+        jnp.concatenate([est, problem.change_rate[None].astype(est.dtype)], axis=0))
+    rate, opt = rates[:-1], rates[-1]
+    m = problem.change_rate.shape[-1]
+    uni = jnp.full_like(problem.change_rate, 1.0) * (problem.bandwidth / m)
+    f_star, g_ui = binary_freshness(problem, opt), uniform_interval_freshness(problem, uni)
     return jax.vmap(lambda t, n, e, r: _outcome(problem, t, n, e, r, f_star, g_ui))(
         tau_eff, n_rounds, est, rate)
 
@@ -782,19 +804,10 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
                               jnp.zeros((), jnp.int32), prm)
 
     def step(key, state: EpsGreedyState, problem: CrawlProblem):
-        schedule = poisson_schedule(state.rate)
         phase = state.phase
-        hist = start_epoch(state.history, phase)
-        window_keys = jax.random.split(key, windows_per_phase)
-
-        def window(carry, k):
-            sim, h = carry
-            sim, win = simulate_window(k, sim, problem, schedule, config)
-            h = record_window(h, win.observations, win.num_changes, phase)
-            return (sim, h), (window_utility(problem, win, config.window),
-                              jnp.sum(win.overflow, dtype=jnp.int32))
-
-        (sim, hist), (fresh, overflow) = jax.lax.scan(window, (state.sim, hist), window_keys)
+        sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, poisson_schedule(state.rate),
+                                       config, windows_per_phase, phase)
+        fresh, overflow = stats.utility, stats.overflow
         intervals, changed, mask = suffix_history(hist, phase, jnp.inf)
         est = estimators.mle(intervals, changed, mask, min_rate=min_rate, max_rate=max_rate)
         # a page whose ring wrapped inside this phase has no complete phase left: keep its estimate

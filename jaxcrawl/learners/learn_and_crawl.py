@@ -399,17 +399,9 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         prm = state.params
         epoch = state.epoch
         schedule = schedule_from_policy(problem.replace(complete=state.policy.on_signal), state.policy)
-        hist = start_epoch(state.history, epoch)
-        window_keys = jax.random.split(key, windows_per_epoch)
-
-        def window(carry, k):
-            sim, h = carry
-            sim, win = simulate_window(k, sim, problem, schedule, config)
-            h = record_window(h, win.observations, win.num_changes, epoch)
-            return (sim, h), (jnp.sum(win.overflow, dtype=jnp.int32),
-                              jnp.sum(win.num_crawls, dtype=jnp.int32))
-
-        (sim, hist), (overflow, crawls) = jax.lax.scan(window, (state.sim, hist), window_keys)
+        sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, schedule, config,
+                                       windows_per_epoch, epoch)
+        overflow, crawls = stats.overflow, stats.num_crawls
         estimate, truncated = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
             state.estimate, min_rate=min_rate, max_rate=max_rate)
