@@ -73,6 +73,7 @@ from ._history import (
     CrawlHistory,
     PaddedHistory,
     append_window,
+    crawl_epoch,
     empty_history,
     empty_padded_history,
     suffix_history,

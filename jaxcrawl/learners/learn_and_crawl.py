@@ -80,7 +80,15 @@ from jaxcrawl.simulate import (
 )
 from jaxcrawl.utilities import BINARY, BINARY_EPSILON, HARMONIC, HARMONIC_APPROX, Utility, get_utility, solve
 
-from ._history import CrawlHistory, empty_history, in_suffix, record_window, start_epoch, suffix_history
+from ._history import (
+    CrawlHistory,
+    crawl_epoch,
+    empty_history,
+    in_suffix,
+    record_window,
+    start_epoch,
+    suffix_history,
+)
 from .base import Learner
 
 __all__ = [

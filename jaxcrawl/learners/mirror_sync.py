@@ -236,14 +236,20 @@ def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLi
       says whether the dual root-find met its tolerance.
     """
     _check_step_inputs(rate, budget, lower, upper, "mirror_descent_step")
+    return _exact_step(_mirror_rate, _mirror_marginal, rate, grad, learning_rate, budget, lower, upper)
+
+
+def _exact_step(rate_fn, marginal_fn, rate, grad, learning_rate, budget, lower, upper) -> Allocation:
+    """The step's argmin over the box with Σx = B: one :func:`~jaxcrawl.allocate.allocate`
+    on the per-arm KKT solution ``rate_fn(ν, (r, g, η))``."""
     rate = jnp.asarray(rate)
     dtype = rate.dtype
     grad = jnp.asarray(grad, dtype)
     eta = jnp.asarray(learning_rate, dtype)
-    return allocate(_mirror_rate, (rate, grad, eta), jnp.asarray(budget, dtype),
+    return allocate(rate_fn, (rate, grad, eta), jnp.asarray(budget, dtype),
                     jnp.broadcast_to(jnp.asarray(lower, dtype), rate.shape),
                     jnp.broadcast_to(jnp.asarray(upper, dtype), rate.shape),
-                    marginal_fn=_mirror_marginal)
+                    marginal_fn=marginal_fn)
 
 
 def _psgd_rate(nu, p):
@@ -267,16 +273,9 @@ def projected_sgd_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLik
     ``lower == upper`` are held fixed.  Same arguments and result as
     :func:`mirror_descent_step`.
     """
-    rate = jnp.asarray(rate)
-    if is_concrete(rate) and (np.asarray(rate).ndim != 1 or not np.all(np.isfinite(np.asarray(rate)))):
+    if is_concrete(rate) and (np.ndim(rate) != 1 or not np.all(np.isfinite(np.asarray(rate)))):
         raise ValueError("projected_sgd_step: rate must be a finite (K,) vector")
-    dtype = rate.dtype
-    grad = jnp.asarray(grad, dtype)
-    eta = jnp.asarray(learning_rate, dtype)
-    return allocate(_psgd_rate, (rate, grad, eta), jnp.asarray(budget, dtype),
-                    jnp.broadcast_to(jnp.asarray(lower, dtype), rate.shape),
-                    jnp.broadcast_to(jnp.asarray(upper, dtype), rate.shape),
-                    marginal_fn=_psgd_marginal)
+    return _exact_step(_psgd_rate, _psgd_marginal, rate, grad, learning_rate, budget, lower, upper)
 
 
 # ----------------------------------------------------------------------- learners
@@ -454,16 +453,11 @@ def async_psgd_sync(learning_rate: float = TABLE1["async_psgd_sync"]["learning_r
                     chunk_size: int | None = None) -> SyncLearner:
     r"""AsyncPSGDSync (ICML-20 §8): :func:`async_mirror_sync` with the mirror-descent step
     replaced by the exact Euclidean projection of :math:`r - \eta\bar g` onto the local
-    constraint set (:func:`projected_sgd_step`).
-
-    Args:
-      learning_rate: η (Table 1: 0.08; Table 2: 0.5).
-      exploration: ε (0.05).
-      update_interval: :math:`l_{upd}` (Table 1: 20; Table 2: 40).
-      chunk_size: probes simulated per pass.
+    constraint set (:func:`projected_sgd_step`).  The arguments are those of
+    :func:`async_mirror_sync`; the paper's values are η = 0.08, :math:`l_{upd}` = 20
+    (Table 1) and η = 0.5, :math:`l_{upd}` = 40 (Table 2), with ε = 0.05.
     """
-    return _async_learner(projected_sgd_step,
-                          (learning_rate, exploration, update_interval),
+    return _async_learner(projected_sgd_step, (learning_rate, exploration, update_interval),
                           "async_psgd_sync", chunk_size)
 
 
