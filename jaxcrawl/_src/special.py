@@ -86,11 +86,23 @@ def gamma2_cdf(u: ArrayLike) -> jax.Array:
     The scaled marginal utility of uniform-interval crawling,
     :math:`\partial G/\partial\rho_i = (\zeta_i/\xi_i)\,h(\xi_i/\rho_i)` (L2C App. I.2),
     and of binary-Poisson sync costs (ICML-20 App. C).  Taylor series below ``u = 1``.
+    Its derivative :math:`h'(u)=ue^{-u}` is given in closed form (autodiff of the direct
+    form cancels for large ``u``).
     """
-    u = as_float(u)
+    return _gamma2_cdf(as_float(u))
+
+
+@jax.custom_jvp
+def _gamma2_cdf(u):
     small = u < 1.0
     us, ul = _split(u, small, 0.0, 1.0)
     return jnp.where(small, horner(us, _GAMMA2_COEFFS), -jnp.expm1(-ul) - ul * jnp.exp(-ul))
+
+
+@_gamma2_cdf.defjvp
+def _gamma2_cdf_jvp(primals, tangents):
+    (u,), (du,) = primals, tangents
+    return _gamma2_cdf(u), u * jnp.exp(-u) * du
 
 
 def phi1(x: ArrayLike) -> jax.Array:
@@ -98,11 +110,27 @@ def phi1(x: ArrayLike) -> jax.Array:
 
     The time-averaged binary staleness of a page crawled every :math:`1/\rho` with
     :math:`x=\xi/\rho` (L2C App. H), and the binary-Poisson sync cost per unit time.
+    Its derivative :math:`\varphi_1'(x)=h(x)/x^2` (:func:`gamma2_cdf`) is given in closed
+    form, by its own series below ``x = 1``.
     """
-    x = as_float(x)
+    return _phi1(as_float(x))
+
+
+@jax.custom_jvp
+def _phi1(x):
     small = x < 1.0
     xs, xl = _split(x, small, 0.0, 1.0)
     return jnp.where(small, horner(xs, _PHI1_COEFFS), (xl + jnp.expm1(-xl)) / xl)
+
+
+@_phi1.defjvp
+def _phi1_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    small = x < 1.0
+    xs, xl = _split(x, small, 0.0, 1.0)
+    # h(x)/x^2 = sum_{k>=2} (-1)^k (k-1) x^{k-2} / k!
+    deriv = jnp.where(small, horner(xs, _GAMMA2_COEFFS[2:]), _gamma2_cdf(xl) / (xl * xl))
+    return _phi1(x), deriv * dx
 
 
 def exp1(x: ArrayLike) -> jax.Array:
