@@ -36,11 +36,12 @@ def simulate(num_pages, num_obs, dtype, seed=0):
 def numpy_mle_page(w, c, lo, hi, rtol, max_steps=60):
     """One page, plain NumPy: the same safeguarded Newton as ``jaxcrawl.estimators.mle``.
 
-    rtsafe on ``z = log x`` for the score ``psi(x) = log S(x) - log W_unchanged`` of the
-    likelihood equation (Learning to Crawl eq. 6; ``S(x) = sum_changed w/(e^{xw}-1)``):
-    Newton inside the shrinking bracket when it at least halves the step, bisection
-    otherwise; stop at a Newton step <= ``rtol`` in ``z`` (the Newton point is returned)
-    or at a bracket a few ulps wide.
+    For the score ``psi(x) = log S(x) - log W_unchanged`` of the likelihood equation
+    (Learning to Crawl eq. 6; ``S(x) = sum_changed w/(e^{xw}-1)``): from the closed-form
+    guess, up to three Newton steps in ``x`` while left of the root, then rtsafe on
+    ``z = log x``: Newton inside the shrinking bracket when it at least halves the step,
+    bisection otherwise; stop at a Newton step <= ``rtol`` in ``z`` (the Newton point is
+    returned) or at a bracket a few ulps wide.
     """
     wc, wu = w[c], w[~c].sum()
     if wc.size == 0:
@@ -63,10 +64,15 @@ def numpy_mle_page(w, c, lo, hi, rtol, max_steps=60):
     eps = float(np.finfo(w.dtype).eps)
     za, zb = math.log(lo), math.log(hi)
     n, u = w.size, wc.size
-    x0 = math.log1p((u + 0.5) / max(n - u, 0.5)) / w.mean()
-    z = min(max(math.log(min(max(x0, lo * 1.001), hi * 0.999)), za), zb)
+    x = min(max(math.log1p((u + 0.5) / max(n - u, 0.5)) / w.mean(), lo * 1.001), hi * 0.999)
+    left = min(3, max_steps - 1)
+    for _ in range(left):
+        f, df = psi(x)
+        if f > 0 and df < 0 and math.isfinite(f) and math.isfinite(df):
+            x = min(max(x - f * x / df, lo), hi)  # df is d psi / d log x
+    z = min(max(math.log(x), za), zb)
     dz_old = zb - za
-    for _ in range(max_steps):
+    for _ in range(max_steps - left):
         f, df = psi(math.exp(z))
         if f > 0:
             za = z

@@ -47,9 +47,9 @@ def _raise_unless_converged(what: str, converged, num_steps, residual) -> None:
     if not np.all(ok):
         bad = int(np.size(ok) - np.count_nonzero(ok))
         raise NonConvergenceError(
-            f"{what} did not converge ({bad} of {np.size(ok)} problems): stopped after "
+            f"{what} did not converge ({bad} of {np.size(ok)} entries): stopped after "
             f"{np.max(np.asarray(num_steps))} steps with residual {np.asarray(residual).ravel()[:4]} "
-            "before the closing correction; raise max_steps or check the inputs")
+            "(for budget solves: before the closing correction); raise max_steps or check the inputs")
 
 
 def raise_unless_converged(what: str, converged: jax.Array, num_steps: jax.Array, residual: jax.Array) -> None:

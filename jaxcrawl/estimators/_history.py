@@ -147,8 +147,9 @@ def validate_window(window: ArrayLike | None, smoothing: ArrayLike, *,
 
 def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
             counts: bool = False, dtype: Any = None) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Broadcast, sanitise masked entries and cast: ``(w, c, m)`` with ``w = 0`` and
-    ``c = 0`` off the mask (``c`` boolean, or float counts with ``counts=True``).
+    """Broadcast, sanitise masked entries and cast a history (the ``w_n, o_n`` of L2C
+    eq. 6, or the counts ``x_n`` of L2C App. K eq. 32 with ``counts=True``): ``(w, c, m)``
+    with ``w = 0`` and ``c = 0`` off the mask (``c`` boolean, or float counts).
 
     Guard (documented): non-positive or non-finite intervals are treated as masked out,
     so results stay finite inside ``jit`` where nothing can be raised.
@@ -177,7 +178,8 @@ def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
 
 def clip_bounds(min_rate: ArrayLike, max_rate: ArrayLike, dtype: Any,
                 batch_shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
-    """``(lo, hi)`` of the clip range broadcast to the histories' leading axes."""
+    """``(lo, hi)`` of the clip range (ξ_min, ξ_max of L2C §6) broadcast to the histories'
+    leading axes."""
     lo = jnp.broadcast_to(jnp.asarray(min_rate, dtype), batch_shape)
     hi = jnp.broadcast_to(jnp.asarray(max_rate, dtype), batch_shape)
     return lo, hi

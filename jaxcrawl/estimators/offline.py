@@ -283,10 +283,11 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
 
     for every history at once, written as ``log LHS − log RHS`` (convex and decreasing in
     ξ), and clips the root to ``[min_rate, max_rate]``.  From the equal-interval closed
-    form, up to three Newton steps in ξ are taken where it lies left of the root (convexity
-    makes them monotone), then the shared elementwise safeguarded Newton iterates on
-    ``log ξ`` (Newton inside a shrinking bracket, bisection as the fallback).  Because the score is monotone,
-    clipping the root is the same as maximising the likelihood over the interval.
+    form, up to three Newton steps in ξ are taken where it lies left of the root
+    (convexity makes them monotone), then the shared elementwise safeguarded Newton
+    iterates on ``log ξ`` (Newton inside a shrinking bracket, bisection as the fallback).
+    Because the score is monotone, clipping the root is the same as maximising the
+    likelihood over the interval.
 
     Edge cases (finite, by the clip):
 
