@@ -22,10 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import best_time  # noqa: E402
 from solve import numpy_lambda_crawl  # noqa: E402
 
 import jaxcrawl  # noqa: E402
+
+from _common import best_time  # noqa: E402
 
 
 def main():

@@ -24,10 +24,10 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import best_time  # noqa: E402
-
 import jaxcrawl  # noqa: E402
 from jaxcrawl import estimators  # noqa: E402
+
+from _common import best_time  # noqa: E402
 
 EXTRA_PASSES = 3  # bracket + final evaluation + correction/write of the plan
 

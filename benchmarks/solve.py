@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import best_time  # noqa: E402
-
 import jaxcrawl  # noqa: E402
+
+from _common import best_time  # noqa: E402
 
 
 def numpy_lambda_crawl(mu, lam, comp, R, iters=40):
