@@ -265,7 +265,7 @@ def _check_harmonic(dtype):
     n = np.asarray(HARMONIC_N, np.int64)
     got = np.asarray(jax.jit(lambda n: special.harmonic_number(n, dtype))(jnp.asarray(n, jnp.int32)))
     assert got.dtype == dtype
-    eps = np.finfo(dtype).eps
+    eps = float(np.finfo(dtype).eps)
     for ni, gi in zip(HARMONIC_N, got):
         if ni <= 1000:  # exact rational sums (0 for n <= 0)
             exact = ref_harmonic(ni)
