@@ -295,8 +295,10 @@ def test_default_converges_over_twelve_orders_of_magnitude_float64(seed, log_imp
 def test_float32_solve_agrees_with_float64(big_problem, name):
     """The users' default dtype: every built-in utility in float32 is within a few float32
     ulps of conditioning of the float64 optimum, meets the budget and reports convergence."""
-    pol32 = jaxcrawl.solve(big_problem, name)
     arrays = [np.asarray(a) for a in (big_problem.importance, big_problem.change_rate, big_problem.complete)]
+    p32 = jaxcrawl.CrawlProblem(arrays[0].astype(np.float32), arrays[1].astype(np.float32),
+                                np.float32(big_problem.bandwidth), arrays[2])
+    pol32 = jaxcrawl.solve(p32, name)
     with jax.enable_x64(True):
         p64 = jaxcrawl.CrawlProblem(arrays[0].astype(np.float64), arrays[1].astype(np.float64),
                                     float(big_problem.bandwidth), arrays[2])
