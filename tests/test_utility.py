@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 import jaxcrawl
 from jaxcrawl import politeness, scale
 
+from reference import bisect_dual
+
 
 def _fill_rate(nu, params):
     zeta, xi = params
@@ -35,22 +37,9 @@ FILL = jaxcrawl.Utility(name="test-water-filling", rate=_fill_rate, marginal=_fi
 
 
 # ----------------------------------------------------------------- NumPy references
-def _bisect(total, target, lo=1e-300, hi=1e300, iters=4000):
-    """nu with total(nu) == target for a nonincreasing total, by geometric bisection."""
-    for _ in range(iters):
-        mid = np.sqrt(lo * hi)
-        if total(mid) > target:
-            lo = mid
-        else:
-            hi = mid
-        if hi / lo - 1 < 1e-15:
-            break
-    return np.sqrt(lo * hi)
-
-
 def fill_ref(zeta, xi, budget):
     x_of = lambda nu: np.maximum(zeta / nu - xi, 0.0)  # noqa: E731
-    nu = _bisect(lambda v: x_of(v).sum(), budget)
+    nu = bisect_dual(x_of, budget)
     return x_of(nu), nu
 
 
@@ -65,11 +54,11 @@ def fill_capped_ref(zeta, xi, budget, host, cap):
         for h in range(H):
             on = host == h
             if x_of(nu)[on].sum() > cap[h]:
-                mu = _bisect(lambda v: x_of(np.full(on.sum(), v) if False else v)[on].sum(), cap[h], lo=nu)
+                mu = bisect_dual(lambda v: x_of(v)[on], cap[h], lo=nu)
                 d[on] = mu
         return x_of(d)
 
-    nu = _bisect(lambda v: allocation(v).sum(), budget)
+    nu = bisect_dual(allocation, budget)
     return allocation(nu), nu
 
 
