@@ -163,6 +163,7 @@ def _etc_optimum(outcome, horizon):
     return tau, reg, i
 
 
+@pytest.mark.long
 def test_etc_commits_from_the_right_prefix(etc_sweep, instances):
     """Every τ used exactly τR/m observations, and under equal intervals moment matching
     is the closed form log(N/(N−U))/w, clipped (L2C §4); the grouped grid commit equals
@@ -192,6 +193,7 @@ def test_etc_commits_from_the_right_prefix(etc_sweep, instances):
                                rtol=rtol_for(estimate, 1e-10))
 
 
+@pytest.mark.long
 def test_etc_exploration_utility_matches_app_h(etc_sweep, instances):
     """Simulated utility of the uniform-interval exploration = App. H (within 4 SE)."""
     window = etc_sweep["learner"].config.window
@@ -201,6 +203,7 @@ def test_etc_exploration_utility_matches_app_h(etc_sweep, instances):
     assert abs(sims.mean() - exact) < Z * se
 
 
+@pytest.mark.long
 def test_etc_regret_has_interior_minimum(etc_sweep):
     """L2C Fig. 1a: at T = 10^4 the regret in τ is smallest strictly inside the grid."""
     tau, reg, i = _etc_optimum(_pick(etc_sweep["outcome"], 0, 0), 1e4)
@@ -211,6 +214,7 @@ def test_etc_regret_has_interior_minimum(etc_sweep):
     assert mean[last] - mean[i] > Z * np.hypot(se[last], se[i])
 
 
+@pytest.mark.long
 def test_etc_tau_star_grows_as_sqrt_T_and_regret_as_sqrt_T(etc_sweep):
     """L2C Fig. 1b-c / Thm 1: empirical τ* ∝ T^{1/2}, regret/T ∝ T^{-1/2} over T = 1e2..1e5."""
     horizons = np.array([1e2, 1e3, 1e4, 1e5])
@@ -239,6 +243,7 @@ def eps_sweep(instances):
     return dict(learner=learner, result=res, length=length)
 
 
+@pytest.mark.long
 def test_phased_eps_greedy_beats_etc_with_enough_phases(eps_sweep, etc_sweep, instances):
     """L2C Fig. 2: with few phases ETC (best τ) has the lower regret, with enough phases
     phased ε-greedy does (expected regrets: eq. 4 per phase, App. H + eq. 4 for ETC)."""
@@ -256,6 +261,7 @@ def test_phased_eps_greedy_beats_etc_with_enough_phases(eps_sweep, etc_sweep, in
         assert (-diff if eps_better else diff) > Z * se, (phases, r_eps.mean(), r_etc[:, i].mean())
 
 
+@pytest.mark.long
 def test_phased_regret_is_eq4_per_phase(eps_sweep, instances):
     """The per-phase utility is eq. 4 for the executed rates, which are ρ^UR first and
     then (1 − ε)ρ̂ + εR/m for Azar et al.'s optimum ρ̂ of the previous estimates."""
@@ -392,6 +398,7 @@ def llc_runs():
                 optimum={k: np.asarray(v, np.float64) for k, v in optimum(problems).items()})
 
 
+@pytest.mark.long
 def test_llc_converges_to_lambda_crawl_optimum(llc_runs):
     """LLC's policy cost after 21 epochs is within 2% of LambdaCrawl's optimum for the true
     rates; every inner solve converged."""
@@ -404,6 +411,7 @@ def test_llc_converges_to_lambda_crawl_optimum(llc_runs):
     assert np.all(info.harmonic_cost[:, 0, -1] < info.harmonic_cost[:, 0, 0])
 
 
+@pytest.mark.long
 def test_llca_converges_faster_but_higher_and_bllc_slowest(llc_runs):
     """NeurIPS-19 Fig. 3: LLCA is near its limit after one epoch (LLC is not) but its
     limit is costlier than LLC's; BLLCε keeps the largest share of its first-epoch gap.
@@ -504,9 +512,17 @@ def test_complete_pages_use_signal_rate():
     assert np.allclose(np.asarray(est), ref)
 
 
-def test_llc_param_validation(llc_runs):
-    s = llc_runs["settings"]
-    p = llc_runs["problem"]
+@pytest.fixture(scope="module")
+def llc_small():
+    """LLC settings and a problem at test size (no run): for the validation tests."""
+    problems = jax.vmap(lambda k: data.synthetic(k, 64))(jax.random.split(jax.random.key(5), 2))
+    return dict(settings=lc.llc_settings(problems, FAMILY, events_per_window=48.0), problems=problems,
+                problem=jax.tree_util.tree_map(lambda x: x[0], problems))
+
+
+def test_llc_param_validation(llc_small):
+    s = llc_small["settings"]
+    p = llc_small["problem"]
     learner = lc.llc(**s)
     with pytest.raises(ValueError, match="epsilon"):
         learner.init(p, lc.LLCParams(epsilon=1.5))
@@ -529,7 +545,7 @@ def log_marginal(x, params):
 LOG_UTILITY = jaxcrawl.Utility(name="log", rate=log_rate, marginal=log_marginal)
 
 
-def test_inner_solvers_are_utilities(llc_runs):
+def test_inner_solvers_are_utilities(llc_small):
     """K19 Alg. 4 line 4 takes any Utility: the former solver names map to the registry's
     utilities, BLCε takes its floor from the (traced) params.epsilon, and a user-defined
     utility (weighted log, rates ∝ importance) is solved by jaxcrawl.solve."""
@@ -543,7 +559,7 @@ def test_inner_solvers_are_utilities(llc_runs):
     ref = solvers.binary_lambda_crawl(p.replace(change_rate=est), 0.2)
     np.testing.assert_allclose(blc.rate, ref.rate, rtol=rtol_for(ref.rate, 1e-12))
     assert float(jnp.min(blc.rate)) >= 0.2 * float(p.bandwidth) / 64 * (1 - rtol_for(ref.rate, 1e-12))
-    learner = lc.lambda_learn_and_crawl(LOG_UTILITY, **llc_runs["settings"])
+    learner = lc.lambda_learn_and_crawl(LOG_UTILITY, **llc_small["settings"])
     assert learner.name == "llc[log]"
     policy = learner.init(p).policy  # init solves for the initial estimate (K19 Alg. 4 line 4)
     mu = np.asarray(p.importance, np.float64)
@@ -551,8 +567,9 @@ def test_inner_solvers_are_utilities(llc_runs):
     assert bool(policy.converged)
 
 
-def test_learner_factories_validate_their_settings(etc_sweep):
-    cfg = etc_sweep["learner"].config
+def test_learner_factories_validate_their_settings(instances):
+    etc_learner = ec.explore_then_commit(**ec.etc_settings(instances["both"], float(ETC_NMAX)))
+    cfg = etc_learner.config
     with pytest.raises(ValueError, match="estimator"):
         lc.online_learn_and_crawl("mle", config=cfg, windows_per_round=2)
     with pytest.raises(ValueError, match="windows_per_round"):
@@ -562,13 +579,13 @@ def test_learner_factories_validate_their_settings(etc_sweep):
     with pytest.raises(ValueError, match="estimator"):
         ec.explore_then_commit(config=cfg, num_windows=2, rounds_per_window=1, estimator="naive")
     with pytest.raises(ValueError, match="min_rate"):
-        etc_sweep["learner"].init(l2c_instance(3), ec.ETCParams(0.0, 1.0))
+        etc_learner.init(l2c_instance(3), ec.ETCParams(0.0, 1.0))
     with pytest.raises(ValueError, match="tau"):
-        ec.run_etc(jax.random.key(0), etc_sweep["learner"], l2c_instance(3), [1e9])
+        ec.run_etc(jax.random.key(0), etc_learner, l2c_instance(3), [1e9])
     with pytest.raises(ValueError, match="history_capacity"):
         ec.phased_epsilon_greedy(config=cfg, windows_per_phase=1, num_phases=2, history_capacity=0)
     with pytest.raises(ValueError, match="clips"):
-        ec.etc_grid_transform(etc_sweep["learner"], [1.0], clips=[(2.0, 1.0)])
+        ec.etc_grid_transform(etc_learner, [1.0], clips=[(2.0, 1.0)])
 
 
 # ------------------------------------------------------------------------ slow versions

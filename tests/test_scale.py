@@ -58,6 +58,7 @@ def test_shard_pages_requires_divisible_pages():
             shard_pages(jaxcrawl.data.synthetic(jax.random.key(0), len(jax.devices()) + 1), mesh)
 
 
+@pytest.mark.long
 def test_sharded_equals_single_device_on_8_host_devices():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     script = os.path.join(os.path.dirname(__file__), "scripts", "sharded_equivalence.py")

@@ -582,6 +582,7 @@ def _check_family(runs, final_bound, threshold):
     assert abs(r_ms - r_ams) <= 10, (r_ms, r_ams)
 
 
+@pytest.mark.long
 def test_learners_converge_and_async_mirror_beats_psgd(polynomial_runs):
     """ICML-20 Figs. 1-2 at reduced size (16 instances, 60 of the 240 rounds, the paper's
     hyperparameters): all algorithms shrink J(r) - J*_ε; AsyncMirrorSync reaches a given

@@ -225,6 +225,12 @@ def test_max_steps_one_reports_not_converged(big_problem, tmp_path):
     R = float(big_problem.bandwidth)
     assert abs(float(good.residual)) <= 4 * np.finfo(np.float32).eps ** 0.75 * R
     assert abs(float(bad.residual)) > 0.01 * R
+
+
+@pytest.mark.long
+def test_max_steps_one_reports_not_converged_everywhere(big_problem, tmp_path):
+    """Every registered objective, host caps and streaming report an early stop."""
+    R = float(big_problem.bandwidth)
     for name in jaxcrawl.utility_names():
         if name == FILL.name:
             continue
