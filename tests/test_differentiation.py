@@ -41,7 +41,8 @@ def active_bounds(name, pol, p):
 
 @pytest.mark.x64
 @pytest.mark.parametrize("name", list(SOLVERS))
-@pytest.mark.parametrize("seed,bw", [(0, 0.3), (1, 0.05), (2, 2.0)])
+@pytest.mark.parametrize("seed,bw", [(0, 0.3), pytest.param(1, 0.05, marks=pytest.mark.long),
+                                     pytest.param(2, 2.0, marks=pytest.mark.long)])
 def test_gradients_and_jvps_match_finite_differences(name, seed, bw):
     solver = SOLVERS[name]
     mu, lam, R, comp = make(seed, bw=bw)
