@@ -89,6 +89,15 @@ class Utility(NamedTuple):
       dual: optional ``dual(nu, params) -> reported dual`` (default: ν itself).
       separable: False when ``rate`` couples pages (through sums over them): such a
         utility cannot be host-capped or streamed chunk by chunk.
+      homogeneous: True when the optimum is equivariant under the two scalings of the
+        model -- importance :math:`\times a` leaves the rates unchanged, change rates,
+        bounds and bandwidth :math:`\times c` multiply the rates by :math:`c`, and the dual
+        scales by :math:`a/c` -- as for every built-in utility (each :math:`u_i` is
+        importance times a function of :math:`x_i/\lambda_i`).  :func:`solve` then solves in
+        normalised units (largest importance 1, mean rate 1) and scales back, so any
+        problem whose inputs are representable in the working dtype solves to its
+        precision (no overflow at bandwidth 1e30, no underflow at 1e-30).  Leave False
+        for a utility without these symmetries.
     """
 
     name: str
@@ -101,6 +110,7 @@ class Utility(NamedTuple):
     bracket: Callable[[Params, jax.Array], tuple] | None = None
     dual: Callable[[jax.Array, Params], jax.Array] | None = None
     separable: bool = True
+    homogeneous: bool = False
 
     def page_bounds(self, params: Params, bandwidth: ArrayLike, num_pages: int, dtype: Any) -> tuple:
         """``(lower, upper)`` per page (scalars when the utility has no bounds)."""
@@ -185,7 +195,43 @@ def solve(problem: CrawlProblem, utility: str | Utility, *, lower: ArrayLike | N
     return _solve_one(problem, u, lower, upper, **opts)
 
 
+def normalising_scales(problem: CrawlProblem) -> tuple[jax.Array, jax.Array]:
+    r"""``(a, c)``: the importance and time scales :func:`solve` divides out for a
+    homogeneous utility -- the largest importance and the mean rate :math:`R/m` (each 1
+    when it is 0 or not finite).  Constants for differentiation: the optimum is exactly
+    equivariant under the scaling, so its derivatives need no term through them."""
+    dtype = problem.dtype
+    a = jnp.max(jnp.abs(problem.importance), axis=-1)
+    c = jnp.asarray(problem.bandwidth, dtype) / problem.importance.shape[-1]
+    fix = lambda v: jnp.where(jnp.isfinite(v) & (v > 0), v, jnp.ones_like(v))  # noqa: E731
+    return jax.lax.stop_gradient(fix(a)), jax.lax.stop_gradient(fix(c))
+
+
+def _rescale_dual(dual, a, c):
+    """``dual * a / c`` in the order that stays finite (a/c alone may overflow)."""
+    first = dual * (a / c)
+    second = (dual * a) / c
+    return jnp.where(jnp.isfinite(first), first, jnp.where(jnp.isfinite(second), second, (dual / c) * a))
+
+
 def _solve_one(problem, u: Utility, lower, upper, **opts) -> Policy:
+    if u.homogeneous:
+        # Exact change of units (Utility.homogeneous): solve with the largest importance and
+        # the mean rate at 1, then scale rates, dual and residual back.
+        a, c = normalising_scales(problem)
+        scaled = raw_problem(problem.importance / a, problem.change_rate / c, problem.bandwidth / c,
+                             problem.complete)
+        low = None if lower is None else jnp.asarray(lower, problem.dtype) / c
+        up = None if upper is None else jnp.asarray(upper, problem.dtype) / c
+        pol = _solve_units(scaled, u, low, up, **opts)
+        params = u.params(problem)
+        return make_policy(problem, pol.rate * c, _rescale_dual(pol.dual, a, c), pol.residual * c, pol.num_steps,
+                           on_signal=u.signal_mask(params, problem.importance.shape),
+                           converged=pol.converged)
+    return _solve_units(problem, u, lower, upper, **opts)
+
+
+def _solve_units(problem, u: Utility, lower, upper, **opts) -> Policy:
     params = u.params(problem)
     n = problem.importance.shape[-1]
     dtype = problem.dtype
@@ -265,7 +311,7 @@ def _harmonic_value(x, params):
 
 HARMONIC = register_utility(Utility(
     name="harmonic", rate=_harmonic_rate, marginal=_harmonic_marginal, params=_mixed_params,
-    bounds=_mixed_bounds, on_signal=_mixed_signal, value=_harmonic_value))
+    bounds=_mixed_bounds, on_signal=_mixed_signal, value=_harmonic_value, homogeneous=True))
 
 
 # --------------------------------------------------------------- LambdaCrawlApprox
@@ -295,7 +341,7 @@ def _lca_bracket(params, bandwidth):
 HARMONIC_APPROX = register_utility(Utility(
     name="harmonic-approx", rate=_lca_rate, marginal=None, params=_mixed_params,
     bounds=_mixed_bounds, on_signal=_mixed_signal, value=_harmonic_value, bracket=_lca_bracket,
-    dual=_lca_vprime, separable=False))
+    dual=_lca_vprime, separable=False, homogeneous=True))
 
 
 # ------------------------------------------------------------------ binary freshness
@@ -315,7 +361,7 @@ def _binary_value(x, params):
 
 
 BINARY = register_utility(Utility(
-    name="binary", rate=_binary_rate, marginal=_binary_marginal, value=_binary_value))
+    name="binary", rate=_binary_rate, marginal=_binary_marginal, value=_binary_value, homogeneous=True))
 
 
 @functools.cache
@@ -330,7 +376,8 @@ def binary_epsilon(epsilon: float = 0.4) -> Utility:
         return eps * bandwidth / num_pages, jnp.inf
 
     return Utility(name="binary-epsilon" if eps == 0.4 else f"binary-epsilon({eps:g})",
-                   rate=_binary_rate, marginal=_binary_marginal, bounds=bounds, value=_binary_value)
+                   rate=_binary_rate, marginal=_binary_marginal, bounds=bounds, value=_binary_value,
+                   homogeneous=True)
 
 
 BINARY_EPSILON = register_utility(binary_epsilon(0.4))
@@ -353,7 +400,7 @@ def _delay_value(x, params):
 
 
 DELAY = register_utility(Utility(
-    name="delay", rate=_delay_rate, marginal=_delay_marginal, value=_delay_value))
+    name="delay", rate=_delay_rate, marginal=_delay_marginal, value=_delay_value, homogeneous=True))
 
 
 # ------------------------------------------------------- uniform-interval freshness
@@ -377,12 +424,23 @@ def _uniform_rate(nu, params):
     valid = c < 1.0
     u = _k_inverse(-jnp.log1p(-jnp.where(valid, c, 0.5)))
     us = jnp.where(valid & (u > 0), u, 1.0)
-    return jnp.where(valid, jnp.where(u > 0, xi / us, jnp.inf), 0.0)
+    # Far below the page's threshold (h(u) = u^2/2 (1 + O(u)), so u = sqrt(2c) to within u/3
+    # relative): x = xi/u = sqrt(zeta xi / (2 nu)), formed from square roots so that c may
+    # underflow (a page changing far slower than it is crawled) without x becoming inf.
+    root_c = jnp.sqrt(nu) * jnp.sqrt(xi) / jnp.sqrt(zeta)
+    tiny = root_c < jnp.finfo(root_c.dtype).eps
+    far = jnp.sqrt(zeta) * jnp.sqrt(xi) / (jnp.sqrt(2.0) * jnp.sqrt(nu))
+    return jnp.where(valid, jnp.where(tiny, far, jnp.where(u > 0, xi / us, jnp.inf)), 0.0)
 
 
 def _uniform_marginal(x, params):
     zeta, xi = params
-    return zeta / xi * special.gamma2_cdf(xi / x)
+    r = xi / x
+    # P(2, r) = r^2/2 (1 - 2r/3 + O(r^2)): for a page crawled far more often than it
+    # changes, (zeta/x)(r/2)(1 - 2r/3) keeps the marginal from underflowing through r^2.
+    small = r < jnp.sqrt(jnp.finfo(jnp.result_type(r)).eps)
+    series = (zeta / x) * (0.5 * r) * (1.0 - (2.0 / 3.0) * r)
+    return jnp.where(small, series, zeta / xi * special.gamma2_cdf(jnp.where(small, 1.0, r)))
 
 
 def _uniform_value(x, params):
@@ -393,7 +451,8 @@ def _uniform_value(x, params):
 
 
 UNIFORM = register_utility(Utility(
-    name="uniform", rate=_uniform_rate, marginal=_uniform_marginal, value=_uniform_value))
+    name="uniform", rate=_uniform_rate, marginal=_uniform_marginal, value=_uniform_value,
+    homogeneous=True))
 
 
 def _check_epsilon(epsilon) -> None:

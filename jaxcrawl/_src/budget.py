@@ -255,6 +255,12 @@ def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, host
     else:
         out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts)
     x, nu, kappa, residual, converged, steps = out
+    # The result, not only the iteration, must be right: the corrected allocation meets the
+    # budget to the solve's tolerance and is finite (rates are >= 0, so a finite sum means
+    # every rate is finite).  A bracket that collapsed on a discontinuity of f (rates that
+    # underflow or overflow at the dual) stops the iteration but fails this check.
+    total = jnp.sum(x)
+    converged = converged & jnp.isfinite(total) & (jnp.abs(total - budget) <= cfg[2] * jnp.abs(budget))
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(lower), jnp.shape(upper))
     return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32)
 
