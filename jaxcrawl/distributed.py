@@ -52,6 +52,7 @@ __all__ = [
     "allreduce_sum",
     "allreduce_max",
     "barrier",
+    "raise_together",
     "fingerprint",
     "check_consistent",
     "file_fingerprint",
@@ -228,6 +229,25 @@ def check_consistent(**fields: Any) -> None:
     if bad:
         raise ValueError("the processes of this job were given different inputs: " + "; ".join(bad)
                          + "; every process must run the same command on the same table")
+
+
+def raise_together(error: str | None) -> None:
+    """Raise ``ValueError`` on every process when any process found an error.
+
+    A process that raised alone would leave the others waiting in their next collective
+    (until the heartbeat timeout stops them); this exchanges one flag per process first,
+    so bad input on one process is a clean error everywhere (the failing process reports
+    its own message, the others name it).
+    """
+    if jax.process_count() == 1:
+        if error:
+            raise ValueError(error)
+        return
+    flags = allgather_host(np.asarray([0 if error is None else 1], np.int32))[:, 0]
+    if error is not None:
+        raise ValueError(f"process {jax.process_index()}: {error}")
+    if flags.any():
+        raise ValueError(f"bad input on process(es) {np.flatnonzero(flags).tolist()} (see their error messages)")
 
 
 # -------------------------------------------------------------- global arrays
@@ -428,6 +448,53 @@ def _global_solve(imp, lam, comp, valid, host, cap, budget, *, utility, num_page
     return policy.rate, policy.prob, policy.dual, policy.residual, policy.num_steps, policy.converged
 
 
+def _check_rows(imp, lam, comp, hid, cap, capped, start) -> str | None:
+    k = imp.shape[0]
+    if imp.ndim != 1 or lam.shape != (k,) or comp.shape != (k,):
+        return f"importance, change_rate and complete must be 1-D of one length; got {imp.shape}, {lam.shape}, {comp.shape}"
+    for name, a in (("importance", imp), ("change_rate", lam)):
+        ok = np.isfinite(a) & (a > 0)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            return f"{name} must be finite and > 0 for every page; page {start + i} has {a[i]!r}"
+    if capped:
+        if hid.shape != (k,) or np.any((hid < -1) | (hid >= cap.shape[0])):
+            return f"host_id must have shape ({k},) with values in [-1, {cap.shape[0]})"
+        if np.any(np.isnan(cap)) or np.any(cap <= 0):
+            return "host_cap must be > 0 for every host (inf = uncapped)"
+    return None
+
+
+def _check_feasible(utility, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype) -> None:
+    """The budget between the global sums of the pages' bounds (host caps included)."""
+    from .problem import raw_problem
+
+    params = utility.params(raw_problem(jnp.asarray(imp), jnp.asarray(lam), jnp.asarray(bandwidth, dtype),
+                                        jnp.asarray(comp)))
+    lo, hi = (np.broadcast_to(np.asarray(b, np.float64), imp.shape)
+              for b in utility.page_bounds(params, jnp.asarray(bandwidth, dtype), n, dtype))
+    H = cap.shape[0]
+    has = (hid >= 0) if capped else np.zeros(imp.shape, bool)
+    lo_h = np.bincount(hid[has], weights=lo[has], minlength=H)
+    hi_h = np.bincount(hid[has], weights=hi[has], minlength=H) if np.all(np.isfinite(hi[has])) else \
+        np.where(np.bincount(hid[has], weights=~np.isfinite(hi[has]), minlength=H) > 0, np.inf,
+                 np.bincount(hid[has], weights=np.where(np.isfinite(hi[has]), hi[has], 0), minlength=H))
+    free_hi = hi[~has]
+    free_hi = np.inf if np.any(~np.isfinite(free_hi)) else float(np.sum(free_hi))
+    tot = allreduce_sum(np.concatenate([[np.sum(lo), free_hi], lo_h, hi_h]))
+    sum_lo, free_hi, lo_h, hi_h = tot[0], tot[1], tot[2:2 + H], tot[2 + H:]
+    if capped and np.any(lo_h > cap * (1 + 1e-12)):
+        h = int(np.flatnonzero(lo_h > cap * (1 + 1e-12))[0])
+        raise ValueError(f"host {h}: cap {cap[h]!r} is below the sum of its pages' lower bounds {lo_h[h]!r} "
+                         "(e.g. BLC-epsilon floors): infeasible")
+    most = free_hi + (np.sum(np.minimum(cap, hi_h)) if capped else 0.0)
+    if (bandwidth > most * (1 + 1e-12)) if capped else (bandwidth >= most):
+        raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({most}: the pages' upper "
+                         "bounds, each capped host at most its cap); lower the bandwidth or raise the caps")
+    if bandwidth < sum_lo * (1 - 1e-12):
+        raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sum_lo})")
+
+
 def solve_local_rows(importance: Any, change_rate: Any, complete: Any, bandwidth: float,
                      objective: Any = "harmonic", *, epsilon: float = 0.0, host_id: Any = None,
                      host_cap: Any = None, max_steps: int = 100, rtol: float | None = None,
@@ -474,14 +541,11 @@ def solve_local_rows(importance: Any, change_rate: Any, complete: Any, bandwidth
     capped = host_cap is not None
     hid = np.full(k, -1, np.int32) if host_id is None else np.asarray(host_id, np.int32)
     cap = np.full(1, np.inf, dtype) if not capped or np.size(host_cap) == 0 else np.asarray(host_cap, dtype)
-    if capped:
-        num_hosts = cap.shape[0]
-        if hid.shape != (k,) or np.any((hid < -1) | (hid >= num_hosts)):
-            raise ValueError(f"host_id must have shape ({k},) with values in [-1, {num_hosts})")
-        if np.any(np.isnan(cap)) or np.any(cap <= 0):
-            raise ValueError("host_cap must be > 0 for every host (inf = uncapped)")
-    g = global_pages(mesh, block, (imp, 1.0), (np.asarray(change_rate, dtype), 1.0),
-                     (np.asarray(complete, bool), False), (np.ones(k, bool), False), (hid, -1))
+    lam = np.asarray(change_rate, dtype)
+    comp = np.asarray(complete, bool)
+    raise_together(_check_rows(imp, lam, comp, hid, cap, capped, start))
+    _check_feasible(utility, imp, lam, comp, hid, cap, capped, float(bandwidth), n, dtype)
+    g = global_pages(mesh, block, (imp, 1.0), (lam, 1.0), (comp, False), (np.ones(k, bool), False), (hid, -1))
     out = _global_solve(*g, replicated(mesh, cap), replicated(mesh, np.asarray(bandwidth, dtype)), utility=utility,
                         num_pages=n, capped=capped, max_steps=int(max_steps), rtol=rtol)
     rate, prob, dual, residual, steps, converged = out
