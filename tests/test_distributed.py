@@ -1,0 +1,234 @@
+"""Real multi-process jobs on 127.0.0.1 (jax.distributed, CPU collectives over gloo).
+
+Each test starts 2 or 3 separate Python processes (tests/scripts/distributed_worker.py)
+through :func:`jaxcrawl.distributed.launch`; every process reads only its own rows of the
+inputs, and the plan they produce together must equal the single-process solve computed
+here (float64: <= 1e-12 relative in rates and dual).  3 processes catch even-split
+assumptions (10_007 pages split 3335/3336/3336, CSV split by bytes, Parquet by row groups).
+"""
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+import jaxcrawl
+from jaxcrawl import distributed
+from jaxcrawl.io import read_problem_csv, write_problem_csv
+from jaxcrawl.scale import write_page_table
+
+WORKER = os.path.join(os.path.dirname(__file__), "scripts", "distributed_worker.py")
+N = 10_007
+HOST_SIZE = 700
+TIMEOUT = 240  # seconds for one job (a hang fails the test instead of the suite)
+
+
+def _env():
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(jaxcrawl.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    env["JAX_PLATFORMS"] = "cpu"
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def run_job(num_processes, inputs, out, *tasks, x64=True, expect=0):
+    os.makedirs(out, exist_ok=True)
+    log = io.StringIO()
+    cmd = [sys.executable, WORKER, str(inputs), str(out), *tasks] + (["--x64"] if x64 else [])
+    status = distributed.launch(cmd, num_processes, env=_env(), timeout=TIMEOUT, stream=log)
+    assert status == expect, log.getvalue()[-4000:]
+    return log.getvalue()
+
+
+def gather(out, task, num_processes):
+    parts = [dict(np.load(os.path.join(out, f"{task}.p{i}.npz"))) for i in range(num_processes)]
+    assert [int(p["start"]) for p in parts] == sorted(int(p["start"]) for p in parts)
+    assert all(bool(p["converged"]) for p in parts)
+    duals = {float(p["dual"]) for p in parts}
+    assert len(duals) == 1, duals  # every process has the same dual
+    return np.concatenate([p["rate"] for p in parts]), duals.pop(), parts
+
+
+def rel(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """One float64 problem in three formats, host caps that bind, and the references."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path_factory.mktemp("inputs")
+    with jax.enable_x64(True):
+        p = jaxcrawl.data.synthetic(jax.random.key(5), N, dtype=np.float64)
+        imp, lam, comp = (np.asarray(a) for a in (p.importance, p.change_rate, p.complete))
+    bandwidth = 0.2 * N
+    np.save(d / "bandwidth.npy", bandwidth)
+    write_page_table(str(d / "table"), imp, lam, comp)
+    pq.write_table(pa.table({"page_id": np.arange(N), "importance": imp, "change_rate": lam, "complete": comp}),
+                   str(d / "table.parquet"), row_group_size=1000)
+    write_problem_csv(str(d / "table.csv"), np.arange(N), imp, lam, comp)
+    return d, (imp, lam, comp, bandwidth)
+
+
+def _reference(inputs, task):
+    d, (imp, lam, comp, bandwidth) = inputs
+    from jaxcrawl import politeness
+
+    with jax.enable_x64(True):
+        if task == "harmonic" or task == "stream":
+            pol = jaxcrawl.lambda_crawl(jaxcrawl.CrawlProblem(imp, lam, bandwidth, comp))
+        elif task == "blc":
+            pol = jaxcrawl.binary_lambda_crawl(jaxcrawl.CrawlProblem(imp, lam, bandwidth, comp), 0.4)
+        else:  # capped: the CSV's (10-digit) values, hosts of HOST_SIZE consecutive pages
+            t = read_problem_csv(str(d / "table.csv"))
+            problem = jaxcrawl.CrawlProblem(t.importance, t.change_rate, bandwidth, t.complete)
+            host = (np.asarray(t.page_id).astype(np.int64) // HOST_SIZE).astype(np.int32)
+            free = np.asarray(jaxcrawl.lambda_crawl(problem).rate)
+            totals = np.bincount(host, weights=free)
+            caps = np.where(np.arange(totals.size) % 3 == 0, 0.6 * totals, np.inf)  # every third host binds
+            np.save(d / "caps.npy", caps)
+            sol = politeness.solve_with_host_caps(problem, host, caps, "harmonic")
+            assert np.asarray(sol.binding).sum() >= 4
+            pol = sol.policy
+        return np.asarray(pol.rate), float(pol.dual)
+
+
+def _check(inputs, out, task, num_processes):
+    rate, dual, parts = gather(out, task, num_processes)
+    ref_rate, ref_dual = _reference(inputs, task)
+    assert rate.shape == ref_rate.shape
+    assert rel(rate, ref_rate) <= 1e-12, (task, rel(rate, ref_rate))
+    assert abs(dual - ref_dual) <= 1e-12 * abs(ref_dual), (task, dual, ref_dual)
+    sizes = [p["rate"].shape[0] for p in parts]
+    assert min(sizes) > 0 and sum(sizes) == N
+    return parts
+
+
+def test_two_process_solve_equals_single_process(inputs, tmp_path):
+    """The quick check (default selection): 2 processes, each reading its half of a .npy
+    page table, solve LambdaCrawl together; their rows and the shared dual equal the
+    single-process solve."""
+    run_job(2, inputs[0], tmp_path, "harmonic")
+    parts = _check(inputs, tmp_path, "harmonic", 2)
+    assert [int(p["start"]) for p in parts] == [0, N // 2]
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("num_processes", [2, 3])
+def test_solves_equal_single_process(inputs, tmp_path, num_processes):
+    """lambda_crawl (.npy rows), binary_lambda_crawl(eps=0.4) (Parquet row groups), a
+    host-capped solve whose hosts straddle processes (CSV byte ranges) and stream_solve
+    each equal the single-process result to 1e-12; a mismatched bandwidth is refused."""
+    d = inputs[0]
+    _reference(inputs, "capped")
+    run_job(num_processes, d, tmp_path, "harmonic", "blc", "capped", "stream", "mismatch")
+    for task in ("harmonic", "blc", "stream"):
+        _check(inputs, tmp_path, task, num_processes)
+    parts = _check(inputs, tmp_path, "capped", num_processes)
+    # hosts straddle the processes: some host has pages on two processes
+    hosts = [set((p["page_id"] // HOST_SIZE).tolist()) for p in parts]
+    assert any(hosts[i] & hosts[i + 1] for i in range(num_processes - 1))
+    # stream_solve: every process wrote its rows into one plan file
+    ref_rate, _ = _reference(inputs, "stream")
+    assert rel(np.load(tmp_path / "stream_rate.npy"), ref_rate) <= 1e-12
+    for i in range(num_processes):
+        msg = str(np.load(tmp_path / f"mismatch.p{i}.npz")["message"])
+        assert "bandwidth (processes [1] differ from process 0)" in msg, msg
+
+
+def _sweep_reference():
+    import jax.numpy as jnp
+
+    from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync
+    from jaxcrawl.learners.sweep import run_sweep
+    from jaxcrawl.sync_bandits import polynomial_bandit
+
+    bandits = jax.vmap(lambda k: polynomial_bandit(k, 20))(jax.random.split(jax.random.key(1), 2))
+    lr = jnp.asarray([0.05, 0.1, 0.2, 0.4, 0.8, 1.6])
+    grid = SyncHyperparams(lr, jnp.full(6, 0.1), jnp.full(6, 2.0))
+    res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=8, num_steps=30, chunk_size=1)
+    return jax.tree_util.tree_leaves(res.outputs)
+
+
+def _check_sweep(out, num_processes, reference):
+    for i in range(num_processes):
+        got = np.load(os.path.join(out, f"sweep.p{i}.npz"))
+        assert len(reference) == len([k for k in got.files if k.startswith("leaf")])
+        for j, ref in enumerate(reference):
+            np.testing.assert_array_equal(got[f"leaf{j}"], np.asarray(ref))  # exactly
+    return [np.load(os.path.join(out, f"sweep.p{i}.npz"))["computed"] for i in range(num_processes)]
+
+
+@pytest.mark.long
+def test_sweep_over_two_processes_equals_single_process(tmp_path):
+    """8 seeds split over 2 processes (4 each, per-process checkpoint chunks): every
+    process returns the whole sweep, exactly equal to the single-process sweep."""
+    run_job(2, os.path.join(os.path.dirname(WORKER)), tmp_path, "sweep", x64=False)
+    computed = _check_sweep(tmp_path, 2, _sweep_reference())
+    assert all(list(c) == list(range(6)) for c in computed)
+    names = sorted(os.listdir(tmp_path / "sweep"))
+    assert "manifest.p0of2.json" in names and "chunk_00005.p1of2.npz" in names
+
+
+def _finished(path):
+    try:
+        with open(path) as f:
+            return len(json.load(f)["finished"])
+    except (OSError, ValueError):
+        return 0
+
+
+@pytest.mark.long
+def test_killed_process_stops_the_job_and_rerun_resumes(tmp_path):
+    """Killing one process mid-sweep makes the other exit non-zero within 60 s (the
+    coordination service's heartbeat timeout); rerunning the same command resumes from
+    the finished checkpoint chunks and completes with the single-process result."""
+    env = _env()
+    port = distributed.free_port()
+    script_dir = os.path.dirname(WORKER)
+    procs = []
+    try:
+        for i in range(2):
+            e = dict(env, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i))
+            procs.append(subprocess.Popen([sys.executable, WORKER, script_dir, str(tmp_path), "sweep",
+                                           "--chunk-delay", "1.5"], env=e, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        manifest = tmp_path / "sweep" / "manifest.p1of2.json"
+        deadline = time.monotonic() + TIMEOUT
+        while _finished(manifest) < 2:
+            assert time.monotonic() < deadline, "the sweep did not start"
+            assert procs[1].poll() is None, procs[1].stdout.read()
+            time.sleep(0.2)
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait(10)
+        t0 = time.monotonic()
+        try:
+            status = procs[0].wait(90)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the surviving process did not stop within 90 s of its peer's death")
+        elapsed = time.monotonic() - t0
+        output = procs[0].stdout.read()
+        assert status != 0, output
+        assert elapsed <= 60, elapsed
+        assert "another task died" in output or "unhealthy" in output, output[-2000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    finished = [_finished(tmp_path / "sweep" / f"manifest.p{i}of2.json") for i in range(2)]
+    assert 2 <= finished[1] < 6
+    run_job(2, script_dir, tmp_path, "sweep", x64=False)
+    computed = _check_sweep(tmp_path, 2, _sweep_reference())
+    for i in range(2):  # only the chunks missing from each process's checkpoints were computed
+        assert len(computed[i]) == 6 - finished[i]
