@@ -232,3 +232,59 @@ def test_killed_process_stops_the_job_and_rerun_resumes(tmp_path):
     computed = _check_sweep(tmp_path, 2, _sweep_reference())
     for i in range(2):  # only the chunks missing from each process's checkpoints were computed
         assert len(computed[i]) == 6 - finished[i]
+
+
+# ------------------------------------------------------ single-process building blocks
+def test_row_range_partitions_rows():
+    """Process ranges tile [0, n) in order, sizes differ by at most one (n < P: empty ones)."""
+    for n in (0, 1, 2, 5, 10_007):
+        for num in (1, 2, 3, 7):
+            ranges = [distributed.row_range(n, num, i) for i in range(num)]
+            assert ranges[0][0] == 0 and ranges[-1][1] == n
+            assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+            sizes = [e - s for s, e in ranges]
+            assert max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="process_id must be in"):
+        distributed.row_range(10, 2, 2)
+
+
+@pytest.mark.parametrize("fmt", ["table", "table.parquet", "table.csv"])
+@pytest.mark.parametrize("num", [2, 3, 7])
+def test_local_readers_partition_the_table(inputs, fmt, num):
+    """Every row is read by exactly one process, in order, for .npy tables (row ranges),
+    Parquet (row groups) and CSV (byte ranges aligned to line starts)."""
+    d, (imp, lam, comp, _) = inputs
+    parts = [distributed.read_local_rows(str(d / fmt), i, num) for i in range(num)]
+    got_imp = np.concatenate([p.importance for p in parts])
+    ids = np.concatenate([np.asarray(p.page_id).astype(np.int64) for p in parts])
+    np.testing.assert_array_equal(ids, np.arange(N))
+    np.testing.assert_allclose(got_imp, imp, rtol=1e-9 if fmt.endswith(".csv") else 0)
+    np.testing.assert_array_equal(np.concatenate([p.complete for p in parts]), comp)
+    assert len({p.fingerprint for p in parts}) == 1
+    starts = [p.start for p in parts]
+    if fmt != "table.csv":
+        assert starts == list(np.cumsum([0] + [len(p.importance) for p in parts[:-1]]))
+
+
+def test_host_collectives_with_one_process():
+    x = np.array([1.5, -2.0, np.inf])
+    np.testing.assert_array_equal(distributed.allgather_host(x), x[None])
+    np.testing.assert_array_equal(distributed.allreduce_sum(x), x)
+    distributed.check_consistent(bandwidth=1.0)  # one process: nothing to compare
+    with pytest.raises(ValueError, match="bad rows"):
+        distributed.raise_together("bad rows")
+    assert distributed.fingerprint({"a": np.arange(3)}) != distributed.fingerprint({"a": np.arange(4)})
+
+
+def test_launch_stops_the_job_when_one_process_fails():
+    """A failing process's status is returned and its peers are stopped (no JAX needed)."""
+    code = ("import os, sys, time; i = int(os.environ['JAX_PROCESS_ID']); "
+            "print('up', os.environ['JAX_NUM_PROCESSES'], flush=True); time.sleep(0.2 if i == 1 else 60); "
+            "sys.exit(5 if i == 1 else 0)")
+    log = io.StringIO()
+    status = distributed.launch([sys.executable, "-c", code], 3, stream=log, timeout=50, stop_grace_seconds=2)
+    assert status == 5  # not 124: the sleeping peers were stopped, not waited for
+    lines = sorted(log.getvalue().splitlines())
+    assert lines == ["[0] up 3", "[1] up 3", "[2] up 3"]
+    ok = distributed.launch([sys.executable, "-c", "pass"], 2, stream=log, timeout=50)
+    assert ok == 0
