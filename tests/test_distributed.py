@@ -288,3 +288,53 @@ def test_launch_stops_the_job_when_one_process_fails():
     assert lines == ["[0] up 3", "[1] up 3", "[2] up 3"]
     ok = distributed.launch([sys.executable, "-c", "pass"], 2, stream=log, timeout=50)
     assert ok == 0
+
+
+@pytest.mark.long
+def test_cli_launch_solve_stream_sweep(inputs, tmp_path, capsys):
+    """``jaxcrawl launch -n 3 -- solve`` (CSV byte ranges, host caps, --gather-output),
+    ``launch -n 2 -- stream`` and ``launch -n 2 -- sweep`` give the single-process
+    commands' results (the plan CSV's 10 digits; the stream's .npy; the sweep's JSON)."""
+    from jaxcrawl.cli import main
+
+    d = inputs[0]
+    _reference(inputs, "capped")
+    caps = np.load(d / "caps.npy")
+    with open(tmp_path / "hosts.csv", "w") as f:
+        f.write("page_id,host_id\n" + "".join(f"{i},h{i // HOST_SIZE}\n" for i in range(N)))
+    with open(tmp_path / "caps.csv", "w") as f:
+        f.write("# pages: hosts.csv\nhost_id,cap\n" + "".join(f"h{h},{c!r}\n" for h, c in enumerate(caps)
+                                                              if np.isfinite(c)))
+    common = ["--input", str(d / "table.csv"), "--host-caps", str(tmp_path / "caps.csv"), "--x64"]
+    assert main(["solve", *common, "--output", str(tmp_path / "ref.csv")]) == 0
+
+    def launch(n, *args):
+        cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", str(n), "--timeout", str(TIMEOUT), "--", *args]
+        proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT + 30)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    launch(3, "solve", *common, "--output", str(tmp_path / "plan.csv"), "--gather-output")
+    ref = np.genfromtxt(tmp_path / "ref.csv", delimiter=",", names=True)
+    got = np.genfromtxt(tmp_path / "plan.csv", delimiter=",", names=True)
+    np.testing.assert_array_equal(got["page_id"], ref["page_id"])
+    np.testing.assert_allclose(got["rate"], ref["rate"], rtol=2e-9)
+    assert not list(tmp_path.glob("plan.part*"))  # the parts were joined and removed
+
+    out = launch(2, "stream", "--table", str(d / "table"), "--x64", "--chunk-size", "3000",
+                 "--output", str(tmp_path / "rate.npy"))
+    ref_rate, ref_dual = _reference(inputs, "stream")
+    assert rel(np.load(tmp_path / "rate.npy"), ref_rate) <= 1e-12
+    duals = [json.loads(ln.split("] ", 1)[1])["dual"] for ln in out.splitlines() if ln[3:5] == " {"]
+    assert len(duals) == 2 and all(abs(x - ref_dual) <= 1e-12 * ref_dual for x in duals)
+
+    sweep = ["sweep", "--seeds", "4", "--steps", "12", "--learning-rates", "0.1,0.4,1.6"]
+    capsys.readouterr()
+    assert main([*sweep, "--out-dir", str(tmp_path / "one")]) == 0
+    one = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    out = launch(2, *sweep, "--out-dir", str(tmp_path / "two"))
+    two = [json.loads(ln.split("] ", 1)[1]) for ln in out.splitlines() if ln[3:5] == " {"]
+    assert len(two) == 2
+    for t in two:
+        assert t["final_cost_mean"] == one["final_cost_mean"]  # the same sweep, split over 2 processes
+        assert t["num_processes"] == 2
