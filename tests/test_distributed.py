@@ -303,7 +303,7 @@ def test_cli_launch_solve_stream_sweep(inputs, tmp_path, capsys):
     with open(tmp_path / "hosts.csv", "w") as f:
         f.write("page_id,host_id\n" + "".join(f"{i},h{i // HOST_SIZE}\n" for i in range(N)))
     with open(tmp_path / "caps.csv", "w") as f:
-        f.write("# pages: hosts.csv\nhost_id,cap\n" + "".join(f"h{h},{c!r}\n" for h, c in enumerate(caps)
+        f.write("# pages: hosts.csv\nhost_id,cap\n" + "".join(f"h{h},{float(c)!r}\n" for h, c in enumerate(caps)
                                                               if np.isfinite(c)))
     common = ["--input", str(d / "table.csv"), "--host-caps", str(tmp_path / "caps.csv"), "--x64"]
     assert main(["solve", *common, "--output", str(tmp_path / "ref.csv")]) == 0
