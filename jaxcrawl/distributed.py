@@ -59,6 +59,7 @@ __all__ = [
     "file_fingerprint",
     "global_pages",
     "replicated",
+    "global_tree",
     "local_rows",
     "LocalRows",
     "read_local_rows",
@@ -280,16 +281,58 @@ def global_pages(mesh: Mesh, block: int, *arrays: tuple[np.ndarray, Any]) -> lis
             for a, fill in arrays]
 
 
+def global_tree(tree: Any, mesh: Mesh | None = None) -> Any:
+    """A pytree of this process's rows (per-page leaves, pages on the last axis) as global
+    arrays sharded over the pages of ``mesh``; scalar leaves (the same on every process)
+    are replicated.
+
+    For computations other than the solve -- the simulator
+    (:func:`jaxcrawl.simulate.simulate`), estimators, learners -- whose random draws must
+    not see padding: every process must hold the same number of rows (a page count
+    divisible by the number of processes; ``ValueError`` otherwise).  Results equal the
+    single-process run (JAX's partitionable threefry makes random draws independent of the
+    sharding).
+    """
+    from .scale import page_mesh
+
+    mesh = page_mesh() if mesh is None else mesh
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    sizes = {np.shape(x)[-1] for x in leaves if np.ndim(x)}
+    if len(sizes) > 1:
+        raise ValueError(f"global_tree: per-page leaves have different page counts {sorted(sizes)}")
+    k = sizes.pop() if sizes else 0
+    counts = allgather_host(np.asarray([k], np.int64))[:, 0]
+    if np.any(counts != k) or k % jax.local_device_count():
+        raise ValueError(f"global_tree: every process must hold the same number of pages (a multiple of its "
+                         f"{jax.local_device_count()} devices); got {counts.tolist()} -- use a page count "
+                         "divisible by the number of processes")
+    axis = mesh.axis_names[0]
+
+    def put(x):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return replicated(mesh, x)
+        spec = PartitionSpec(*([None] * (x.ndim - 1) + [axis]))
+        shape = x.shape[:-1] + (k * jax.process_count(),)
+        return jax.make_array_from_process_local_data(NamedSharding(mesh, spec), x, shape)
+
+    return jax.tree_util.tree_unflatten(treedef, [put(x) for x in leaves])
+
+
 def replicated(mesh: Mesh, value: Any) -> jax.Array:
     """``value`` (the same on every process) as a global array replicated over ``mesh``."""
     a = np.asarray(value)
     return jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec()), a, a.shape)
 
 
-def local_rows(x: jax.Array, count: int) -> np.ndarray:
-    """This process's first ``count`` rows of a page-sharded global array (its own rows)."""
-    shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
-    return np.concatenate([np.asarray(s.data) for s in shards])[:count]
+def local_rows(x: jax.Array, count: int | None = None) -> np.ndarray:
+    """This process's first ``count`` pages (default: all it holds) of a page-sharded
+    global array (pages on the last axis): its own rows; a replicated array as is."""
+    if x.ndim == 0 or not x.sharding.spec or all(a is None for a in x.sharding.spec):
+        return np.asarray(x.addressable_data(0))
+    shards = sorted(x.addressable_shards, key=lambda s: s.index[-1].start or 0)
+    out = np.concatenate([np.asarray(s.data) for s in shards], axis=-1)
+    return out if count is None else out[..., :count]
 
 
 def _scalar(x: jax.Array) -> float:

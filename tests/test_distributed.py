@@ -146,6 +146,26 @@ def test_solves_equal_single_process(inputs, tmp_path, num_processes):
         assert "bandwidth (processes [1] differ from process 0)" in msg, msg
 
 
+@pytest.mark.long
+def test_simulator_sharded_over_processes_equals_single_process(tmp_path):
+    """The simulator (5 windows, LambdaCrawl's schedule) with its pages sharded over 2
+    processes gives every per-page total of the single-process run, exactly: the random
+    draws do not depend on the sharding (partitionable threefry)."""
+    from jaxcrawl import simulate as sim
+
+    run_job(2, os.path.dirname(WORKER), tmp_path, "simulate")
+    parts = [np.load(tmp_path / f"simulate.p{i}.npz") for i in range(2)]
+    with jax.enable_x64(True):
+        p = jaxcrawl.data.synthetic(jax.random.key(0), 4000, dtype=np.float64)
+        sched = sim.schedule_from_policy(p, jaxcrawl.lambda_crawl(p))
+        ref = jax.jit(lambda k, pr, sc, st: sim.simulate(k, pr, sc, st, sim.config_for(p, sched), 5)[1])(
+            jax.random.key(3), p, sched, sim.init_state(p))
+    assert [int(q["start"]) for q in parts] == [0, 2000]
+    for f in ref._fields:
+        np.testing.assert_array_equal(np.concatenate([q[f] for q in parts], axis=-1), np.asarray(getattr(ref, f)))
+    assert np.asarray(ref.changes).sum() > 0 and np.asarray(ref.overflow).sum() == 0
+
+
 def _sweep_reference():
     import jax.numpy as jnp
 

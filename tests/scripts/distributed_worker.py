@@ -14,6 +14,8 @@ row's global index, the dual).  Tasks:
   stream      stream_solve (harmonic) of INPUT_DIR/table into OUT_DIR/stream_rate.npy
   sweep       run_sweep of AsyncMirrorSync, 8 seeds, checkpoints in OUT_DIR/sweep
   mismatch    a solve whose bandwidth differs on process 1 (must be refused)
+  simulate    5 windows of the simulator under the LambdaCrawl schedule, pages sharded
+              over the processes (global_tree); every per-page total of this process's rows
 """
 import sys
 import time
@@ -83,6 +85,22 @@ for task in tasks:
             save(task, message=str(err))
         else:
             raise SystemExit("a bandwidth mismatch was not refused")
+    elif task == "simulate":
+        import jaxcrawl
+        from jaxcrawl import simulate as sim
+
+        n = 4000
+        p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float64)
+        sched = sim.schedule_from_policy(p, jaxcrawl.lambda_crawl(p))
+        config = sim.config_for(p, sched)  # capacities from the whole problem: the same on every process
+        s, e = distributed.row_range(n)
+        rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[..., s:e] if np.ndim(a) else np.asarray(a),
+                                      (p, sched, sim.init_state(p)))
+        problem, schedule, state = distributed.global_tree(rows)
+        totals = jax.jit(lambda k, pr, sc, st: sim.simulate(k, pr, sc, st, config, 5)[1])(
+            jax.random.key(3), problem, schedule, state)
+        assert totals.stale_time.sharding.spec[-1] == "pages"
+        save(task, start=s, **{f: distributed.local_rows(getattr(totals, f)) for f in totals._fields})
     elif task == "sweep":
         from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync
         from jaxcrawl.learners.sweep import run_sweep
