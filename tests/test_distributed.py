@@ -147,13 +147,30 @@ def test_solves_equal_single_process(inputs, tmp_path, num_processes):
 
 
 @pytest.mark.long
-def test_simulator_sharded_over_processes_equals_single_process(tmp_path):
+def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_path):
     """The simulator (5 windows, LambdaCrawl's schedule) with its pages sharded over 2
-    processes gives every per-page total of the single-process run, exactly: the random
-    draws do not depend on the sharding (partitionable threefry)."""
+    processes gives every per-page total of the single-process run, exactly (the random
+    draws do not depend on the sharding: partitionable threefry); LambdaLearnAndCrawl
+    (K19 Alg. 4: simulate, estimate, solve per epoch) sharded the same way gives the same
+    per-epoch crawl counts, duals and (to rounding) costs."""
+    import jaxcrawl.learners.learn_and_crawl as lc
     from jaxcrawl import simulate as sim
+    from jaxcrawl.learners.base import run_learner
 
-    run_job(2, os.path.dirname(WORKER), tmp_path, "simulate")
+    run_job(2, os.path.dirname(WORKER), tmp_path, "simulate", "learner")
+    with jax.enable_x64(True):
+        p = jaxcrawl.data.synthetic(jax.random.key(0), 2000, dtype=np.float64)
+        learner = lc.lambda_learn_and_crawl("harmonic", **lc.llc_settings(p, "harmonic"))
+        _, info = jax.jit(lambda k, pr: run_learner(k, learner, pr, 4))(jax.random.key(3), p)
+    got = [np.load(tmp_path / f"learner.p{i}.npz") for i in range(2)]
+    for f in info._fields:
+        ref = np.asarray(getattr(info, f))
+        for g in got:  # per-epoch diagnostics: the same on every process
+            if np.issubdtype(ref.dtype, np.floating):
+                np.testing.assert_allclose(g[f], ref, rtol=1e-12, atol=1e-12 * np.max(np.abs(ref)))
+            else:
+                np.testing.assert_array_equal(g[f], ref)
+    assert np.asarray(info.num_crawls).sum() > 0
     parts = [np.load(tmp_path / f"simulate.p{i}.npz") for i in range(2)]
     with jax.enable_x64(True):
         p = jaxcrawl.data.synthetic(jax.random.key(0), 4000, dtype=np.float64)

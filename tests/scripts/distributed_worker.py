@@ -16,6 +16,8 @@ row's global index, the dual).  Tasks:
   mismatch    a solve whose bandwidth differs on process 1 (must be refused)
   simulate    5 windows of the simulator under the LambdaCrawl schedule, pages sharded
               over the processes (global_tree); every per-page total of this process's rows
+  learner     4 epochs of LambdaLearnAndCrawl (K19 Alg. 4) with its pages sharded over the
+              processes; the per-epoch diagnostics
 """
 import sys
 import time
@@ -101,6 +103,19 @@ for task in tasks:
             jax.random.key(3), problem, schedule, state)
         assert totals.stale_time.sharding.spec[-1] == "pages"
         save(task, start=s, **{f: distributed.local_rows(getattr(totals, f)) for f in totals._fields})
+    elif task == "learner":
+        import jaxcrawl
+        import jaxcrawl.learners.learn_and_crawl as lc
+        from jaxcrawl.learners.base import run_learner
+
+        n = 2000
+        p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float64)
+        learner = lc.lambda_learn_and_crawl("harmonic", **lc.llc_settings(p, "harmonic"))
+        s, e = distributed.row_range(n)
+        problem = distributed.global_tree(
+            jax.tree_util.tree_map(lambda a: np.asarray(a)[..., s:e] if np.ndim(a) else np.asarray(a), p))
+        _, info = jax.jit(lambda k, pr: run_learner(k, learner, pr, 4))(jax.random.key(3), problem)
+        save(task, start=s, **{f: distributed.local_rows(getattr(info, f)) for f in info._fields})
     elif task == "sweep":
         from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync
         from jaxcrawl.learners.sweep import run_sweep
