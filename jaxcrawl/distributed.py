@@ -364,7 +364,7 @@ def _csv_rows(path: str, process_id: int, num_processes: int) -> LocalRows:
     process's byte range (every line belongs to exactly one process)."""
     import tempfile
 
-    from .io.tables import read_problem_csv
+    from .io.tables import TableError, read_problem_csv
 
     size = os.path.getsize(path)
     with open(path, "rb") as f:
@@ -389,7 +389,15 @@ def _csv_rows(path: str, process_id: int, num_processes: int) -> LocalRows:
         with open(part, "wb") as g:
             g.write(header + data)
         if data.strip():
-            t = read_problem_csv(part)
+            try:
+                t = read_problem_csv(part)
+            except TableError as err:  # name the real file and line (count the lines before this part)
+                before = 0
+                with open(path, "rb") as f:
+                    while f.tell() < s:
+                        before += f.read(min(1 << 20, s - f.tell())).count(b"\n")
+                raise TableError(path, None if err.line is None else err.line + before - 1, err.message,
+                                 column=err.column, reason=err.reason, hint=err.hint) from None
             out = (t.page_id, t.importance, t.change_rate, t.complete)
         else:
             out = (np.zeros(0, object), np.zeros(0), np.zeros(0), np.zeros(0, bool))

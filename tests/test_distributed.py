@@ -303,6 +303,19 @@ def test_local_readers_partition_the_table(inputs, fmt, num):
         assert starts == list(np.cumsum([0] + [len(p.importance) for p in parts[:-1]]))
 
 
+def test_csv_part_errors_name_the_file_and_line(tmp_path):
+    """A malformed row in another process's byte range is reported with the real file
+    and line number (not the part's)."""
+    path = tmp_path / "bad.csv"
+    write_problem_csv(str(path), np.arange(100), np.ones(100), np.ones(100))
+    lines = path.read_text().splitlines()
+    lines[80] = "79,-1,1,0"  # line 81 of the file, in process 1's half
+    path.write_text("\n".join(lines) + "\n")
+    assert len(distributed.read_local_rows(str(path), 0, 2).importance) == 51
+    with pytest.raises(ValueError, match=r"bad\.csv:81: importance must be finite and > 0"):
+        distributed.read_local_rows(str(path), 1, 2)
+
+
 def test_host_collectives_with_one_process():
     x = np.array([1.5, -2.0, np.inf])
     np.testing.assert_array_equal(distributed.allgather_host(x), x[None])

@@ -98,7 +98,12 @@ def run_solve(args: argparse.Namespace) -> int:
     pid, nproc = jax.process_index(), jax.process_count()
     dtype = np.float64 if args.x64 else np.float32
     if args.input:
-        rows = dist.read_local_rows(args.input)
+        rows, error = None, None
+        try:
+            rows = dist.read_local_rows(args.input)
+        except ValueError as err:  # a bad row on one process stops every process cleanly
+            error = str(err)
+        dist.raise_together(error)
         page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
         source, table_fp = args.input, rows.fingerprint
     else:  # the synthetic default: every process draws it and keeps its rows
@@ -123,7 +128,12 @@ def run_solve(args: argparse.Namespace) -> int:
         bandwidth = frac * num_pages
     host_id = host_cap = None
     if args.host_caps:
-        host_id, host_cap = _host_ids(args.host_caps, page_id)
+        error = None
+        try:
+            host_id, host_cap = _host_ids(args.host_caps, page_id)
+        except ValueError as err:
+            error = str(err)
+        dist.raise_together(error)
     dist.check_consistent(table=table_fp, source=source, bandwidth=bandwidth, objective=args.objective,
                           epsilon=args.epsilon, caps=None if host_cap is None else host_cap,
                           max_steps=args.max_steps, rtol=args.rtol, x64=bool(args.x64), output=args.output)
