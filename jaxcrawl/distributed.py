@@ -549,6 +549,14 @@ def _check_feasible(utility, imp, lam, comp, hid, cap, capped, bandwidth, n, dty
         raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sum_lo})")
 
 
+@functools.lru_cache(maxsize=16)
+def _blc_epsilon(epsilon: float):
+    """One BLCε utility per ε (a static argument of the compiled solve: no recompiles)."""
+    from .utilities import binary_epsilon
+
+    return binary_epsilon(epsilon)
+
+
 def solve_local_rows(importance: Any, change_rate: Any, complete: Any, bandwidth: float,
                      objective: Any = "harmonic", *, epsilon: float = 0.0, host_id: Any = None,
                      host_cap: Any = None, max_steps: int = 100, rtol: float | None = None,
@@ -577,14 +585,17 @@ def solve_local_rows(importance: Any, change_rate: Any, complete: Any, bandwidth
     Returns:
       :class:`LocalSolution` (this process's rows of the plan, the global dual).
     """
-    from .scale import _stream_utility, page_mesh
-    from .utilities import binary_epsilon
+    from .scale import page_mesh
+    from .utilities import get_utility
 
     if not np.isfinite(bandwidth) or bandwidth <= 0:
         raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
     if objective == "binary-epsilon":
         objective, epsilon = "binary", epsilon or 0.4
-    utility = binary_epsilon(float(epsilon)) if objective == "binary" and epsilon else _stream_utility(objective, 0.0)
+    utility = _blc_epsilon(float(epsilon)) if objective == "binary" and epsilon else get_utility(objective)
+    if not utility.separable or utility.marginal is None:
+        raise ValueError(f"objective {utility.name!r} couples pages (not separable) or has no marginal, so it has "
+                         "no multi-process form; gather the pages on one process and call jaxcrawl.solve")
     mesh = page_mesh() if mesh is None else mesh
     dtype = jnp.dtype(dtype or (jnp.float64 if jax.config.jax_enable_x64 else jnp.float32))
     imp = np.asarray(importance, dtype)

@@ -388,3 +388,24 @@ def test_cli_launch_solve_stream_sweep(inputs, tmp_path, capsys):
     for t in two:
         assert t["final_cost_mean"] == one["final_cost_mean"]  # the same sweep, split over 2 processes
         assert t["num_processes"] == 2
+
+
+def test_cli_requests_a_job_from_flags_or_cluster_environment(monkeypatch):
+    """srun / mpirun launches need no flag; one process never joins a job."""
+    import argparse
+
+    from jaxcrawl.cli import multiprocess
+
+    for var in ("JAX_NUM_PROCESSES", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    ns = argparse.Namespace(num_processes=None, distributed=False)
+    assert not multiprocess.requested(ns)
+    assert multiprocess.requested(argparse.Namespace(num_processes=None, distributed=True))
+    assert multiprocess.requested(argparse.Namespace(num_processes=2, distributed=False))
+    assert not multiprocess.requested(argparse.Namespace(num_processes=1, distributed=False))
+    for var in ("JAX_NUM_PROCESSES", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.setenv(var, "4")
+        assert multiprocess.requested(ns)
+        monkeypatch.setenv(var, "1")
+        assert not multiprocess.requested(ns)
+    assert multiprocess.part_path("out/plan.csv", 1, 3) == "out/plan.part00001-of-00003.csv"

@@ -3,8 +3,9 @@
 :func:`add_arguments` adds ``--coordinator HOST:PORT``, ``--num-processes N``,
 ``--process-id I`` and ``--distributed`` to a subcommand; :func:`join` starts
 ``jax.distributed`` from them (or from the environment: ``JAX_COORDINATOR_ADDRESS`` /
-``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``, as ``jaxcrawl launch`` sets them, or a SLURM /
-Open MPI / Kubernetes job with ``--distributed``).  :func:`run_solve` is ``jaxcrawl solve``
+``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``, as ``jaxcrawl launch`` sets them; an ``srun``
+step or ``mpirun`` of several tasks, detected from SLURM's / Open MPI's variables; or
+``--distributed`` for any cluster JAX auto-detects, e.g. Kubernetes).  :func:`run_solve` is ``jaxcrawl solve``
 when several processes take part: each reads only its rows of ``--input`` (CSV byte ranges,
 Parquet row groups, a ``.npy`` page-table directory), the dual is found by cross-process
 reductions, and each process writes its part of the plan (process 0 a manifest), or
@@ -36,11 +37,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with several processes: process 0 joins the plan's parts into the one --output file")
 
 
+def _env_count(name: str) -> int:
+    try:
+        return int(os.environ.get(name, "1") or 1)
+    except ValueError:
+        return 1
+
+
 def requested(args: argparse.Namespace) -> bool:
-    """Whether the options or the environment ask for a job of several processes."""
-    n = args.num_processes if getattr(args, "num_processes", None) is not None else \
-        int(os.environ.get("JAX_NUM_PROCESSES", "1") or 1)
-    return bool(getattr(args, "distributed", False)) or n > 1
+    """Whether the options or the environment ask for a job of several processes.
+
+    Yes with ``--distributed``, ``--num-processes N > 1``, ``JAX_NUM_PROCESSES > 1``
+    (``jaxcrawl launch``), inside an ``srun`` step of several tasks
+    (``SLURM_STEP_NUM_TASKS > 1``) or an ``mpirun`` of several ranks
+    (``OMPI_COMM_WORLD_SIZE > 1``) -- so SLURM and Open MPI launches need no flags.
+    """
+    if getattr(args, "num_processes", None) is not None:
+        return args.num_processes > 1 or bool(getattr(args, "distributed", False))
+    return (bool(getattr(args, "distributed", False)) or _env_count("JAX_NUM_PROCESSES") > 1
+            or _env_count("SLURM_STEP_NUM_TASKS") > 1 or _env_count("OMPI_COMM_WORLD_SIZE") > 1)
 
 
 def join(args: argparse.Namespace) -> bool:
@@ -96,6 +111,9 @@ def run_solve(args: argparse.Namespace) -> int:
     if not join(args):
         raise ValueError("--num-processes/--distributed: this job has one process; run without them")
     pid, nproc = jax.process_index(), jax.process_count()
+    from jaxcrawl.io import check_output
+
+    check_output(args.output, args.input, args.host_caps)
     dtype = np.float64 if args.x64 else np.float32
     if args.input:
         rows, error = None, None
