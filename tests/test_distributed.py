@@ -183,7 +183,7 @@ def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_p
     assert np.asarray(ref.changes).sum() > 0 and np.asarray(ref.overflow).sum() == 0
 
 
-def _sweep_reference():
+def _sweep_reference(num_seeds=8, chunk_size=1):
     import jax.numpy as jnp
 
     from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync
@@ -193,26 +193,30 @@ def _sweep_reference():
     bandits = jax.vmap(lambda k: polynomial_bandit(k, 20))(jax.random.split(jax.random.key(1), 2))
     lr = jnp.asarray([0.05, 0.1, 0.2, 0.4, 0.8, 1.6])
     grid = SyncHyperparams(lr, jnp.full(6, 0.1), jnp.full(6, 2.0))
-    res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=8, num_steps=30, chunk_size=1)
+    res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=num_seeds, num_steps=30,
+                    chunk_size=chunk_size)
     return jax.tree_util.tree_leaves(res.outputs)
 
 
-def _check_sweep(out, num_processes, reference):
+def _check_sweep(out, num_processes, reference, task="sweep"):
     for i in range(num_processes):
-        got = np.load(os.path.join(out, f"sweep.p{i}.npz"))
+        got = np.load(os.path.join(out, f"{task}.p{i}.npz"))
         assert len(reference) == len([k for k in got.files if k.startswith("leaf")])
         for j, ref in enumerate(reference):
             np.testing.assert_array_equal(got[f"leaf{j}"], np.asarray(ref))  # exactly
-    return [np.load(os.path.join(out, f"sweep.p{i}.npz"))["computed"] for i in range(num_processes)]
+    return [np.load(os.path.join(out, f"{task}.p{i}.npz"))["computed"] for i in range(num_processes)]
 
 
 @pytest.mark.long
 def test_sweep_over_two_processes_equals_single_process(tmp_path):
     """8 seeds split over 2 processes (4 each, per-process checkpoint chunks): every
-    process returns the whole sweep, exactly equal to the single-process sweep."""
-    run_job(2, os.path.join(os.path.dirname(WORKER)), tmp_path, "sweep", x64=False)
+    process returns the whole sweep, exactly equal to the single-process sweep.  With 1
+    seed the grid chunks are split instead (chunk 0 on process 0, chunk 1 on process 1)."""
+    run_job(2, os.path.join(os.path.dirname(WORKER)), tmp_path, "sweep", "sweep_grid", x64=False)
     computed = _check_sweep(tmp_path, 2, _sweep_reference())
     assert all(list(c) == list(range(6)) for c in computed)
+    computed = _check_sweep(tmp_path, 2, _sweep_reference(num_seeds=1, chunk_size=4), "sweep_grid")
+    assert [list(c) for c in computed] == [[0], [1]]
     names = sorted(os.listdir(tmp_path / "sweep"))
     assert "manifest.p0of2.json" in names and "chunk_00005.p1of2.npz" in names
 

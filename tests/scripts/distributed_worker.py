@@ -13,6 +13,8 @@ row's global index, the dual).  Tasks:
               from INPUT_DIR/table.csv (byte ranges)
   stream      stream_solve (harmonic) of INPUT_DIR/table into OUT_DIR/stream_rate.npy
   sweep       run_sweep of AsyncMirrorSync, 8 seeds, checkpoints in OUT_DIR/sweep
+  sweep_grid  the same with 1 seed (fewer seeds than processes: split by grid chunks of 4,
+              so process 0 computes chunk 0 and process 1 chunk 1, the shorter last one)
   mismatch    a solve whose bandwidth differs on process 1 (must be refused)
   simulate    5 windows of the simulator under the LambdaCrawl schedule, pages sharded
               over the processes (global_tree); every per-page total of this process's rows
@@ -116,7 +118,7 @@ for task in tasks:
             jax.tree_util.tree_map(lambda a: np.asarray(a)[..., s:e] if np.ndim(a) else np.asarray(a), p))
         _, info = jax.jit(lambda k, pr: run_learner(k, learner, pr, 4))(jax.random.key(3), problem)
         save(task, start=s, **{f: distributed.local_rows(getattr(info, f)) for f in info._fields})
-    elif task == "sweep":
+    elif task in ("sweep", "sweep_grid"):
         from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync
         from jaxcrawl.learners.sweep import run_sweep
         from jaxcrawl.sync_bandits import polynomial_bandit
@@ -129,8 +131,12 @@ for task in tasks:
             print(f"chunk {c} stored", flush=True)
             time.sleep(delay)
 
-        res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=8, num_steps=30,
-                        chunk_size=1, out_dir=os.path.join(out, "sweep"), on_chunk=pause)
+        if task == "sweep":
+            res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=8, num_steps=30,
+                            chunk_size=1, out_dir=os.path.join(out, "sweep"), on_chunk=pause)
+        else:
+            res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=1, num_steps=30,
+                            chunk_size=4, out_dir=os.path.join(out, "sweep_grid"))
         leaves = jax.tree_util.tree_leaves(res.outputs)
         save(task, computed=np.asarray(res.computed_chunks, int), **{f"leaf{j}": a for j, a in enumerate(leaves)})
     else:
