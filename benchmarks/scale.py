@@ -1,6 +1,6 @@
 """Web-scale solves: time, passes over the pages, bytes moved, memory; one device and eight.
 
-    python benchmarks/scale.py [--sizes 100000 1000000 10000000 18500000] [--devices 8]
+    python benchmarks/scale.py [--sizes 100000 1000000 10000000 18500000] [--devices 8] [--processes 2]
 
 For each size (float32, mixed problems with 4% complete pages, after compilation):
 ``lambda_crawl`` and ``binary_lambda_crawl`` time; passes over the page arrays (the
@@ -12,6 +12,13 @@ and the estimators (MLE) on the same pages with 8 observations each.  Then the s
 with the pages sharded over ``--devices`` forced host devices (a subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count=N).  The last line is one JSON object
 with, among others, ``lambda_crawl_18.5M_seconds`` and ``lambda_crawl_18.5M_passes``.
+
+``--processes N`` (N > 1) adds real multi-process solves: the same LambdaCrawl solve by
+:func:`jaxcrawl.distributed.solve_local_rows` in this process (1 process) and in a job of
+N local processes (:func:`jaxcrawl.distributed.launch`, gloo collectives over 127.0.0.1),
+each process holding only its rows; keys ``processes1_solve_seconds_<size>``,
+``processes<N>_solve_seconds_<size>`` and their ratio ``processes<N>_over_1_<size>``.
+Only ``--sizes`` are run (e.g. ``--sizes 18500000 --devices 1 --processes 2``).
 """
 import argparse
 import json
@@ -69,13 +76,75 @@ def measure(n, with_estimators=True, mesh=None):
     return r
 
 
+def solve_rows_time(n, repeat=3):
+    """Best time of solve_local_rows (LambdaCrawl, float32) on this process's rows of n pages."""
+    from jaxcrawl import distributed
+
+    p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+    s, e = distributed.row_range(n)
+    rows = [np.asarray(a)[s:e] for a in (p.importance, p.change_rate, p.complete)]
+    del p
+    bw = 0.2 * n
+    sol = distributed.solve_local_rows(*rows, bw, "harmonic")
+    assert sol.converged and sol.num_pages == n
+    return best_time(lambda: distributed.solve_local_rows(*rows, bw, "harmonic").dual, repeat=repeat), sol
+
+
+def process_child(sizes):
+    from jaxcrawl import distributed
+
+    distributed.initialize()
+    out = {}
+    for n in sizes:
+        seconds, sol = solve_rows_time(n)
+        out[f"processes{jax.process_count()}_solve_seconds_{label(n)}"] = seconds
+        out[f"processes{jax.process_count()}_dual_{label(n)}"] = sol.dual
+        out[f"processes{jax.process_count()}_root_steps_{label(n)}"] = sol.num_steps
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_processes(sizes, num_processes):
+    import io
+
+    from jaxcrawl import distributed
+
+    out = {}
+    for n in sizes:
+        seconds, sol = solve_rows_time(n)
+        out[f"processes1_solve_seconds_{label(n)}"] = seconds
+        out[f"processes1_dual_{label(n)}"] = sol.dual
+    log = io.StringIO()
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    status = distributed.launch([sys.executable, __file__, "--process-child", "--sizes", *map(str, sizes)],
+                                num_processes, env=env, stream=log, timeout=3600)
+    lines = [ln for ln in log.getvalue().splitlines() if ln.startswith("[0] RESULT ")]
+    if status != 0 or not lines:
+        print(f"{num_processes}-process run failed (status {status}):\n" + log.getvalue()[-3000:])
+        return out
+    out.update(json.loads(lines[-1][len("[0] RESULT "):]))
+    for n in sizes:
+        one, many = out[f"processes1_solve_seconds_{label(n)}"], out[f"processes{num_processes}_solve_seconds_{label(n)}"]
+        out[f"processes{num_processes}_over_1_{label(n)}"] = many / one
+        print(f"{label(n):>8} solve_local_rows (LambdaCrawl, float32): 1 process {one * 1e3:.1f} ms, "
+              f"{num_processes} processes {many * 1e3:.1f} ms ({many / one:.2f}x); duals "
+              f"{out[f'processes1_dual_{label(n)}']:.7g} / {out[f'processes{num_processes}_dual_{label(n)}']:.7g}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 10_000_000, 18_500_000])
     ap.add_argument("--devices", type=int, default=8)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="also time the solve in a job of this many local processes (jax.distributed)")
     ap.add_argument("--sharded-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--process-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     out = {}
+    if args.process_child:
+        process_child(args.sizes)
+        return
     if args.sharded_child:
         from jaxcrawl.scale import page_mesh
         mesh = page_mesh()
@@ -111,6 +180,8 @@ def main():
                           f"{child[key] * 1e3:.1f} ms, {child[f'sharded{args.devices}_lambda_crawl_passes_{label(n8)}']} passes")
         else:
             print("sharded run failed:\n" + proc.stderr[-2000:])
+    if args.processes > 1:
+        out.update(run_processes(args.sizes, args.processes))
     print(json.dumps(out))
 
 

@@ -5,9 +5,8 @@ over the pages, so it partitions over a ``jax.sharding.Mesh`` with no code chang
 the page arrays on the mesh (:func:`shard_pages`) and call the same public function; XLA
 turns each pass's sum into one all-reduce and returns results with the pages' sharding.
 Sweeps shard their leading (seed / instance / hyperparameter) axis with
-:func:`shard_leading`.  Several hosts: call :func:`initialize_distributed` once per process
-(it wraps ``jax.distributed.initialize``), then build the mesh over ``jax.devices()`` as on
-one host.
+:func:`shard_leading`.  Several processes or hosts: call :func:`initialize_distributed`
+once per process (:func:`jaxcrawl.distributed.initialize`), then see below.
 
 **Bigger than memory.** :func:`stream_solve` solves LambdaCrawl / BinaryLambdaCrawl from a
 page table on disk (:class:`PageTable`, ``.npy`` files read by memory map) chunk by chunk:
@@ -15,6 +14,12 @@ the dual needs only per-chunk sums, so each root-finding step is one sequential 
 the table, and the plan is written chunk by chunk.  It runs the same safeguarded Newton
 iteration as :func:`jaxcrawl.allocate` (shared code: ``root_init`` / ``root_update``) and
 produces the same plan as the in-memory solve.
+
+**Several processes.** In a ``jax.distributed`` job (:mod:`jaxcrawl.distributed`), the
+same calls work across processes: :func:`jaxcrawl.distributed.solve_local_rows` solves
+from each process's own rows, and :func:`stream_solve` streams each process's row range
+of the table and combines the per-chunk sums across processes (every process gets the
+same dual; each writes its own rows of the plan).
 """
 from __future__ import annotations
 
@@ -95,21 +100,19 @@ def shard_leading(tree: Any, mesh: Mesh, axis_name: str | None = None) -> Any:
 
 def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
                            process_id: int | None = None, axis_name: str = "pages", **kwargs) -> Mesh:
-    """Join a multi-host JAX job and return a page mesh over every device of every host.
+    """Join a multi-process JAX job and return a page mesh over every device of every process.
 
-    A thin wrapper of ``jax.distributed.initialize`` (arguments as there; on managed
-    clusters — SLURM, TPU pods, Kubernetes with JAX's auto-detection — they may all be
-    omitted).  Run the same script on every host; afterwards :func:`shard_pages` with the
-    returned mesh spreads the pages over all hosts, and the solvers need no other change.
+    The same as :func:`jaxcrawl.distributed.initialize` (``jax.distributed.initialize``
+    with gloo CPU collectives and a short heartbeat timeout, so a dead peer stops the job;
+    on managed clusters -- SLURM, Kubernetes, Open MPI, TPU pods -- the arguments may be
+    omitted).  Run the same script on every process; afterwards
+    :func:`jaxcrawl.distributed.solve_local_rows`, :func:`stream_solve` and
+    :func:`jaxcrawl.learners.sweep.run_sweep` split their work over the processes.
     Calling it again in a process that is already initialised just returns the mesh.
     """
-    try:
-        jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
-                                   process_id=process_id, **kwargs)
-    except RuntimeError as err:  # already initialised
-        if "already" not in str(err).lower():
-            raise
-    return page_mesh(jax.devices(), axis_name)
+    from .distributed import initialize
+
+    return initialize(coordinator_address, num_processes, process_id, axis_name=axis_name, **kwargs)
 
 
 # ----------------------------------------------------------------- streaming
@@ -126,6 +129,8 @@ class StreamResult(NamedTuple):
       num_steps: root-finding steps.
       num_passes: full reads of the page table.
       converged: whether the root-find met its tolerance before ``max_steps``.
+      start: the global index of ``rate[0]`` (0 unless several processes each returned
+        their own rows).
     """
 
     rate: np.ndarray
@@ -134,6 +139,7 @@ class StreamResult(NamedTuple):
     num_steps: int
     num_passes: int
     converged: bool = True
+    start: int = 0
 
 
 def _pad(a, size, fill):
@@ -152,6 +158,13 @@ def _stream_utility(objective, epsilon) -> Utility:
         raise ValueError(f"objective {u.name!r} couples pages (not separable), so it cannot be "
                          "solved chunk by chunk; load the table and call jaxcrawl.solve")
     return u
+
+
+def _row_chunks(table: PageTable, chunk_size: int, start: int, stop: int):
+    for a in range(start, stop, chunk_size):
+        b = min(a + chunk_size, stop)
+        yield (a, np.asarray(table.importance[a:b]), np.asarray(table.change_rate[a:b]),
+               np.asarray(table.complete[a:b]).astype(bool))
 
 
 def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility = "harmonic",
@@ -177,6 +190,14 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
       out_path: write the rates to this ``.npy`` file (memory map) instead of returning an array.
       max_steps, rtol: as in :func:`jaxcrawl.allocate`.
 
+    Several processes (``jax.process_count() > 1``, :mod:`jaxcrawl.distributed`): each
+    process streams only its :func:`~jaxcrawl.distributed.row_range` of the table and the
+    per-chunk sums are combined across processes (exact all-gathers, reduced in process
+    order), so every process takes the same root-finding steps; inputs that differ between
+    processes are refused at the start.  ``rate`` then holds this process's rows (from
+    ``StreamResult.start``), and ``out_path`` (on a filesystem every process sees) receives
+    every process's rows: one ``.npy`` file of the whole plan.
+
     Returns:
       :class:`StreamResult` (with ``converged`` and the pre-correction residual).
     """
@@ -189,7 +210,20 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     if dtype == jnp.float64 and not jax.config.jax_enable_x64:
         dtype = jnp.dtype(jnp.float32)
     n = table.num_pages
-    size = min(chunk_size, n)
+    multi = jax.process_count() > 1
+    if multi:
+        from . import distributed as _dist
+
+        _dist.check_consistent(table=_dist.file_fingerprint(table.directory), bandwidth=float(bandwidth),
+                               objective=utility.name, epsilon=float(epsilon), dtype=str(dtype),
+                               chunk_size=int(chunk_size), max_steps=int(max_steps), rtol=rtol,
+                               out_path=out_path)
+        first, last = _dist.row_range(n)
+        add, big_ = _dist.allreduce_sum, _dist.allreduce_max
+    else:
+        first, last = 0, n
+        add = big_ = np.asarray
+    size = max(min(chunk_size, last - first), 1)
     budget = jnp.asarray(bandwidth, dtype)
 
     def load(chunk):
@@ -233,18 +267,21 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
 
     def total_sums(nu):
         f = df = 0.0
-        for chunk in table.chunks(size):
+        for chunk in _row_chunks(table, size, first, last):
             _, _, m, l, c, valid = load(chunk)
             s_, ds = sums(m, l, c, valid, nu)
             f, df = f + float(s_), df + float(ds)
-        return f, df
+        f, df = add([f, df])
+        return float(f), float(df)
 
     passes = 0
     sw = ninf = mw = su = sl = 0.0
-    for chunk in table.chunks(size):
+    for chunk in _row_chunks(table, size, first, last):
         _, _, m, l, c, valid = load(chunk)
         a, b_, cmax, d, e = stats(m, l, c, valid)
         sw, ninf, mw, su, sl = sw + float(a), ninf + float(b_), max(mw, float(cmax)), su + float(d), sl + float(e)
+    sw, ninf, su, sl = (float(v) for v in add([sw, ninf, su, sl]))
+    mw = float(big_([mw])[0])
     passes += 1
     if ninf == 0 and float(budget) >= su:
         raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({su}): every page "
@@ -255,10 +292,11 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     big = max(slack, mw) if max(slack, mw) > 0 else 1.0
     total = sw + ninf * big
     lo_nu, hi_nu = np.inf, -np.inf
-    for chunk in table.chunks(size):
+    for chunk in _row_chunks(table, size, first, last):
         _, _, m, l, c, valid = load(chunk)
         a, b_ = bracket(m, l, c, valid, slack, big, total)
         lo_nu, hi_nu = min(lo_nu, float(a)), max(hi_nu, float(b_))
+    lo_nu, hi_nu = (float(v) for v in big_([-lo_nu, hi_nu]) * np.array([-1.0, 1.0]))
     passes += 1
     if not (np.isfinite(lo_nu) and np.isfinite(hi_nu)):
         lo_nu = hi_nu = 1.0
@@ -276,14 +314,25 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     passes += 1
     residual = f - float(budget)
     factor = -residual / df if df < 0 else 0.0  # x + factor*dx == x + r * w / sum(w), w = -dx
-    out = (np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)) if out_path
-           else np.empty(n, dtype=dtype))
-    for chunk in table.chunks(size):
+    if out_path and multi:  # process 0 creates the file, then every process writes its rows
+        if jax.process_index() == 0:
+            np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)).flush()
+        _dist.barrier("jaxcrawl.stream_solve.create")
+        full = np.lib.format.open_memmap(out_path, mode="r+")
+        out = full[first:last]
+    else:
+        out = (np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)) if out_path
+               else np.empty(last - first, dtype=dtype))
+    for chunk in _row_chunks(table, size, first, last):
         start, k, m, l, c, valid = load(chunk)
-        out[start:start + k] = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
+        out[start - first:start - first + k] = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
     passes += 1
     if out_path:
         out.flush()
+        if multi:
+            del full
+            _dist.barrier("jaxcrawl.stream_solve.written")
+            out = np.load(out_path, mmap_mode="r")[first:last]
     converged = bool(state.done) and bool(np.isfinite(residual))
     return StreamResult(rate=out, dual=float(nu), residual=float(residual), num_steps=int(state.k),
-                        num_passes=passes, converged=converged)
+                        num_passes=passes, converged=converged, start=first)

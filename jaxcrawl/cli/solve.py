@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from . import multiprocess
+
 __all__ = ["register", "run", "check_plan"]
 
 
@@ -57,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rtol", type=float, default=None,
                    help="relative budget tolerance of the root-find (default 4 eps^0.75 of the dtype)")
     p.add_argument("--x64", action="store_true", help="solve in float64")
+    multiprocess.add_arguments(p)  # --coordinator/--num-processes/--process-id: jaxcrawl.cli.multiprocess
     p.set_defaults(func=run)
 
 
@@ -118,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     from jaxcrawl.io import check_output, read_host_caps, write_plan_csv
     from jaxcrawl.utilities import binary_epsilon
 
+    if multiprocess.requested(args):  # several processes: each solves from its own rows
+        return multiprocess.run_solve(args)
     if args.max_steps < 1:
         raise ValueError(f"--max-steps must be >= 1; got {args.max_steps}")
     if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol < 1):

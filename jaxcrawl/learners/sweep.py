@@ -13,6 +13,13 @@ numbers, as in ICML-20 App. B's fixed seed), so row ``[g, p, s]`` equals
 seed, as the tests check.  :func:`jaxcrawl.learners.mirror_sync.grid_search` (ICML-20
 App. B) runs on it.
 
+**Several processes** (a ``jax.distributed`` job, :mod:`jaxcrawl.distributed`): the runs
+are split over the processes -- by blocks of seeds when there are at least as many seeds
+as processes, else by grid chunks (round robin) -- each process writes its own checkpoint
+chunks (``chunk_XXXXX.pIofP.npz`` and ``manifest.pIofP.json``) and resumes from them, and
+the finished outputs are all-gathered, so every process returns the whole sweep, equal to
+the single-process one (each run's key depends only on its instance and seed).
+
 ``Learner`` and ``run_learner`` are re-exported here from :mod:`jaxcrawl.learners.base`.
 """
 from __future__ import annotations
@@ -142,8 +149,8 @@ def _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk_siz
     return h.hexdigest()
 
 
-@functools.partial(jax.jit, static_argnames=("learner", "num_steps", "num_seeds", "transform"))
-def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform):
+@functools.partial(jax.jit, static_argnames=("learner", "num_steps", "transform"))
+def _sweep_chunk(key, learner, problems, params, num_steps, seeds, transform):
     """(g, P, S) runs in one call: vmap over grid ∘ vmap over instances ∘ vmap over seeds."""
     num_problems = _leading(problems)
 
@@ -151,7 +158,6 @@ def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform
         final, info = run_learner(sweep_key(key, p_idx, seed), learner, problem, num_steps, prm)
         return info if transform is None else transform(final, info, problem, prm)
 
-    seeds = jnp.arange(num_seeds)
     over_seeds = jax.vmap(one, in_axes=(None, None, None, 0))
     over_problems = jax.vmap(over_seeds, in_axes=(0, 0, None, None))
     p_idx = jnp.arange(num_problems)
@@ -164,7 +170,8 @@ def _sweep_chunk(key, learner, problems, params, num_steps, num_seeds, transform
 def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = None, *,
               num_seeds: int, num_steps: int, chunk_size: int | None = None,
               out_dir: str | None = None, transform: Callable[..., Any] | None = None,
-              tag: str = "", on_chunk: Callable[[int, Any], None] | None = None) -> SweepResult:
+              tag: str = "", on_chunk: Callable[[int, Any], None] | None = None,
+              split_processes: bool = True) -> SweepResult:
     """Run ``learner`` for every grid point × instance × seed; resumable on disk.
 
     Each chunk of ``chunk_size`` grid points is one compiled call (jit of three nested
@@ -198,7 +205,10 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
       tag: free text folded into the fingerprint (e.g. a code version).
       on_chunk: optional callback ``on_chunk(index, outputs)`` after each computed chunk
         is stored (for progress reports; an exception raised here interrupts the sweep
-        after that chunk was saved).
+        after that chunk was saved).  With several processes, ``outputs`` is this
+        process's share of the chunk.
+      split_processes: with several ``jax.distributed`` processes, split the runs over
+        them (default); ``False`` runs the whole sweep on every process.
 
     Returns:
       :class:`SweepResult` with outputs of shape ``(G, P, S, ...)``.
@@ -221,12 +231,28 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
     chunk = min(chunk, grid_size)
     num_chunks = -(-grid_size // chunk)
 
+    nproc = jax.process_count() if split_processes else 1
+    pid = jax.process_index() if nproc > 1 else 0
+    by_seeds = num_seeds >= nproc
+    if nproc > 1 and by_seeds:  # a block of seeds per process (the last padded by repeating its last seed)
+        block = -(-num_seeds // nproc)
+        seeds = np.minimum(np.arange(pid * block, (pid + 1) * block), num_seeds - 1)
+    else:
+        seeds = np.arange(num_seeds)
+    mine = [c for c in range(num_chunks) if nproc == 1 or by_seeds or c % nproc == pid]
+    suffix = "" if nproc == 1 else f".p{pid}of{nproc}"
+    fp_all = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag, transform)
+    if nproc > 1:
+        from jaxcrawl.distributed import check_consistent
+
+        check_consistent(sweep_inputs=fp_all, out_dir=os.path.abspath(out_dir) if out_dir else None)
+
     manifest_path = None
     manifest = None
     if out_dir is not None:
         os.makedirs(out_dir, exist_ok=True)
-        manifest_path = os.path.join(out_dir, MANIFEST)
-        fp = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag, transform)
+        manifest_path = os.path.join(out_dir, MANIFEST if nproc == 1 else f"manifest{suffix}.json")
+        fp = fp_all if nproc == 1 else f"{fp_all}|{nproc}"
         if os.path.exists(manifest_path):
             with open(manifest_path) as f:
                 manifest = json.load(f)
@@ -238,7 +264,9 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
             manifest = dict(version=_VERSION, fingerprint=fp, learner=learner.name,
                             grid_size=grid_size, chunk_size=chunk, num_chunks=num_chunks,
                             num_problems=num_problems, num_seeds=num_seeds,
-                            num_steps=num_steps, tag=tag, finished={})
+                            num_steps=num_steps, tag=tag, finished={},
+                            **({} if nproc == 1 else dict(process=pid, num_processes=nproc,
+                                                          seeds=seeds.tolist(), chunks=mine)))
             write_json(manifest_path, manifest)
 
     def chunk_params(c):
@@ -255,16 +283,17 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
         return (manifest is not None and str(c) in manifest["finished"]
                 and os.path.exists(os.path.join(out_dir, manifest["finished"][str(c)]["file"])))
 
-    for c in range(num_chunks):
-        fname = f"chunk_{c:05d}.npz"
+    seeds_arr = jnp.asarray(seeds)
+    for c in mine:
+        fname = f"chunk_{c:05d}{suffix}.npz"
         if stored(c):
             if treedef is None:  # the output structure, from an abstract trace (no compute)
                 shapes = jax.eval_shape(_sweep_chunk, key, learner, problems, chunk_params(c),
-                                        num_steps, num_seeds, transform)
+                                        num_steps, seeds_arr, transform)
                 treedef = jax.tree_util.tree_structure(shapes)
             results[c] = load_tree(os.path.join(out_dir, fname), treedef)
             continue
-        out = _sweep_chunk(key, learner, problems, chunk_params(c), num_steps, num_seeds, transform)
+        out = _sweep_chunk(key, learner, problems, chunk_params(c), num_steps, seeds_arr, transform)
         valid = min(chunk, grid_size - c * chunk)
         out = jax.tree_util.tree_map(lambda a: np.asarray(a)[:valid], out)
         treedef = jax.tree_util.tree_structure(out)
@@ -276,9 +305,40 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
             write_json(manifest_path, manifest)
         if on_chunk is not None:
             on_chunk(c, out)
+    if nproc > 1:
+        if not mine:  # this process owns no chunk: zeros of the chunk's shape stand in for it
+            shapes = jax.eval_shape(_sweep_chunk, key, learner, problems, chunk_params(0), num_steps,
+                                    seeds_arr, transform)
+            results[0] = jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+        results = _gather_chunks(results, num_chunks, num_seeds, by_seeds, nproc)
     outputs = jax.tree_util.tree_map(lambda *xs: np.concatenate(xs, axis=0), *results)
     grid = None if params is None else jax.tree_util.tree_map(np.asarray, params)
     return SweepResult(grid, outputs, tuple(computed), num_chunks, out_dir)
+
+
+def _gather_chunks(results, num_chunks, num_seeds, by_seeds, nproc):
+    """Every process's share of every chunk, on every process (exact byte all-gathers)."""
+    from jaxcrawl.distributed import allgather_host
+
+    template = next(r for r in results if r is not None)
+    full = max(int(np.shape(jax.tree_util.tree_leaves(r)[0])[0]) for r in results if r is not None)
+    full = int(allgather_host(np.asarray([full], np.int64)).max())
+    out = []
+    for c in range(num_chunks):
+        owner = c % nproc
+        mine = results[c] if results[c] is not None else jax.tree_util.tree_map(np.zeros_like, template)
+        rows = int(np.shape(jax.tree_util.tree_leaves(mine)[0])[0])
+        padded = jax.tree_util.tree_map(  # the same shape on every process (the last chunk has fewer rows)
+            lambda a: np.concatenate([a, np.zeros((full - a.shape[0],) + a.shape[1:], a.dtype)]), mine)
+        rows_all = allgather_host(np.asarray([rows], np.int64))[:, 0]
+        got = jax.tree_util.tree_map(allgather_host, padded)  # (nproc, g, P, S_block, ...)
+        if by_seeds:  # concatenate the seed blocks, drop the padding seeds and rows
+            res = jax.tree_util.tree_map(
+                lambda a: np.concatenate(list(a), axis=2)[:rows_all[0], :, :num_seeds], got)
+        else:
+            res = jax.tree_util.tree_map(lambda a: a[owner][:rows_all[owner]], got)
+        out.append(res)
+    return out
 
 
 def load_sweep(out_dir: str, treedef: Any = None) -> tuple[dict, dict[int, Any]]:

@@ -1,0 +1,221 @@
+"""Shared command-line options for multi-process runs, and ``jaxcrawl solve`` over processes.
+
+:func:`add_arguments` adds ``--coordinator HOST:PORT``, ``--num-processes N``,
+``--process-id I`` and ``--distributed`` to a subcommand; :func:`join` starts
+``jax.distributed`` from them (or from the environment: ``JAX_COORDINATOR_ADDRESS`` /
+``JAX_NUM_PROCESSES`` / ``JAX_PROCESS_ID``, as ``jaxcrawl launch`` sets them; an ``srun``
+step or ``mpirun`` of several tasks, detected from SLURM's / Open MPI's variables; or
+``--distributed`` for any cluster JAX auto-detects, e.g. Kubernetes).  :func:`run_solve` is ``jaxcrawl solve``
+when several processes take part: each reads only its rows of ``--input`` (CSV byte ranges,
+Parquet row groups, a ``.npy`` page-table directory), the dual is found by cross-process
+reductions, and each process writes its part of the plan (process 0 a manifest), or
+process 0 joins the parts into one file with ``--gather-output``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+
+import numpy as np
+
+__all__ = ["add_arguments", "requested", "join", "run_solve", "part_path"]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the multi-process options to a subcommand's parser."""
+    g = p.add_argument_group("several processes (jax.distributed; see docs/scale.md)")
+    g.add_argument("--coordinator", metavar="HOST:PORT",
+                   help="address of process 0's coordinator (default: $JAX_COORDINATOR_ADDRESS)")
+    g.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (default: $JAX_NUM_PROCESSES)")
+    g.add_argument("--process-id", type=int, metavar="I", help="this process's index (default: $JAX_PROCESS_ID)")
+    g.add_argument("--distributed", action="store_true",
+                   help="join a job whose settings JAX detects from the cluster (SLURM, Open MPI, Kubernetes)")
+    g.add_argument("--gather-output", action="store_true",
+                   help="with several processes: process 0 joins the plan's parts into the one --output file")
+
+
+def _env_count(name: str) -> int:
+    try:
+        return int(os.environ.get(name, "1") or 1)
+    except ValueError:
+        return 1
+
+
+def requested(args: argparse.Namespace) -> bool:
+    """Whether the options or the environment ask for a job of several processes.
+
+    Yes with ``--distributed``, ``--num-processes N > 1``, ``JAX_NUM_PROCESSES > 1``
+    (``jaxcrawl launch``), inside an ``srun`` step of several tasks
+    (``SLURM_STEP_NUM_TASKS > 1``) or an ``mpirun`` of several ranks
+    (``OMPI_COMM_WORLD_SIZE > 1``) -- so SLURM and Open MPI launches need no flags.
+    """
+    if getattr(args, "num_processes", None) is not None:
+        return args.num_processes > 1 or bool(getattr(args, "distributed", False))
+    return (bool(getattr(args, "distributed", False)) or _env_count("JAX_NUM_PROCESSES") > 1
+            or _env_count("SLURM_STEP_NUM_TASKS") > 1 or _env_count("OMPI_COMM_WORLD_SIZE") > 1)
+
+
+def join(args: argparse.Namespace) -> bool:
+    """Start ``jax.distributed`` when :func:`requested`; returns whether several processes run."""
+    import jax
+
+    if not requested(args):
+        return False
+    from jaxcrawl.distributed import initialize
+
+    if args.x64 if hasattr(args, "x64") else False:
+        jax.config.update("jax_enable_x64", True)
+    initialize(args.coordinator, args.num_processes, args.process_id)
+    return jax.process_count() > 1
+
+
+def part_path(output: str, process: int, num_processes: int) -> str:
+    """``plan.csv`` -> ``plan.part00001-of-00002.csv``: one process's part of a plan."""
+    root, ext = os.path.splitext(output)
+    return f"{root}.part{process:05d}-of-{num_processes:05d}{ext}"
+
+
+def _host_ids(caps_path: str, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Global host indices (the caps file's order, finite caps only) of this process's pages."""
+    from jaxcrawl.io.hosts import read_host_caps, read_page_hosts, url_host
+
+    host_ids, caps, mapping = read_host_caps(caps_path)
+    finite = [(str(h), float(c)) for h, c in zip(np.asarray(host_ids).tolist(), np.asarray(caps).tolist())
+              if math.isfinite(float(c))]
+    index = {h: i for i, (h, _) in enumerate(finite)}
+    ids = [str(p) for p in np.asarray(page_id).tolist()]
+    if mapping is not None:
+        pages, hosts = read_page_hosts(mapping)
+        of = {str(p): str(h) for p, h in zip(np.asarray(pages).tolist(), np.asarray(hosts).tolist())}
+        page_host = [of.get(p) for p in ids]
+    else:
+        page_host = [url_host(p) for p in ids]
+        if any(h is None for h in page_host):
+            raise ValueError(f"{caps_path}: no page->host mapping: add a line '# pages: FILE' naming a "
+                             "page_id,host_id CSV (or use URLs as page ids)")
+    hid = np.asarray([index.get(h, -1) if h else -1 for h in page_host], np.int32)
+    return hid, np.asarray([c for _, c in finite], np.float64)
+
+
+def run_solve(args: argparse.Namespace) -> int:
+    """``jaxcrawl solve`` in a job of several processes (called by :mod:`jaxcrawl.cli.solve`)."""
+    import jax
+
+    import jaxcrawl
+    from jaxcrawl import distributed as dist
+    from jaxcrawl._src.rootfind import default_rtol
+
+    if not join(args):
+        raise ValueError("--num-processes/--distributed: this job has one process; run without them")
+    pid, nproc = jax.process_index(), jax.process_count()
+    from jaxcrawl.io import check_output
+
+    check_output(args.output, args.input, args.host_caps)
+    dtype = np.float64 if args.x64 else np.float32
+    if args.input:
+        rows, error = None, None
+        try:
+            rows = dist.read_local_rows(args.input)
+        except ValueError as err:  # a bad row on one process stops every process cleanly
+            error = str(err)
+        dist.raise_together(error)
+        page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
+        source, table_fp = args.input, rows.fingerprint
+    else:  # the synthetic default: every process draws it and keeps its rows
+        from jaxcrawl.synthetic import synthetic
+
+        n = args.num_pages
+        if n < 1:
+            raise ValueError(f"--num-pages must be >= 1; got {n}")
+        s, e = dist.row_range(n)
+        with jax.default_device(jax.local_devices()[0]):
+            syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)
+            page_id = np.arange(s, e)
+            imp, lam, comp = (np.asarray(a)[s:e] for a in (syn.importance, syn.change_rate, syn.complete))
+        source, table_fp = f"synthetic(seed={args.seed}, num_pages={n})", None
+    num_pages = int(dist.allreduce_sum([len(imp)])[0])
+    if args.bandwidth is not None:
+        bandwidth = float(args.bandwidth)
+    else:
+        frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
+        if not frac > 0:
+            raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
+        bandwidth = frac * num_pages
+    host_id = host_cap = None
+    if args.host_caps:
+        error = None
+        try:
+            host_id, host_cap = _host_ids(args.host_caps, page_id)
+        except ValueError as err:
+            error = str(err)
+        dist.raise_together(error)
+    dist.check_consistent(table=table_fp, source=source, bandwidth=bandwidth, objective=args.objective,
+                          epsilon=args.epsilon, caps=None if host_cap is None else host_cap,
+                          max_steps=args.max_steps, rtol=args.rtol, x64=bool(args.x64), output=args.output)
+    t0 = time.perf_counter()
+    sol = dist.solve_local_rows(imp, lam, comp, bandwidth, args.objective,
+                                epsilon=args.epsilon if args.objective == "binary-epsilon" else 0.0,
+                                host_id=host_id, host_cap=host_cap, max_steps=args.max_steps, rtol=args.rtol,
+                                dtype=dtype)
+    seconds = time.perf_counter() - t0
+    total = float(dist.allreduce_sum([np.sum(sol.rate, dtype=np.float64)])[0])
+    eps = float(np.finfo(dtype).eps)
+    tolerance = max(args.rtol or default_rtol(dtype), 32 * eps) * bandwidth
+    failure = None
+    if not sol.converged:
+        failure = (f"the solve did not converge: the root-find stopped after {sol.num_steps} steps with the "
+                   f"budget off by {sol.residual:.3g} before its closing correction")
+    elif not abs(total - bandwidth) <= tolerance:
+        failure = f"the plan's rates sum to {total:.10g}, off the bandwidth {bandwidth:.10g}"
+    bad = ~np.isfinite(sol.rate)
+    failure = failure or (f"non-finite rates on {int(bad.sum())} pages of process {pid}" if bad.any() else None)
+    summary = dict(source=source, num_pages=num_pages, bandwidth=bandwidth, objective=args.objective,
+                   converged=sol.converged, dual=sol.dual, residual_before_correction=sol.residual,
+                   budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,
+                   dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[sol.start, len(sol.rate)])
+    if failure is None and args.output:
+        from jaxcrawl.io import write_plan_csv
+
+        part = part_path(args.output, pid, nproc)
+        write_plan_csv(part, page_id, sol.rate, sol.prob)
+        dist.barrier("jaxcrawl.solve.parts")
+        if pid == 0:
+            parts = [part_path(args.output, i, nproc) for i in range(nproc)]
+            if args.gather_output:
+                _join_parts(parts, args.output)
+                summary["output"] = args.output
+            else:
+                manifest = dict(summary, parts=[os.path.basename(p) for p in parts])
+                with open(args.output + ".manifest.json", "w") as f:
+                    json.dump(manifest, f, indent=1)
+                summary["output"] = args.output + ".manifest.json"
+        dist.barrier("jaxcrawl.solve.written")
+    if failure is not None:
+        summary["error"] = failure
+    print(f"process {pid}/{nproc}: rows {sol.start}..{sol.start + len(sol.rate)} of {num_pages}, dual {sol.dual:.10g}, "
+          f"{sol.num_steps} root-finding steps, converged: {sol.converged}, solve {seconds:.3f} s")
+    print(json.dumps(summary))
+    if failure is not None:
+        raise jaxcrawl.NonConvergenceError(failure)
+    return 0
+
+
+def _join_parts(parts: list[str], output: str) -> None:
+    """Concatenate CSV parts (one header) into ``output`` atomically, then remove them."""
+    from jaxcrawl.io.tables import write_file
+
+    def fill(fh):
+        for i, p in enumerate(parts):
+            with open(p) as f:
+                header = f.readline()
+                if i == 0:
+                    fh.write(header)
+                for line in f:
+                    fh.write(line)
+
+    write_file(output, fill)
+    for p in parts:
+        os.remove(p)

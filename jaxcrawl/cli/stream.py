@@ -1,0 +1,88 @@
+"""``jaxcrawl stream``: optimal crawl rates for a page table on disk, chunk by chunk.
+
+Solves any separable objective from a page-table directory (``importance.npy``,
+``change_rate.npy``, ``complete.npy``; :func:`jaxcrawl.scale.write_page_table`) with
+:func:`jaxcrawl.scale.stream_solve`: memory O(chunk), one sequential read of the table per
+root-finding step, the rates written to one ``.npy`` file.  With several processes
+(``--num-processes``/``--coordinator``/``--process-id``, ``jaxcrawl launch``, or a cluster
+with ``--distributed``) each process streams its own row range and the sums are combined
+across processes; every process writes its rows of the one output file (a shared
+filesystem).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``stream`` subcommand to an ``argparse`` subparsers object."""
+    from jaxcrawl.utilities import utility_names
+
+    from .multiprocess import add_arguments
+
+    p = subparsers.add_parser(
+        "stream", help="optimal crawl rates for a page table on disk, streamed chunk by chunk",
+        description=("Solve a separable objective for a page-table directory (importance.npy, "
+                     "change_rate.npy, complete.npy) without loading it: per-chunk sums per root-finding "
+                     "step. Writes the rates to --output (.npy). The last line printed is one JSON object; "
+                     "exit status 3 when the root-find did not converge."))
+    p.add_argument("--table", "-t", required=True, help="page-table directory")
+    p.add_argument("--output", "-o", help="rates .npy file to write (default: none)")
+    bw = p.add_mutually_exclusive_group()
+    bw.add_argument("--bandwidth", type=float, help="total crawls per unit time R")
+    bw.add_argument("--bandwidth-fraction", type=float, default=None,
+                    help="R as a fraction of the number of pages (default 0.2)")
+    p.add_argument("--objective", choices=utility_names(), default="harmonic", help="a separable utility")
+    p.add_argument("--epsilon", type=float, default=0.4, help="binary-epsilon: the floor fraction (default 0.4)")
+    p.add_argument("--chunk-size", type=int, default=1 << 20, help="pages per chunk (default 1048576)")
+    p.add_argument("--max-steps", type=int, default=100, help="root-finding step cap (default 100)")
+    p.add_argument("--rtol", type=float, default=None, help="relative budget tolerance of the root-find")
+    p.add_argument("--x64", action="store_true", help="solve in float64")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``jaxcrawl stream``; returns the exit status."""
+    import time
+
+    import jax
+
+    import jaxcrawl
+    from jaxcrawl.scale import PageTable, stream_solve
+
+    from .multiprocess import join
+
+    join(args)
+    if args.chunk_size < 1:
+        raise ValueError(f"--chunk-size must be >= 1; got {args.chunk_size}")
+    table = PageTable(args.table)
+    if args.bandwidth is not None:
+        bandwidth = args.bandwidth
+    else:
+        frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
+        if not frac > 0:
+            raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
+        bandwidth = frac * table.num_pages
+    objective, epsilon = ("binary", args.epsilon) if args.objective == "binary-epsilon" else (args.objective, 0.0)
+    t0 = time.perf_counter()
+    res = stream_solve(table, float(bandwidth), objective=objective, epsilon=epsilon, chunk_size=args.chunk_size,
+                       dtype="float64" if args.x64 else "float32", out_path=args.output,
+                       max_steps=args.max_steps, rtol=args.rtol)
+    seconds = time.perf_counter() - t0
+    summary = dict(table=args.table, num_pages=table.num_pages, bandwidth=float(bandwidth), objective=args.objective,
+                   converged=res.converged, dual=res.dual if math.isfinite(res.dual) else None,
+                   residual_before_correction=res.residual, root_steps=res.num_steps, passes=res.num_passes,
+                   solve_seconds=seconds, process=jax.process_index(), num_processes=jax.process_count(),
+                   rows=[res.start, int(len(res.rate))], output=args.output)
+    print(f"stream       {table.num_pages} pages, dual {res.dual:.10g}, {res.num_steps} root-finding steps, "
+          f"{res.num_passes} passes, {seconds:.2f} s, converged: {res.converged}")
+    print(json.dumps(summary))
+    if not res.converged:
+        raise jaxcrawl.NonConvergenceError(f"the streamed solve did not converge after {res.num_steps} steps "
+                                           f"(residual {res.residual:.3g}); raise --max-steps")
+    return 0
