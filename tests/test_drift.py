@@ -179,3 +179,37 @@ def test_discounted_mle_without_forgetting_is_the_mle():
         estimators.discounted_mle(gaps, changed, mask, half_life=0.0)
     with pytest.raises(ValueError, match="weights"):
         estimators.weighted_mle(gaps, changed, mask, weights=-w)
+
+
+@pytest.mark.long
+def test_llc_with_forgetting_follows_a_regime_switch():
+    """LambdaLearnAndCrawl on pages whose rates jump 5x at day 40: with a 4-day half-life the
+    estimate error falls back to its own pre-switch level after the switch; without
+    forgetting it stays well above its pre-switch level (and above the forgetting one's)."""
+    from jaxcrawl.learners import heuristics as H
+    from jaxcrawl.learners import learn_and_crawl as LC
+
+    n, num_epochs = 60, 70
+    rng = np.random.default_rng(8)
+    lam = np.exp(rng.normal(np.log(0.5), 0.5, n)).astype(np.float32)
+    problem = CrawlProblem(jnp.asarray(rng.lognormal(0, 1, n), jnp.float32), jnp.asarray(lam), 0.4 * n)
+    rates = S.regime_switch(problem.change_rate, [1.0, 5.0], [40.0], num_windows=num_epochs)
+    settings = LC.llc_settings(problem.replace(change_rate=5 * problem.change_rate), history_epochs=64)
+    plain = LC.llc(**settings)
+    forget = LC.llc(**settings, forgetting=True)
+    assert forget.name == "llc-forget"
+    key = jax.random.PRNGKey(11)
+    _, info_plain = H.run_on_path(key, plain, problem, rates)
+    _, info_forget = H.run_on_path(key, forget, problem, rates, LC.LLCParams(half_life=4.0))
+    _, info_inf = H.run_on_path(key, forget, problem, rates, LC.LLCParams(half_life=jnp.inf))
+    # no discount: the same estimates as the plain learner (up to the root-finders' tolerance)
+    np.testing.assert_allclose(np.asarray(info_inf.estimate_error), np.asarray(info_plain.estimate_error),
+                               rtol=2e-3, atol=2e-3)
+    err_p = np.asarray(info_plain.estimate_error)
+    err_f = np.asarray(info_forget.estimate_error)
+    assert err_f[-5:].mean() <= 1.1 * err_f[30:40].mean()       # back to its stationary level
+    assert err_f[-5:].mean() < 0.7 * err_f[41:44].mean()        # decays after the switch
+    assert err_p[-5:].mean() >= 1.5 * err_p[30:40].mean()       # plain MLE keeps the old regime
+    assert err_p[-5:].mean() >= 1.5 * err_f[-5:].mean()
+    with pytest.raises(ValueError, match="half_life"):
+        forget.init(problem, LC.LLCParams(half_life=0.0))
