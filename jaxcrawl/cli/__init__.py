@@ -7,6 +7,7 @@ command                module
 ``jaxcrawl estimate``  :mod:`jaxcrawl.cli.estimate` -- change rates from crawl histories
 ``jaxcrawl schedule``  :mod:`jaxcrawl.cli.schedule` -- a plan's crawl timetable
 ``jaxcrawl reproduce`` :mod:`jaxcrawl.cli.reproduce` -- the papers' figures and claims
+``jaxcrawl evaluate``  :mod:`jaxcrawl.cli.evaluate` -- a policy's costs and gap to the optimum
 =====================  ===================================================================
 
 Each module has ``register(subparsers)`` (adds its subcommand) and ``run(args) -> int``.
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED"]
 
 #: The subcommands, each a module ``jaxcrawl.cli.<name>``.
-COMMANDS = ("solve", "estimate", "schedule", "reproduce")
+COMMANDS = ("solve", "estimate", "schedule", "reproduce", "evaluate")
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NOT_CONVERGED = 3
