@@ -58,6 +58,7 @@ def test_periodic_drift_costs_match_a_plain_quadrature():
         assert float(b[0]) == pytest.approx(b_ref, rel=2e-3)
 
 
+@pytest.mark.long
 def test_simulated_costs_on_a_regime_switch_match_the_exact_formula():
     """8 page types x 150 independent copies, 12 one-day windows with a switch at day 5."""
     types, copies, num_windows = 8, 150, 12

@@ -88,6 +88,7 @@ def test_plan_monte_carlo_is_within_4_se_of_the_closed_forms(table, capsys):
         assert abs(mc[f] - row[f]) <= Z * mc[f + "_se"], (f, mc[f], row[f], mc[f + "_se"])
 
 
+@pytest.mark.long
 def test_heuristic_and_optimal_rows(table, capsys, tmp_path):
     pages = table / "pages.csv"
     fig = tmp_path / "fig.png"

@@ -11,6 +11,7 @@
   key, standard error stated and small), next to the raw volume.
 * The learners vmap over seeds (equal to single runs) and run under ``run_sweep``.
 """
+import json
 import math
 import os
 import subprocess
@@ -181,6 +182,7 @@ def test_nutch_default_is_a_fixed_interval():
 
 
 # ---------------------------------------------------------------- the simulation is exact
+@pytest.mark.long
 def test_fixed_interval_crawler_on_drifting_pages_matches_the_exact_costs():
     n, num_epochs, seeds, interval = 40, 16, 48, 1.7
     rng = np.random.default_rng(0)
@@ -210,6 +212,7 @@ def test_fixed_interval_crawler_on_drifting_pages_matches_the_exact_costs():
     np.testing.assert_allclose(np.asarray(info.fresh_fraction), 1.0 - np.asarray(info.binary_cost), atol=1e-5)
 
 
+@pytest.mark.long
 def test_vmap_over_seeds_equals_single_runs_and_run_sweep_works():
     n = 30
     rng = np.random.default_rng(1)
@@ -231,6 +234,7 @@ def test_vmap_over_seeds_equals_single_runs_and_run_sweep_works():
     np.testing.assert_allclose(per_day[:, 0, 0], n / (2 * np.array([0.5, 1.0, 4.0])), rtol=0.05)
 
 
+@pytest.mark.long
 def test_budget_matching_hits_the_bandwidth_within_two_percent():
     n = 120
     rng = np.random.default_rng(2)
@@ -276,11 +280,9 @@ def test_heuristics_experiment_quick_run(tmp_path):
                            "--out", str(tmp_path), "--no-progress"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["quick"] is True
     record = json.loads((tmp_path / "heuristics_vs_optimal.json").read_text())
-    assert record["claims"] and all(c["holds"] == c["expected"] for c in record["claims"].values()) \
-        if isinstance(record["claims"], dict) and record["claims"] and isinstance(
-            next(iter(record["claims"].values())), dict) else True
+    assert record["experiment"] == "heuristics_vs_optimal" and record["quick"] is True
+    assert record["claims"] and record["passed"] is True, record["claim_details"]
     assert (tmp_path / "heuristics_vs_optimal.png").exists()

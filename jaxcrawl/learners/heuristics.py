@@ -71,7 +71,10 @@ are *scale-free*: multiplying every interval by :math:`c` leaves the long-run vo
 unchanged (the interval settles where the probability of a change per fetch balances
 the growth and the shrink factors, :math:`P^* = \log g_u/(\log g_u - \log g_c)`, about
 0.6 for Nutch's defaults), so for them the scale is the exponent of the growth factor,
-:math:`g_u \to g_u^{c}`: :math:`c > 1` grows intervals faster and lowers the volume.
+:math:`g_u \to g_u^{c}`: :math:`c > 1` grows intervals faster and lowers the volume; a
+scale above 1 also multiplies the ceiling ``max_interval`` by :math:`c` (with the
+crawlers' ceilings of two to four weeks a volume of a few percent of the pages per day
+is otherwise out of reach: an engineer lowering the volume raises the ceiling too).
 """
 from __future__ import annotations
 
@@ -143,7 +146,7 @@ class HeuristicParams(NamedTuple):
         the whole sync-delta step off, the others ignore it).
       budget_scale: :math:`c` of :func:`match_budget` (1: the crawler's own settings):
         the fixed rule's interval is multiplied by it, the adaptive rules' growth factor
-        raised to it.
+        raised to it and their ``max_interval`` multiplied by ``max(c, 1)``.
     """
 
     initial_interval: Any = None
@@ -226,8 +229,9 @@ def update_interval(rule: int, params: HeuristicParams, interval: ArrayLike, fet
     interval = jnp.asarray(interval)
     t = jnp.asarray(fetch_time, interval.dtype)
     changed = jnp.asarray(changed, bool)
-    grow = jnp.asarray(p.grow, interval.dtype) ** jnp.asarray(p.budget_scale, interval.dtype)
-    lo, hi = p.min_interval, p.max_interval
+    scale = jnp.asarray(p.budget_scale, interval.dtype)
+    grow = jnp.asarray(p.grow, interval.dtype) ** scale
+    lo, hi = p.min_interval, p.max_interval * jnp.maximum(scale, 1.0)
     if rule == FIXED:
         return interval, t + interval, jnp.where(changed, t, modified)
     if rule == NUTCH:
