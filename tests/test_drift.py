@@ -48,6 +48,7 @@ def _periodic_reference(rates, window, period, phase, grid=400):
 
 
 @pytest.mark.x64
+@pytest.mark.long
 def test_periodic_drift_costs_match_a_plain_quadrature():
     rates = np.array([0.3, 0.3, 2.5, 2.5, 0.8, 0.1])
     for period, phase in ((0.7, 0.2), (2.5, 1.0), (0.25, 0.0)):
@@ -108,14 +109,14 @@ def test_hot_then_cold_and_walk_profiles():
     np.testing.assert_array_equal(hot[:, 2], (np.arange(10) >= 5) & (np.arange(10) < 8))
     np.testing.assert_allclose(np.asarray(path)[~hot], (0.1 * np.broadcast_to(base, (10, 3)))[~hot], rtol=1e-6)
     # the log-normal walk is a martingale: E[λ_w] = λ_0 (many pages, one path each)
-    base = jnp.full((20000,), 2.0)
+    base = jnp.full((5000,), 2.0)
     walk = S.lognormal_walk(jax.random.PRNGKey(1), base, volatility=0.2, num_windows=30)
     last = np.asarray(walk[-1], np.float64)
     assert np.all(np.asarray(walk[0]) == 2.0)
     assert abs(last.mean() - 2.0) <= Z * last.std() / math.sqrt(last.size)
     # log increments have standard deviation σ √h
     inc = np.diff(np.log(np.asarray(walk, np.float64)), axis=0)
-    assert inc.std() == pytest.approx(0.2, rel=0.02)
+    assert inc.std() == pytest.approx(0.2, rel=0.03)
 
 
 def test_profiles_reject_bad_input():
@@ -149,6 +150,7 @@ def _switch_histories(key, num_pages, rate_before, rate_after, switch, horizon, 
     return gaps, changed, mask, times
 
 
+@pytest.mark.long
 def test_discounted_mle_tracks_a_regime_switch_and_the_plain_mle_does_not():
     num_pages, switch = 400, 100.0
     gaps, changed, mask, times = _switch_histories(jax.random.PRNGKey(5), num_pages, 0.3, 2.0, switch,
@@ -168,7 +170,7 @@ def test_discounted_mle_tracks_a_regime_switch_and_the_plain_mle_does_not():
 
 
 def test_discounted_mle_without_forgetting_is_the_mle():
-    gaps, changed, mask, _ = _switch_histories(jax.random.PRNGKey(6), 64, 0.7, 0.7, 0.0, 80.0, 1.0, 128)
+    gaps, changed, mask, _ = _switch_histories(jax.random.PRNGKey(6), 32, 0.7, 0.7, 0.0, 60.0, 1.0, 96)
     a = estimators.discounted_mle(gaps, changed, mask, half_life=jnp.inf, smoothing=0.0)
     b = estimators.mle(gaps, changed, mask)
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4)

@@ -165,15 +165,29 @@ def discounted_mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | N
     """
     _check_half_life(half_life)
     validate_history(intervals, changed, mask)
+    validate_bounds(min_rate, max_rate)
+    if is_concrete(smoothing):
+        s = np.asarray(smoothing, float)
+        if np.any(~np.isfinite(s)) or np.any(s < 0):
+            raise ValueError(f"smoothing must be finite and >= 0; got {smoothing!r}")
+    if int(max_steps) < 1:
+        raise ValueError(f"max_steps must be >= 1; got {max_steps}")
+    est = _discounted_impl(intervals, changed, mask, half_life, time, offset, smoothing, min_rate, max_rate,
+                           max_steps=int(max_steps))
+    return est if return_info else est.rate
+
+
+@functools.partial(jax.jit, static_argnames=("max_steps",))
+def _discounted_impl(intervals, changed, mask, half_life, time, offset, smoothing, min_rate, max_rate, *,
+                     max_steps):
     w, c, m = prepare(intervals, changed, mask)
     dtype = w.dtype
     t = jnp.asarray(offset, dtype)[..., None] + jnp.cumsum(w, axis=-1)
     if time is None:
         now = jnp.asarray(offset, dtype) + jnp.sum(w, axis=-1)
     else:
-        now = jnp.asarray(time, dtype)
+        now = jnp.broadcast_to(jnp.asarray(time, dtype), w.shape[:-1])
         m = m & (t <= now[..., None])
     h = jnp.asarray(half_life, dtype)
     a = discount_weights(now[..., None] - t, h[..., None] if h.ndim else h)
-    return weighted_mle(w, c, m, weights=a, smoothing=smoothing, min_rate=min_rate, max_rate=max_rate,
-                        max_steps=max_steps, return_info=return_info)
+    return _weighted_impl(w, c, m, a, smoothing, min_rate, max_rate, max_steps=max_steps)
