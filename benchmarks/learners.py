@@ -6,7 +6,10 @@ whole workload (LLC, float32, the pages' instances from ``jaxcrawl.data.syntheti
 episodes run ``--batch`` at a time with ``jax.vmap`` in one compiled program, and times
 one epoch's estimate + solve (the smoothed MLE of eq. 10 on the compressed history
 suffix, then LambdaCrawl) against a plain NumPy implementation of the same two steps
-measured in the same run.  The last line printed is one JSON object.
+measured in the same run.  The production revisit heuristics
+(:mod:`jaxcrawl.learners.heuristics`: Nutch, StormCrawler, Heritrix) run the same episodes
+in the same run, and both throughputs are reported as page-days simulated per second.
+The last line printed is one JSON object.
 
 Usage: ``python benchmarks/learners.py [--episodes 20] [--epochs 21] [--pages 100000] [--batch 4]
 [--events-per-window 64]``
@@ -26,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
 from jaxcrawl import data, objectives, solvers  # noqa: E402
-from jaxcrawl.learners import run_learner  # noqa: E402
+from jaxcrawl.learners import heuristics, run_learner  # noqa: E402
 
 from _common import best_time  # noqa: E402
 
@@ -112,6 +115,23 @@ def main():
           f"at the end: {int(info.truncated[:, -1].sum())}; inner solves converged: "
           f"{int(info.converged.sum())}/{info.converged.size}")
 
+    # ---- the production heuristics on the same episodes (exact event-driven simulation)
+    page_days = args.episodes * args.epochs * args.pages
+    llc_throughput = page_days / t_run
+    heuristic_throughput = {}
+    for name, factory in heuristics.HEURISTICS.items():
+        h_learner = factory()
+        run_h = jax.jit(jax.vmap(lambda k, q, hl=h_learner: run_learner(jax.random.fold_in(k, 1), hl, q,
+                                                                         args.epochs)[1]))
+        compiled_h = run_h.lower(*batches[0]).compile()
+        t0 = time.perf_counter()
+        h_infos = [jax.block_until_ready(compiled_h(k, q)) for k, q in batches]
+        t_h = time.perf_counter() - t0
+        ok = all(bool(np.all(np.asarray(i.converged))) for i in h_infos)
+        heuristic_throughput[name] = round(page_days / t_h, 1)
+        print(f"{name}: {args.episodes} episodes x {args.epochs} days x {args.pages} pages in {t_h:.2f} s "
+              f"({page_days / t_h:,.0f} page-days/s; LLC {llc_throughput:,.0f}); event loops finished: {ok}")
+
     # ---- one epoch's estimate + solve: JAX vs NumPy on the same history
     problem = jax.tree_util.tree_map(lambda x: x[0], problems)
     state, _ = jax.jit(lambda k, q: run_learner(k, learner, q, 5))(keys[0], problem)
@@ -165,6 +185,8 @@ def main():
         estimate_solve_jax_ms=round(t_jax * 1e3, 2),
         estimate_solve_numpy_ms=round(t_np * 1e3, 2),
         estimate_solve_speedup=round(t_np / t_jax, 2),
+        llc_page_days_per_second=round(llc_throughput, 1),
+        heuristic_page_days_per_second=heuristic_throughput,
     )
     print(json.dumps(result))
 

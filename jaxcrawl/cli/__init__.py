@@ -7,6 +7,7 @@ command                module
 ``jaxcrawl estimate``  :mod:`jaxcrawl.cli.estimate` -- change rates from crawl histories
 ``jaxcrawl schedule``  :mod:`jaxcrawl.cli.schedule` -- a plan's crawl timetable
 ``jaxcrawl reproduce`` :mod:`jaxcrawl.cli.reproduce` -- the papers' figures and claims
+``jaxcrawl evaluate``  :mod:`jaxcrawl.cli.evaluate` -- a policy's costs and gap to the optimum
 ``jaxcrawl stream``    :mod:`jaxcrawl.cli.stream` -- rates for a page table on disk, streamed
 ``jaxcrawl sweep``     :mod:`jaxcrawl.cli.sweep` -- a resumable sync-bandit learner sweep
 ``jaxcrawl launch``    :mod:`jaxcrawl.cli.launch` -- N local processes of one distributed job
@@ -29,7 +30,7 @@ from collections.abc import Sequence
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED"]
 
 #: The subcommands, each a module ``jaxcrawl.cli.<name>``.
-COMMANDS = ("solve", "estimate", "schedule", "reproduce")
+COMMANDS = ("solve", "estimate", "schedule", "reproduce", "evaluate")
 COMMANDS += ("stream", "sweep", "launch")  # multi-process capable (jaxcrawl.cli.multiprocess)
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -27,6 +27,10 @@ Layout:
   singular cases finite.  The iterating ones (MLE, moment matching, smoothed MLE) report
   convergence (``return_info=True`` -> :class:`Estimate`, ``throw=True``) and are
   differentiable in forward and reverse mode by the implicit function theorem.
+* :mod:`jaxcrawl.estimators.forgetting` -- estimators that follow drift:
+  :func:`discounted_mle` (the MLE with observations discounted by a half-life),
+  :func:`weighted_mle`, :func:`discount_weights`; a sliding window is
+  :func:`mle_smoothed`'s ``window=``.
 * :mod:`jaxcrawl.estimators.confidence` -- :func:`lemma3_halfwidth` (L2C Lemma 3) and
   :func:`lemma8_halfwidth` (L2C App. K Lemma 8).
 * :mod:`jaxcrawl.estimators.online` -- :func:`lln`, :func:`sa`, :func:`sam`
@@ -42,6 +46,9 @@ from __future__ import annotations
 
 from .confidence import lemma3_halfwidth as lemma3_halfwidth
 from .confidence import lemma8_halfwidth as lemma8_halfwidth
+from .forgetting import discount_weights as discount_weights
+from .forgetting import discounted_mle as discounted_mle
+from .forgetting import weighted_mle as weighted_mle
 from .offline import DEFAULT_MAX_RATE as DEFAULT_MAX_RATE
 from .offline import DEFAULT_MIN_RATE as DEFAULT_MIN_RATE
 from .offline import Estimate as Estimate
@@ -83,4 +90,7 @@ __all__ = [
     "sa",
     "sam",
     "run_online",
+    "discount_weights",
+    "weighted_mle",
+    "discounted_mle",
 ]

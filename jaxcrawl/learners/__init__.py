@@ -10,6 +10,9 @@
 * :mod:`jaxcrawl.learners.learn_and_crawl` -- LambdaLearnAndCrawl and its variants
   (Kolobov et al., NeurIPS-19 Alg. 4), with any :class:`jaxcrawl.Utility` as the inner
   solver, and online-estimator-driven crawling (Avrachenkov et al. §5).
+* :mod:`jaxcrawl.learners.heuristics` -- the revisit heuristics of production crawlers
+  (Nutch DefaultFetchSchedule / AdaptiveFetchSchedule, StormCrawler AdaptiveScheduler,
+  Heritrix WaitEvaluator), budget matching, and :func:`run_on_path` for drifting pages.
 * :mod:`jaxcrawl.learners.sweep` -- seeds × instances × hyperparameters in one call,
   written incrementally so an interrupted sweep resumes.
 
@@ -18,6 +21,7 @@ path (``from jaxcrawl.learners.mirror_sync import ...``).
 """
 from .base import Learner, SyncLearner, run_learner, run_sync_learner  # noqa: F401
 from .explore_commit import *  # noqa: F401,F403  (names listed in its __all__)
+from .heuristics import *  # noqa: F401,F403
 from .learn_and_crawl import *  # noqa: F401,F403
 from .mirror_sync import (  # noqa: F401
     APP_B_GRIDS,

@@ -222,7 +222,7 @@ def policy_costs(problem: CrawlProblem, policy: Policy) -> tuple[jax.Array, jax.
 def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, suffix_epochs: ArrayLike,
                     smoothing: ArrayLike, epoch_length: ArrayLike, previous: ArrayLike, *,
                     min_rate: float = estimators.DEFAULT_MIN_RATE,
-                    max_rate: float = 1e3) -> tuple[jax.Array, jax.Array]:
+                    max_rate: float = 1e3, half_life: ArrayLike | None = None) -> tuple[jax.Array, jax.Array]:
     r"""K19 Alg. 4 lines 10-13: change-rate estimates from the history suffix.
 
     Incomplete pages: :func:`jaxcrawl.estimators.mle_smoothed` (eq. 10 with imaginary
@@ -233,10 +233,20 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     s/T).  A page whose suffix is empty because its ring buffer wrapped inside the
     current epoch keeps its ``previous`` estimate.
 
+    Forgetting: with ``half_life`` (time units; ``None``: off) every observation of epoch
+    ``e`` is weighted by :math:`2^{-(\text{epoch}-e)\,T_{epoch}/h}`
+    (:func:`_discounted_suffix_estimate`: :func:`jaxcrawl.estimators.weighted_mle` for
+    incomplete pages, :math:`(\sum_e a_e U_e + s)/(\sum_e a_e T_{epoch})` for complete
+    ones), so the estimates follow drifting rates (:mod:`jaxcrawl.simulate.drift`);
+    ``half_life = inf`` gives the undiscounted estimates.
+
     Returns:
       ``(estimate, truncated)``: ``(n,)`` rates, and ``(n,)`` bool for pages whose suffix
       was shortened by the ring buffer.
     """
+    if half_life is not None:
+        return _discounted_suffix_estimate(hist, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
+                                           half_life, min_rate=min_rate, max_rate=max_rate)
     dtype = hist.unchanged_time.dtype
     n = hist.changed_interval.shape[0]
     num_cols = hist.column_epoch.shape[0]
@@ -258,6 +268,32 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     return est.astype(dtype), truncated
 
 
+def _discounted_suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
+                                half_life, *, min_rate, max_rate):
+    """:func:`suffix_estimate` with exponentially discounted epochs (the forgetting option)."""
+    dtype = hist.unchanged_time.dtype
+    n, cap = hist.changed_interval.shape
+    num_cols = hist.column_epoch.shape[0]
+    intervals, changed, mask = suffix_history(hist, epoch, suffix_epochs)
+    tags = jnp.concatenate([hist.changed_epoch, jnp.broadcast_to(hist.column_epoch, (n, num_cols))], axis=-1)
+    length = jnp.asarray(epoch_length, dtype)
+    age = (jnp.asarray(epoch, dtype) - tags.astype(dtype)) * length
+    weights = estimators.discount_weights(age, jnp.asarray(half_life, dtype))
+    inc = estimators.weighted_mle(intervals, changed, mask, weights=weights, smoothing=smoothing,
+                                  min_rate=min_rate, max_rate=max_rate)
+    no_drop = jnp.full((1,), -1, jnp.int32)
+    col_ok = in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
+    col_w = jnp.where(col_ok, weights[0, cap:], 0.0)
+    duration = jnp.sum(col_w) * length
+    signals = jnp.sum(hist.signals * col_w, axis=-1)
+    comp = jnp.clip((signals + jnp.asarray(smoothing, dtype)) / duration, min_rate, max_rate)
+    s_eff = jnp.minimum(jnp.asarray(suffix_epochs, dtype), num_cols)
+    truncated = ~complete & (hist.dropped_epoch >= 0) & (hist.dropped_epoch.astype(dtype) > epoch - s_eff)
+    empty = ~complete & (hist.dropped_epoch >= epoch)
+    est = jnp.where(complete, comp, jnp.where(empty, previous, inc))
+    return est.astype(dtype), truncated
+
+
 # -------------------------------------------------------------------- LLC proper
 class LLCParams(NamedTuple):
     """Hyperparameters of LambdaLearnAndCrawl (arrays, so ``jax.vmap`` sweeps them).
@@ -271,6 +307,9 @@ class LLCParams(NamedTuple):
       initial_rate: the initial change-rate estimate (K19 Experiment 3: 1 per day).
       solver: for a learner built with several inner solvers, the index of the one to
         use (so one compiled program sweeps LLC, LLCA and BLLCε); ignored otherwise.
+      half_life: the forgetting option's half-life in time units (exponential discount
+        of older epochs, :func:`suffix_estimate`); read only by a learner built with
+        ``forgetting=True`` (``inf``: no discount).
     """
 
     epsilon: float = 0.4
@@ -278,6 +317,7 @@ class LLCParams(NamedTuple):
     smoothing: float = 0.5
     initial_rate: float = 1.0
     solver: float = 0.0
+    half_life: float = float("inf")
 
 
 class LLCState(NamedTuple):
@@ -338,7 +378,9 @@ def _params(params, cls, dtype):
 def _check_llc_params(p: LLCParams):
     if not is_concrete(p):
         return
-    eps, s, sm, r0, _ = (np.asarray(v) for v in p)
+    eps, s, sm, r0 = (np.asarray(v) for v in p[:4])
+    if np.any(np.isnan(np.asarray(p.half_life))) or np.any(np.asarray(p.half_life) <= 0):
+        raise ValueError(f"half_life must be > 0 (inf: no forgetting); got {np.asarray(p.half_life)}")
     if np.any(~np.isfinite(eps)) or np.any(eps < 0) or np.any(eps > 1):
         raise ValueError(f"epsilon must be in [0, 1]; got {eps}")
     if np.any(np.isnan(s)) or np.any(s < 1):
@@ -353,7 +395,7 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
                            windows_per_epoch: int,
                            history_capacity: int = 64, history_epochs: int = 21,
                            min_rate: float = estimators.DEFAULT_MIN_RATE,
-                           max_rate: float = 1e3) -> Learner:
+                           max_rate: float = 1e3, forgetting: bool = False) -> Learner:
     r"""LambdaLearnAndCrawl (K19 Alg. 4) with a given inner solver, as a :class:`Learner`.
 
     One ``step`` is one epoch of length ``windows_per_epoch * config.window``: execute
@@ -376,6 +418,8 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
       history_epochs: epoch columns kept (``E``): the longest possible suffix.
       min_rate, max_rate: clip range of the estimates (the smoothing keeps them finite;
         the clip only guards the solvers).
+      forgetting: discount older epochs by ``params.half_life`` (:func:`suffix_estimate`)
+        so the learner follows drifting rates; the name gets a ``"-forget"`` suffix.
 
     Returns:
       :class:`Learner` named ``"llc"``, ``"llca"``, ``"bllc"`` or ``"llc[<utility name>]"``
@@ -412,7 +456,8 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         overflow, crawls = stats.overflow, stats.num_crawls
         estimate, truncated = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
-            state.estimate, min_rate=min_rate, max_rate=max_rate)
+            state.estimate, min_rate=min_rate, max_rate=max_rate,
+            half_life=prm.half_life if forgetting else None)
         policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
         harm, binc = policy_costs(problem, policy)
         err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
@@ -422,7 +467,8 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
                        policy.converged)
         return new, info
 
-    return Learner(init, step, "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities))
+    name = "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities)
+    return Learner(init, step, name + ("-forget" if forgetting else ""))
 
 
 def llc(**kwargs: Any) -> Learner:

@@ -59,11 +59,20 @@ utility), as the lemma's derivation gives; the simulator reproduces it
 Layout: :mod:`~jaxcrawl.simulate.schedules` (what the crawler does),
 :mod:`~jaxcrawl.simulate.state` (what carries over, capacities),
 :mod:`~jaxcrawl.simulate.window` (one window), :mod:`~jaxcrawl.simulate.runs` (many
-windows), :mod:`~jaxcrawl.simulate.evaluation` (costs with standard errors).
+windows), :mod:`~jaxcrawl.simulate.evaluation` (costs with standard errors),
+:mod:`~jaxcrawl.simulate.drift` (drifting change rates: rate paths, their simulation and
+exact expected costs).
 """
 from __future__ import annotations
 
 from .._src.special import harmonic_number as harmonic_number
+from .drift import DriftTotals as DriftTotals
+from .drift import drift_config as drift_config
+from .drift import hot_then_cold as hot_then_cold
+from .drift import lognormal_walk as lognormal_walk
+from .drift import periodic_drift_costs as periodic_drift_costs
+from .drift import regime_switch as regime_switch
+from .drift import simulate_drift as simulate_drift
 from .evaluation import Evaluation as Evaluation
 from .evaluation import evaluate as evaluate
 from .evaluation import monte_carlo as monte_carlo
@@ -117,4 +126,11 @@ __all__ = [
     "monte_carlo",
     "evaluate",
     "harmonic_number",
+    "regime_switch",
+    "hot_then_cold",
+    "lognormal_walk",
+    "drift_config",
+    "DriftTotals",
+    "simulate_drift",
+    "periodic_drift_costs",
 ]

@@ -1,0 +1,282 @@
+r"""One policy, one report: what a crawl policy costs on given pages and how far it is from
+the optimum at the same crawl volume (the library behind ``jaxcrawl evaluate``).
+
+:func:`evaluate_policy` takes a :class:`~jaxcrawl.CrawlProblem` (true or estimated rates)
+and a policy -- a plan's :class:`~jaxcrawl.Policy` (e.g. read from a plan file), an
+optimal objective by registry name (:func:`jaxcrawl.utility_names`, solved at the
+problem's bandwidth), a production heuristic (:data:`jaxcrawl.learners.heuristics.HEURISTICS`;
+``"<name>@matched"``: budget-matched to the bandwidth by
+:func:`~jaxcrawl.learners.heuristics.match_budget`) or a learner (``"llc"``,
+``"llc-forget"``: LambdaLearnAndCrawl, NeurIPS-19 Alg. 4, without and with forgetting) --
+and returns a :class:`PolicyReport`:
+
+* ``harmonic_cost`` and ``binary_cost`` -- page-averaged harmonic and binary staleness
+  (NeurIPS-19 eq. 8 with Prop. 1 and 4; supplement eq. 12-13): **closed forms** for a
+  stationary policy (a plan or an optimal objective), otherwise the **Monte-Carlo** mean
+  with its standard error (heuristics: exact event-driven simulation; learners: the
+  closed-form cost of the policy they hold, averaged over the measured epochs and seeds);
+* ``fresh_fraction`` -- the fraction of requests (Poisson at rates ``importance``) served
+  fresh, :math:`1-\sum_i\mu_i s_i/\sum_i\mu_i` with :math:`s_i` the page's stale
+  probability (closed form, or Monte Carlo);
+* ``crawl_rate`` -- crawls used per unit time;
+* ``optimal_harmonic`` / ``optimal_binary`` -- the optimum of each objective (LambdaCrawl,
+  ``"harmonic"``; BinaryLambdaCrawl, ``"binary"``) at the *same* crawl volume, and the gaps.
+
+For a stationary policy ``monte_carlo=True`` adds the simulator's estimates
+(:func:`jaxcrawl.simulate.evaluate`, with standard errors) next to the closed forms.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .objectives import binary_cost, harmonic_cost
+from .problem import CrawlProblem, Policy
+from .utilities import get_utility, solve, utility_names
+
+__all__ = ["PolicyReport", "policy_names", "plan_policy", "evaluate_policy", "optimal_costs"]
+
+LEARNERS = ("llc", "llc-forget")
+
+
+class PolicyReport(NamedTuple):
+    """What :func:`evaluate_policy` reports (plain Python floats; ``*_se`` is ``None`` for
+    a closed form).
+
+    Attributes:
+      policy: the policy's name.
+      method: ``"closed form"`` or ``"monte carlo"``.
+      harmonic_cost, harmonic_cost_se, binary_cost, binary_cost_se, fresh_fraction,
+        fresh_fraction_se: the costs (module docstring).
+      crawl_rate, crawl_rate_se: crawls used per unit time.
+      optimal_harmonic, optimal_binary: the optima at ``crawl_rate``.
+      harmonic_gap, binary_gap: cost minus optimum (absolute).
+      monte_carlo: for a closed-form row with ``monte_carlo=True``, the simulator's
+        ``dict`` of the same figures with standard errors; else ``None``.
+      notes: extra facts (e.g. a heuristic's budget scale, its raw volume).
+    """
+
+    policy: str
+    method: str
+    harmonic_cost: float
+    harmonic_cost_se: float | None
+    binary_cost: float
+    binary_cost_se: float | None
+    fresh_fraction: float
+    fresh_fraction_se: float | None
+    crawl_rate: float
+    crawl_rate_se: float | None
+    optimal_harmonic: float
+    optimal_binary: float
+    harmonic_gap: float
+    binary_gap: float
+    monte_carlo: dict | None = None
+    notes: dict | None = None
+
+
+def policy_names() -> tuple[str, ...]:
+    """Every policy name :func:`evaluate_policy` accepts (``"<heuristic>@matched"`` too)."""
+    from .learners.heuristics import HEURISTICS
+
+    return tuple(utility_names()) + tuple(HEURISTICS) + LEARNERS
+
+
+def plan_policy(problem: CrawlProblem, rate: Any, prob: Any) -> Policy:
+    """The :class:`~jaxcrawl.Policy` of a plan (``rate``, ``prob`` per page, as ``jaxcrawl
+    solve`` writes it): pages with ``prob > 0`` are crawled on change signals (they must be
+    ``complete``) at ``prob * change_rate`` under the problem's rates; the others are
+    Poisson-crawled at ``rate``."""
+    rate = np.asarray(rate, np.float64)
+    prob = np.asarray(prob, np.float64)
+    if rate.shape != np.shape(problem.change_rate) or prob.shape != rate.shape:
+        raise ValueError(f"the plan has {rate.shape} rates for {np.shape(problem.change_rate)} pages")
+    signal = prob > 0
+    comp = np.asarray(problem.complete)
+    if np.any(signal & ~comp):
+        i = int(np.flatnonzero(signal & ~comp)[0])
+        raise ValueError(f"the plan crawls page {i} on change signals (prob {prob[i]}) but the page table "
+                         "does not mark it complete")
+    if np.any(~np.isfinite(rate)) or np.any(rate < 0):
+        raise ValueError("the plan's rates must be finite and >= 0")
+    dtype = problem.change_rate.dtype
+    lam = np.asarray(problem.change_rate, np.float64)
+    executed = np.where(signal, prob * lam, rate)
+    return Policy(jnp.asarray(executed, dtype), jnp.asarray(np.where(signal, prob, 0.0), dtype),
+                  jnp.asarray(signal), jnp.asarray(jnp.nan, dtype),
+                  jnp.asarray(executed.sum() - float(problem.bandwidth), dtype), jnp.asarray(0, jnp.int32),
+                  jnp.asarray(True))
+
+
+@jax.jit
+def _closed_forms(problem: CrawlProblem, policy: Policy):
+    per_page = binary_cost(problem, policy, per_page=True)  # μ_i s_i
+    mu = jnp.broadcast_to(problem.importance, per_page.shape)
+    fresh = 1.0 - jnp.sum(per_page) / jnp.sum(mu)
+    return harmonic_cost(problem, policy), jnp.mean(per_page), fresh, jnp.sum(policy.rate)
+
+
+@jax.jit
+def _optima(problem: CrawlProblem, volume):
+    q = problem.replace(bandwidth=jnp.asarray(volume, problem.change_rate.dtype))
+    h = solve(q, "harmonic")
+    b = solve(q, "binary")
+    return harmonic_cost(q, h), binary_cost(q, b), h.converged & b.converged
+
+
+def optimal_costs(problem: CrawlProblem, volume: float) -> tuple[float, float]:
+    """``(harmonic, binary)``: the optimal page-averaged costs at bandwidth ``volume``
+    (LambdaCrawl, NeurIPS-19 Alg. 3; BinaryLambdaCrawl / Azar et al.).  Raises
+    :class:`jaxcrawl.NonConvergenceError` if a solve did not converge."""
+    from . import NonConvergenceError
+
+    h, b, ok = _optima(problem, float(volume))
+    if not bool(ok):
+        raise NonConvergenceError(f"the optimal solve at crawl volume {volume:g} did not converge")
+    return float(h), float(b)
+
+
+def _report(name, method, h, hse, b, bse, fr, frse, vol, volse, problem, mc=None, notes=None) -> PolicyReport:
+    oh, ob = optimal_costs(problem, vol)
+    return PolicyReport(name, method, float(h), hse, float(b), bse, float(fr), frse, float(vol), volse,
+                        oh, ob, float(h) - oh, float(b) - ob, mc, notes)
+
+
+def _mean_se(x: np.ndarray) -> tuple[float, float]:
+    """Mean over seeds of per-seed means, and its standard error across seeds."""
+    x = np.asarray(x, np.float64)
+    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.shape[0]))
+
+
+def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Array | None = None,
+                    horizon: float = 60.0, burn_in: float = 120.0, num_seeds: int = 4, monte_carlo: bool = True,
+                    name: str | None = None, half_life: float = 7.0) -> PolicyReport:
+    """Evaluate one policy on ``problem`` (module docstring).
+
+    Args:
+      problem: the pages (concrete values); its bandwidth is used to solve the named
+        optimal objectives, to budget-match ``"<heuristic>@matched"`` and by the learners.
+      policy: a :class:`~jaxcrawl.Policy` (e.g. :func:`plan_policy`) or a name of
+        :func:`policy_names` (or ``"<heuristic>@matched"``).
+      key: PRNG key of the Monte Carlo (default ``PRNGKey(0)``).
+      horizon: measured time per seed (Monte Carlo; whole days).
+      burn_in: simulated time before the measurement for heuristics and learners (Nutch
+        starts every page at 30 days and needs about 100 days to adapt).
+      num_seeds: independent seeds / replicates (>= 2, for standard errors).
+      monte_carlo: add the simulator's estimates to a closed-form row.
+      name: the row's name (default: the policy's).
+      half_life: the forgetting half-life of ``"llc-forget"``.
+
+    Returns:
+      :class:`PolicyReport`.
+    """
+    key = jax.random.PRNGKey(0) if key is None else key
+    if not (isinstance(num_seeds, int) and num_seeds >= 2):
+        raise ValueError(f"num_seeds must be an int >= 2 (standard errors need two), got {num_seeds!r}")
+    days = int(round(horizon))
+    warm = int(round(burn_in))
+    if days < 1 or abs(days - horizon) > 1e-9 or warm < 0 or abs(warm - burn_in) > 1e-9:
+        raise ValueError(f"horizon must be a positive and burn_in a nonnegative whole number of time units; got "
+                         f"horizon={horizon!r}, burn_in={burn_in!r}")
+    if isinstance(policy, Policy):
+        return _stationary(problem, policy, name or "plan", key, days, num_seeds, monte_carlo)
+    if not isinstance(policy, str):
+        raise TypeError("policy must be a jaxcrawl.Policy or a policy name")
+    base, _, suffix = policy.partition("@")
+    if base in utility_names() and not suffix:
+        utility = get_utility(base)
+        pol = jax.jit(lambda pr: solve(pr, utility))(problem)
+        if not bool(np.all(np.asarray(pol.converged))):
+            from . import NonConvergenceError
+
+            raise NonConvergenceError(f"the {base!r} solve did not converge")
+        return _stationary(problem, pol, name or policy, key, days, num_seeds, monte_carlo)
+    from .learners.heuristics import HEURISTICS
+
+    if base in HEURISTICS and suffix in ("", "matched"):
+        return _heuristic(problem, base, suffix == "matched", name or policy, key, days, warm, num_seeds)
+    if base in LEARNERS and not suffix:
+        return _learner(problem, base, name or policy, key, days, warm, num_seeds, half_life)
+    raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(policy_names())} "
+                     "(a heuristic may end in '@matched')")
+
+
+def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo) -> PolicyReport:
+    from .simulate import evaluate as simulate_evaluate
+
+    h, b, fr, vol = (float(v) for v in _closed_forms(problem, policy))
+    mc = None
+    if monte_carlo:
+        ev = simulate_evaluate(key, problem, policy, horizon=float(days), num_replicates=num_seeds)
+        mc = {f: float(getattr(ev, f)) for f in ("harmonic_cost", "harmonic_cost_se", "binary_cost",
+                                                    "binary_cost_se", "fresh_fraction", "fresh_fraction_se",
+                                                    "crawl_rate", "crawl_rate_se")}
+        mc["overflow"] = int(np.sum(np.asarray(ev.overflow)))
+    return _report(name, "closed form", h, None, b, None, fr, None, vol, None, problem, mc)
+
+
+def _heuristic(problem, base, matched, name, key, days, warm, num_seeds) -> PolicyReport:
+    from .learners import run_learner
+    from .learners.heuristics import HEURISTICS, HeuristicParams, match_budget
+
+    learner = HEURISTICS[base]()
+    params = HeuristicParams()
+    notes = {}
+    key_match, key_run = jax.random.split(key)
+    if matched:
+        m = match_budget(key_match, learner, problem, burn_in=warm, num_epochs=days, num_seeds=num_seeds)
+        params = m.params
+        notes = dict(budget_scale=float(m.budget_scale), raw_crawl_rate=float(m.raw_crawl_rate),
+                     raw_crawl_rate_se=float(m.raw_crawl_rate_se), matched=bool(m.converged))
+
+    @jax.jit
+    def run(keys):
+        def one(k):
+            st, info = run_learner(k, learner, problem, warm + days, params)
+            sl = slice(warm, None)
+            return (jnp.mean(info.harmonic_cost[sl]), jnp.mean(info.binary_cost[sl]),
+                    jnp.mean(info.fresh_fraction[sl]), jnp.mean(info.num_crawls[sl].astype(st.time.dtype)),
+                    jnp.all(info.converged))
+        return jax.vmap(one)(keys)
+
+    h, b, fr, vol, ok = run(jax.random.split(key_run, num_seeds))
+    if not bool(np.all(np.asarray(ok))):
+        raise ValueError(f"{base}: the event loop hit its iteration cap (raise max_events_per_epoch)")
+    (h, hse), (b, bse), (fr, frse), (vol, volse) = (_mean_se(x) for x in (h, b, fr, vol))
+    return _report(name, "monte carlo", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes or None)
+
+
+def _learner(problem, base, name, key, days, warm, num_seeds, half_life) -> PolicyReport:
+    from .learners import learn_and_crawl as lc
+    from .learners import run_learner
+
+    settings = lc.llc_settings(problem, history_epochs=max(21, min(warm + days, 64)))
+    forgetting = base == "llc-forget"
+    learner = lc.llc(**settings, forgetting=forgetting)
+    params = lc.LLCParams(half_life=half_life if forgetting else float("inf"))
+    mu_total = float(np.sum(np.asarray(problem.importance)))
+
+    @jax.jit
+    def run(keys):
+        def one(k):
+            st, info = run_learner(k, learner, problem, warm + days, params)
+            sl = slice(warm, None)
+            per_page_b = info.binary_cost[sl] * problem.change_rate.shape[-1]
+            return (jnp.mean(info.harmonic_cost[sl]), jnp.mean(info.binary_cost[sl]),
+                    1.0 - jnp.mean(per_page_b) / mu_total, jnp.mean(info.num_crawls[sl].astype(st.estimate.dtype)),
+                    jnp.all(info.converged), jnp.sum(info.overflow))
+        return jax.vmap(one)(keys)
+
+    h, b, fr, vol, ok, over = run(jax.random.split(key, num_seeds))
+    if not bool(np.all(np.asarray(ok))):
+        from . import NonConvergenceError
+
+        raise NonConvergenceError(f"{base}: an inner solve did not converge")
+    (h, hse), (b, bse), (fr, frse), (vol, volse) = (_mean_se(x) for x in (h, b, fr, vol))
+    notes = dict(overflow=int(np.sum(np.asarray(over))))
+    if forgetting:
+        notes["half_life"] = half_life
+    return _report(name, "monte carlo", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes)
