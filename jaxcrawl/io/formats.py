@@ -27,7 +27,9 @@ numbers as ``null``).
 """
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import os
 import re
@@ -353,6 +355,12 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
             vals, bad = c.parse_many(["" if x is None else x for x in raw_col])
         else:
             vals, bad = got_col
+        col_nulls = table[name].null_count
+        if col_nulls and not c.required:  # JSON null / Parquet null in an optional column: its default
+            null = np.asarray(table[name].is_null().to_numpy(zero_copy_only=False), bool)
+            vals = np.array(vals, copy=True)
+            vals[null] = c.default
+            bad = bad & ~null
         cols[c.name] = vals
         first_bad = bad & ok
         if first_bad.any():
@@ -375,7 +383,7 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
         if c.same_within is not None and c.name in cols and c.same_within in cols:
             needs_exact |= not _same_within_ok(cols[c.same_within], cols[c.name], ok)
     if needs_exact:
-        _check_groups(schema, cols, lines, ok, {}, bad_rows)
+        _check_groups(schema, cols, lines, ok, {}, bad_rows, unit=log.unit)
     for line, err in sorted(bad_rows, key=lambda e: e[0]):
         log.bad(line, err)
     log.rows_read += int(ok.sum())
@@ -476,7 +484,10 @@ def write_columns(path: PathLike, columns: Mapping[str, Any], *, chunk: int = 1 
         try:
             if fmt == "csv":
                 quoting = _csv_bytes_quoting(table)
-                opts = pcsv.WriteOptions(include_header=True, quoting_style=quoting)
+                head = io.StringIO()
+                csv.writer(head, lineterminator="\n").writerow(table.column_names)
+                sink.write(head.getvalue().encode())
+                opts = pcsv.WriteOptions(include_header=False, quoting_style=quoting)
                 with pcsv.CSVWriter(sink, table.schema, write_options=opts) as w:
                     for start in range(0, n, chunk):
                         w.write_table(table.slice(start, chunk))

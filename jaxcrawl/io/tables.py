@@ -572,7 +572,7 @@ def _open_jsonl(path: str, comments: bool) -> Source:
                 lines.append(line)
                 for j, k in enumerate(keys):
                     v = obj[k]
-                    cols[j].append("" if v is None else v)
+                    cols[j].append(v)
                 if len(lines) >= size:
                     break
             if not lines and not bad:
@@ -621,7 +621,7 @@ class Table:
 
 
 def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray, ok: np.ndarray,
-                  firsts: dict[str, dict], errors: list[tuple[int, RowError]]) -> None:
+                  firsts: dict[str, dict], errors: list[tuple[int, RowError]], unit: str = "line") -> None:
     """Key uniqueness and constant-within-group columns, in row order (updates ``ok``)."""
     checks = []
     if schema.key is not None and schema.key in cols:
@@ -639,7 +639,7 @@ def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray
                 if k in seen:
                     ok[i] = False
                     errors.append((int(lines[i]), RowError(
-                        f"duplicate {group}", f"duplicate {group} {k!r} (first on line {seen[k]})", group)))
+                        f"duplicate {group}", f"duplicate {group} {k!r} (first on {unit} {seen[k]})", group)))
                 else:
                     seen[k] = int(lines[i])
             else:
@@ -650,7 +650,7 @@ def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray
                     errors.append((int(lines[i]), RowError(
                         f"inconsistent {name}",
                         f"{name} must be the same on every row of {group} {k!r}: got {v!r}, "
-                        f"{first[0]!r} on line {first[1]}", name)))
+                        f"{first[0]!r} on {unit} {first[1]}", name)))
 
 
 def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: str = "",
@@ -704,7 +704,7 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
     try:
         if src.header is None:
             raise TableError(path, None, f"empty file (expected a header {schema.header_text})")
-        log.header = 1
+        log.header = 0 if opener is _open_jsonl else 1
         try:
             header_cols = schema.match_header(src.header)
         except ValueError as err:
@@ -720,6 +720,8 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
             ok = np.ones(m, bool)
             cols: dict[str, np.ndarray] = {}
             for c, raw in zip(header_cols, batch.fields):
+                if any(x is None for x in raw):  # JSON null: an optional column's default
+                    raw = [(c.default if not c.required else "") if x is None else x for x in raw]
                 vals, bad = c.parse_many(raw)
                 cols[c.name] = vals
                 first_bad = bad & ok
