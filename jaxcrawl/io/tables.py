@@ -756,9 +756,9 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
 def _ids_from_text(ids: np.ndarray) -> np.ndarray:
     """Text ids as int64 when every one is a canonical decimal integer (as the columnar
     reader returns them; :func:`jaxcrawl.io.formats.ids_to_numpy`)."""
-    from .formats import ids_to_numpy
-
     import pyarrow as pa
+
+    from .formats import ids_to_numpy
 
     return ids_to_numpy(pa.array(ids.tolist(), pa.string())) if ids.size else ids
 
