@@ -479,10 +479,11 @@ def _space_impl(time, page, mask, group, group_gap, page_gap, end):
         g = group[p]
         gi = jnp.clip(g, 0, max(n_groups - 1, 0))
         has_g = (g >= 0) & (n_groups > 0)
-        # + 2 ulp of the previous time: the gap holds after rounding too
+        # + 2 ulp of (previous time + gap): the gap holds after rounding too
         lg, lp = last_g[gi], last_p[p]
-        from_g = jnp.where(has_g & (lg > neg), lg + group_gap[gi] + slack * jnp.abs(jnp.where(lg > neg, lg, 0.0)), neg)
-        from_p = jnp.where(lp > neg, lp + page_gap[p] + slack * jnp.abs(jnp.where(lp > neg, lp, 0.0)), neg)
+        lg0, lp0 = jnp.where(lg > neg, lg, 0.0), jnp.where(lp > neg, lp, 0.0)
+        from_g = jnp.where(has_g & (lg > neg), lg + group_gap[gi] + slack * (jnp.abs(lg0) + group_gap[gi]), neg)
+        from_p = jnp.where(lp > neg, lp + page_gap[p] + slack * (jnp.abs(lp0) + page_gap[p]), neg)
         t2 = jnp.where(m, jnp.maximum(t, jnp.maximum(from_g, from_p)), t)
         last_g = last_g.at[gi].set(jnp.where(m & has_g, t2, last_g[gi]))
         last_p = last_p.at[p].set(jnp.where(m, t2, last_p[p]))
@@ -496,6 +497,15 @@ def _space_impl(time, page, mask, group, group_gap, page_gap, end):
     t_sorted, p_sorted, m_sorted = _sorted_events(new, page, keep)
     delay = jnp.max(jnp.where(mask, new - time, 0.0), initial=0.0)
     return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay
+
+
+def _round_up(x, dtype):
+    """``x`` in ``dtype``, rounded up (not to nearest) when concrete: a gap never shrinks."""
+    if not is_concrete(x):
+        return jnp.asarray(x, dtype)
+    x64 = np.asarray(x, np.float64)
+    xd = x64.astype(dtype)
+    return jnp.asarray(np.where(xd.astype(np.float64) < x64, np.nextafter(xd, np.asarray(np.inf, dtype)), xd), dtype)
 
 
 def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
@@ -531,9 +541,9 @@ def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
     """
     time = jnp.asarray(table.time)
     group = jnp.asarray(group, jnp.int32)
-    gap = jnp.asarray(group_gap, time.dtype)
     n = group.shape[0]
-    pg = jnp.zeros((n,), time.dtype) if page_gap is None else jnp.broadcast_to(jnp.asarray(page_gap, time.dtype), (n,))
+    gap = _round_up(group_gap, time.dtype)
+    pg = jnp.zeros((n,), time.dtype) if page_gap is None else jnp.broadcast_to(_round_up(page_gap, time.dtype), (n,))
     if is_concrete(group, gap, pg):
         g = np.asarray(group)
         if np.any(g >= gap.shape[0]) or np.any(g < -1):
