@@ -119,7 +119,7 @@ def histories_from_dataset(ds: CrawlDataset, source: str = "") -> Histories:
 
 def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
                    dtype: type = np.float64, max_observations: int | None = None,
-                   hint: str = "") -> Histories:
+                   hint: str = "", quiet: bool = True) -> Histories:
     """Histories from a NeurIPS-19 data set directory or a history CSV (by what ``path`` is).
 
     ``max_observations`` (data sets only) keeps each page's most recent observations.
@@ -128,7 +128,8 @@ def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such file or directory")
     if os.path.isdir(path):
-        ds = load_crawl_dataset(path, errors=errors, max_observations=max_observations, dtype=dtype)
+        ds = load_crawl_dataset(path, errors=errors, max_observations=max_observations, dtype=dtype,
+                                quiet=quiet)
         return histories_from_dataset(ds, path)
     if max_observations is not None:
         raise ValueError("max_observations applies to data set directories only")

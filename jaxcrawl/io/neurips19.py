@@ -353,16 +353,20 @@ def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
                 state.header = 1
                 keep[0] = False
         parts = pc.split_pattern(lines, "\t")
-        nfields = _as_np(pc.list_value_length(parts), np.int64)
+        list_offsets = np.frombuffer(parts.buffers()[1], np.int32 if parts.type == pa.list_(pa.large_string())
+                                     else np.int64, n + 1, parts.offset) if n else np.zeros(1, np.int64)
+        flat_fields = pc.list_flatten(parts)
+        nfields = np.diff(list_offsets.astype(np.int64))
         fast = keep & (nfields == num_fields)
+        # field j of every line (fields of lines with another count: a harmless stand-in)
+        starts = np.where(fast, list_offsets[:-1], 0).astype(np.int64)
         cols: list = []
         hist = None
         for j, kind in enumerate(kinds):
             if kind == "skip":
                 cols.append(None)
                 continue
-            field = pc.list_element(pc.if_else(pa.array(fast), parts, pa.scalar(["0"] * num_fields,
-                                                                                 parts.type)), j)
+            field = pc.take(flat_fields, pa.array(np.where(fast, starts + j, 0)))
             if kind == "id":
                 ok = _as_np(pc.match_substring_regex(pc.utf8_trim_whitespace(field), _INT_RE), bool)
                 fast &= ok
@@ -400,16 +404,9 @@ def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
             sel = pa.array(fast_idx)
         if hist is not None:
             j, field = hist
-            bare = pc.replace_substring_regex(pc.take(field, sel), r"[\[\]\s]", "")
-            lens_chars = _as_np(pc.utf8_length(bare), np.int64)
-            pieces = pc.split_pattern(pc.if_else(pc.equal(pc.utf8_length(bare), 0), pa.scalar(None, bare.type), bare),
-                                      ",")
-            counts = _as_np(pc.list_value_length(pieces).fill_null(0), np.int64)
-            flat = _as_np(pc.cast(pc.list_flatten(pieces), pa.float64()), np.float64)
-            del lens_chars
+            pairs, flat = _history_numbers(pc.take(field, sel))
             w, z = flat[0::2], flat[1::2]
             good_obs = np.isfinite(w) & (w > 0) & ((z == 0) | (z == 1))
-            pairs = counts // 2
             row_of_obs = np.repeat(np.arange(fast_idx.size), pairs)
             bad_rows = np.zeros(fast_idx.size, bool)
             bad_rows[row_of_obs[~good_obs]] = True
@@ -440,6 +437,43 @@ def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
         state.rows_read += int(fast_idx.size) + len(odd_lines)
         out.append(_merge_block(kinds, line_no[fast_idx], values, odd_lines, odd_vals))
     return out
+
+
+_COMMA_TO_NL = np.arange(256, dtype=np.uint8)
+_COMMA_TO_NL[ord(",")] = 10
+_KEEP_BYTE = np.ones(256, bool)
+_KEEP_BYTE[[ord("["), ord("]"), ord(" "), ord("\t")]] = False
+
+
+def _history_numbers(field) -> tuple[np.ndarray, np.ndarray]:
+    """``(pairs per row, the numbers in row order)`` of well-formed histories (checked by
+    ``_HISTORY_RE``), by byte surgery: brackets and blanks dropped, commas and each row's
+    closing bracket turned into line breaks, the tokens cast by Arrow at once."""
+    pa, pc = _pa()
+    field = pc.utf8_trim_whitespace(field)
+    if not isinstance(field, pa.LargeStringArray):
+        field = pc.cast(field, pa.large_string())
+    n = len(field)
+    pairs = _as_np(pc.count_substring(field, "["), np.int64) - 1
+    if n == 0 or not pairs.any():
+        return np.maximum(pairs, 0), np.zeros(0)
+    offs = np.frombuffer(field.buffers()[1], np.int64, n + 1, field.offset)
+    raw = np.frombuffer(field.buffers()[2], np.uint8)[offs[0]:offs[-1]]
+    offs = offs - offs[0]
+    out = _COMMA_TO_NL[raw]  # one table lookup per byte
+    ends = offs[1:][pairs > 0] - 1  # each non-empty row's closing bracket ends its last token
+    out[ends] = 10
+    tokens = out[_KEEP_BYTE[out]]
+    cuts = np.flatnonzero(tokens == 10)
+    starts = np.concatenate([[0], cuts[:-1] + 1]).astype(np.int64)
+    lengths = cuts - starts
+    offsets = np.concatenate([starts, [cuts[-1]]]).astype(np.int64)
+    # a token is bytes starts[i] .. starts[i] + lengths[i]; its line break follows it
+    arr = pa.LargeStringArray.from_buffers(cuts.size, pa.py_buffer(np.concatenate([starts, [cuts[-1]]])),
+                                           pa.py_buffer(tokens))
+    del offsets, lengths
+    vals = _as_np(pc.cast(pc.utf8_rtrim(arr, characters="\n"), pa.float64()), np.float64)
+    return pairs, vals
 
 
 def _merge_block(kinds, fast_lines, values, odd_lines, odd_vals):
