@@ -448,31 +448,35 @@ _KEEP_BYTE[[ord("["), ord("]"), ord(" "), ord("\t")]] = False
 def _history_numbers(field) -> tuple[np.ndarray, np.ndarray]:
     """``(pairs per row, the numbers in row order)`` of well-formed histories (checked by
     ``_HISTORY_RE``), by byte surgery: brackets and blanks dropped, commas and each row's
-    closing bracket turned into line breaks, the tokens cast by Arrow at once."""
+    closing bracket turned into line breaks, and the tokens parsed by Arrow's CSV reader
+    as one float column."""
+    import io
+
+    import pyarrow.csv as pcsv
+
     pa, pc = _pa()
-    field = pc.utf8_trim_whitespace(field)
     if not isinstance(field, pa.LargeStringArray):
         field = pc.cast(field, pa.large_string())
     n = len(field)
-    pairs = _as_np(pc.count_substring(field, "["), np.int64) - 1
-    if n == 0 or not pairs.any():
-        return np.maximum(pairs, 0), np.zeros(0)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
     offs = np.frombuffer(field.buffers()[1], np.int64, n + 1, field.offset)
     raw = np.frombuffer(field.buffers()[2], np.uint8)[offs[0]:offs[-1]]
     offs = offs - offs[0]
+    nonempty_rows = offs[1:] > offs[:-1]
+    if np.any(raw[(offs[1:] - 1)[nonempty_rows]] != ord("]")):  # trailing blanks: trim first
+        return _history_numbers(pc.utf8_trim_whitespace(field))
+    pairs = _as_np(pc.count_substring(field, "["), np.int64) - 1
+    if not pairs.any():
+        return np.maximum(pairs, 0), np.zeros(0)
     out = _COMMA_TO_NL[raw]  # one table lookup per byte
-    ends = offs[1:][pairs > 0] - 1  # each non-empty row's closing bracket ends its last token
-    out[ends] = 10
+    out[offs[1:][pairs > 0] - 1] = 10  # each non-empty row's closing bracket ends its last token
     tokens = out[_KEEP_BYTE[out]]
-    cuts = np.flatnonzero(tokens == 10)
-    starts = np.concatenate([[0], cuts[:-1] + 1]).astype(np.int64)
-    lengths = cuts - starts
-    offsets = np.concatenate([starts, [cuts[-1]]]).astype(np.int64)
-    # a token is bytes starts[i] .. starts[i] + lengths[i]; its line break follows it
-    arr = pa.LargeStringArray.from_buffers(cuts.size, pa.py_buffer(np.concatenate([starts, [cuts[-1]]])),
-                                           pa.py_buffer(tokens))
-    del offsets, lengths
-    vals = _as_np(pc.cast(pc.utf8_rtrim(arr, characters="\n"), pa.float64()), np.float64)
+    table = pcsv.read_csv(io.BytesIO(tokens.tobytes()),
+                          read_options=pcsv.ReadOptions(column_names=["v"]),
+                          parse_options=pcsv.ParseOptions(quote_char=False),
+                          convert_options=pcsv.ConvertOptions(column_types={"v": pa.float64()}))
+    vals = _as_np(table["v"], np.float64)
     return pairs, vals
 
 
