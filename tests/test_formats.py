@@ -226,3 +226,18 @@ def test_time_units_durations_and_iso_start():
     with pytest.raises(ValueError, match="ISO 8601"):
         crawler.parse_start("5 Jan 2026")
     assert list(crawler.iso_utc([0.0, 1767592800.25])) == ["1970-01-01T00:00:00.000Z", "2026-01-05T06:00:00.250Z"]
+
+
+def test_atomic_write_refuses_an_input_of_the_same_run(tmp_path):
+    from jaxcrawl.io.checkpoint import atomic_write
+
+    src = tmp_path / "in.csv"
+    src.write_text("x\n")
+    link = tmp_path / "link.csv"
+    os.link(src, link)
+    for target in (src, link, tmp_path / "." / "in.csv"):
+        with pytest.raises(ValueError, match="refusing to overwrite"):
+            atomic_write(target, lambda tmp: open(tmp, "w").write("y\n"), inputs=(str(src), None))
+    assert src.read_text() == "x\n" and sorted(os.listdir(tmp_path)) == ["in.csv", "link.csv"]
+    atomic_write(tmp_path / "out.csv", lambda tmp: open(tmp, "w").write("y\n"), inputs=(str(src),))
+    assert (tmp_path / "out.csv").read_text() == "y\n"

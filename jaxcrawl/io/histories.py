@@ -148,7 +148,21 @@ def write_estimates_csv(path: str | os.PathLike[str], page_id: ArrayLike,
                         importance: ArrayLike, change_rate: ArrayLike, half_width: ArrayLike,
                         num_observations: ArrayLike, complete: ArrayLike) -> None:
     """Write ``page_id,importance,change_rate,half_width,num_observations,complete``
-    atomically (unknown importance or half-width: an empty field)."""
+    atomically (unknown importance or half-width: an empty CSV field; ``null`` in Parquet
+    and JSON Lines, chosen by ``path``'s name)."""
+    from .formats import file_format, write_columns
+
+    if file_format(path)[0] != "csv":
+        imp, half = np.asarray(importance, np.float64), np.asarray(half_width, np.float64)
+        import pyarrow as pa
+
+        write_columns(path, {
+            "page_id": page_id, "importance": pa.array(imp, mask=~np.isfinite(imp)),
+            "change_rate": np.asarray(change_rate, np.float64),
+            "half_width": pa.array(half, mask=~np.isfinite(half)),
+            "num_observations": np.asarray(num_observations, np.int64),
+            "complete": np.asarray(complete, bool).astype(np.int8)})
+        return
     write_csv(path, ("page_id", "importance", "change_rate", "half_width", "num_observations", "complete"),
               (np.asarray(page_id), np.asarray(importance, np.float64), np.asarray(change_rate, np.float64),
                np.asarray(half_width, np.float64), np.asarray(num_observations, np.int64),
