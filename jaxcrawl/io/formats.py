@@ -284,8 +284,10 @@ def _as_text(col) -> np.ndarray:
 
 def _duplicates(keys: np.ndarray, ok: np.ndarray) -> bool:
     """Whether the ``ok`` entries of ``keys`` repeat (vectorised)."""
-    k = keys[ok]
+    k = keys if ok.all() else keys[ok]
     if k.size < 2:
+        return False
+    if k.dtype != object and bool(np.all(k[1:] > k[:-1])):  # increasing (e.g. a dump sorted by id)
         return False
     if k.dtype == object:
         pa, pc = _pa()
