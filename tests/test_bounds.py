@@ -69,7 +69,7 @@ def test_solver_wrappers_take_the_same_bounds():
     assert np.all(np.asarray(c.rate) <= hi * (1 + 1e-6))
 
 
-def test_host_caps_and_streaming_honour_the_bounds():
+def test_host_caps_honour_the_bounds():
     imp, lam, comp, lo, hi = _problem(2)
     R = 0.5 * N
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), R,
@@ -86,7 +86,15 @@ def test_host_caps_and_streaming_honour_the_bounds():
     free = (r > lo * (1 + 1e-4)) & (r < hi * (1 - 1e-4))
     expect = np.maximum(np.sqrt(imp * lam / mu) - lam, 0.0)
     np.testing.assert_allclose(r[free], expect[free], rtol=1e-3, atol=1e-5)
-    # streaming from disk: the same bounded optimum as the in-memory solve
+
+
+@pytest.mark.long
+def test_streaming_honours_the_bounds():
+    """stream_solve from disk: the same bounded optimum as the in-memory solve."""
+    imp, lam, comp, lo, hi = _problem(2)
+    R = 0.5 * N
+    problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), R,
+                                    jnp.asarray(comp))
     table = write_page_table(_tmp_dir(), imp, lam, comp)
     res = stream_solve(table, R, objective="harmonic", chunk_size=N // 2, min_rate=lo, max_rate=hi)
     mem = np.asarray(jaxcrawl.solve(problem, "harmonic", min_rate=lo, max_rate=hi).rate)

@@ -564,6 +564,7 @@ def test_space_crawls_never_fetches_a_host_within_its_gap(seed):
     assert int(out.moved) > 0
 
 
+@pytest.mark.long
 def test_schedule_cli_keeps_robots_crawl_delays_in_absolute_time(tmp_path, capsys):
     from jaxcrawl import io as jio
     from jaxcrawl.cli import main
