@@ -224,10 +224,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
         bandwidth = frac * n
     # revisit bounds: the file's columns and the arguments, the tighter of each applies
-    lo, hi = rows.rate_bounds() if rows.min_interval is not None else (np.zeros(n), np.full(n, np.inf))
-    a_lo, a_hi = rate_bounds(n, min_interval=min_iv, max_interval=max_iv)
-    lo, hi = np.maximum(lo, a_lo), np.minimum(hi, a_hi)
-    bounded = bool(np.any(lo > 0) or np.any(np.isfinite(hi)))
+    bounded = any(v is not None for v in (rows.min_interval, rows.max_interval, min_iv, max_iv))
+    lo = hi = None
+    if bounded:
+        lo, hi = rows.rate_bounds()
+        a_lo, a_hi = rate_bounds(n, min_interval=min_iv, max_interval=max_iv)
+        lo, hi = np.maximum(lo, a_lo), np.minimum(hi, a_hi)
+        bounded = bool(np.any(lo > 0) or np.any(np.isfinite(hi)))
     if bounded:
         obj_hi = np.where(comp, lam, np.inf) if args.objective in ("harmonic", "harmonic-approx") else None
         check_rate_bounds(lo, hi, float(bandwidth), page_id=page_id, objective_upper=obj_hi,

@@ -236,10 +236,13 @@ def _column_values(c, col, kind_ids: bool):
         v = vals.to_numpy(zero_copy_only=False)
         if c.kind == "number":
             v = np.asarray(v, np.float64)
-            bad = null | ~c._ok(np.where(null, 0.0, v)) if n else np.zeros(0, bool)
-            v = np.where(null, np.nan, v)
+            if col.null_count:
+                bad = null | ~c._ok(np.where(null, 0.0, v))
+                v = np.where(null, np.nan, v)
+            else:
+                bad = ~c._ok(v) if n else np.zeros(0, bool)
         else:
-            v = np.asarray(np.where(null, 0, v), np.int64)
+            v = np.asarray(np.where(null, 0, v) if col.null_count else v, np.int64)
             bad = null
         return v, bad
     if c.kind == "text":

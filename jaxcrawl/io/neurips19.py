@@ -324,7 +324,7 @@ def _as_np(arr, dtype):
 
 def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
                      exact_row: Callable[[list[str], int], tuple | None], *,
-                     block_size: int = 1 << 26, progress=None) -> list[tuple]:
+                     block_size: int = 1 << 26, progress=None, hist_dtype=np.float64) -> list[list]:
     """Read a tab-separated file of ``num_fields`` fields in blocks, column-wise.
 
     ``kinds`` names each field's fast rule: ``"id"`` (a decimal integer; ``("id", col)``:
@@ -416,7 +416,7 @@ def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
                 w, z, pairs = w[keep_obs], z[keep_obs], pairs[~bad_rows]
                 values = [v[~bad_rows] if v is not None else None for v in values]
                 fast_idx = fast_idx[~bad_rows]
-            values[j] = (pairs, w, z.astype(np.uint8))
+            values[j] = (pairs, w.astype(hist_dtype), z.astype(np.uint8))
         # the odd rows, one by one, in line order
         odd = np.flatnonzero(keep & ~fast)
         odd_vals: list[tuple] = []
@@ -435,7 +435,9 @@ def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
             odd_vals.append(row)
             odd_lines.append(int(line_no[i]))
         state.rows_read += int(fast_idx.size) + len(odd_lines)
-        out.append(_merge_block(kinds, line_no[fast_idx], values, odd_lines, odd_vals))
+        out.append(list(_merge_block(kinds, line_no[fast_idx], values, odd_lines, odd_vals)))
+        del lines, parts, flat_fields, cols, field, hist
+        _release_arrow_memory()
     return out
 
 
@@ -509,8 +511,22 @@ def _merge_block(kinds, fast_lines, values, odd_lines, odd_vals):
 
 
 def _cat(blocks, k, dtype):
+    """Column ``k`` of every block, concatenated; the blocks' own copies are dropped as it
+    goes (``blocks`` holds lists), so the peak is the flat arrays plus one column."""
     parts = [b[k] for b in blocks]
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+    for b in blocks:
+        b[k] = None
+    out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+    del parts
+    return out
+
+
+def _release_arrow_memory() -> None:
+    """Give the memory Arrow's allocator keeps for reuse back to the system."""
+    pa, _ = _pa()
+    pool = pa.default_memory_pool()
+    if hasattr(pool, "release_unused"):
+        pool.release_unused()
 
 
 def load_crawl_dataset(
@@ -585,7 +601,7 @@ def load_crawl_dataset(
     total_bytes = sum(os.path.getsize(p) for p in paths.values() if os.path.isfile(p))
     bar = progress_bar(total_bytes, "loading data set", quiet=quiet, unit="B")
     h_w_dtype = np.float32 if np.dtype(dtype).itemsize <= 4 else np.float64
-    read = functools.partial(_read_vectorised, block_size=block_size, progress=bar)
+    read = functools.partial(_read_vectorised, block_size=block_size, progress=bar, hist_dtype=h_w_dtype)
 
     # --- importance ------------------------------------------------------------------
     st = states["importance"] = RowLog(paths["importance"], errors, _SKIP_HINT)
@@ -599,11 +615,13 @@ def load_crawl_dataset(
     blocks = read(paths["history"], st, 3, ("id", ("num", _OFFSET), "history"),
                   lambda f, ln: (_URL_ID.parse(f[0]), _OFFSET.parse(f[1]), _parse_history(f[2])))
     h_lines, h_ids, h_offsets = _cat(blocks, 0, np.int64), _cat(blocks, 1, np.int64), _cat(blocks, 2, np.float64)
-    h_lens_a = np.concatenate([b[3][0] for b in blocks]) if blocks else np.zeros(0, np.int64)
-    h_w_a = (np.concatenate([b[3][1].astype(h_w_dtype) for b in blocks]) if blocks
-             else np.zeros(0, h_w_dtype))
-    h_z_a = np.concatenate([b[3][2] for b in blocks]) if blocks else np.zeros(0, np.uint8)
+    hist_parts = [b[3] for b in blocks]
     del blocks
+    h_lens_a = np.concatenate([p[0] for p in hist_parts]) if hist_parts else np.zeros(0, np.int64)
+    h_w_a = (np.concatenate([p[1].astype(h_w_dtype, copy=False) for p in hist_parts]) if hist_parts
+             else np.zeros(0, h_w_dtype))
+    h_z_a = np.concatenate([p[2] for p in hist_parts]) if hist_parts else np.zeros(0, np.uint8)
+    del hist_parts
 
     # --- complete observations ---------------------------------------------------------
     c_ids_a, c_rates_a, c_lines_a = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)

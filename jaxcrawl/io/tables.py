@@ -598,8 +598,8 @@ class Table:
 
     Attributes:
       path: the file.
-      columns: ``{name: (n,) array}`` for every column of the schema (missing optional
-        columns filled with their default).
+      columns: ``{name: (n,) array}`` for every column of the schema (a missing optional
+        column is a read-only array of its default).
       line: ``(n,)`` line number of every row.
       present: the schema columns the file has.
       comments: ``(line, text)`` of ``#`` comment lines (schemas with comments).
@@ -773,8 +773,8 @@ def _finish(path, schema, cols, lines, present, comments, log) -> Table:
     for c in schema.columns:
         if c.name in cols:
             columns[c.name] = cols[c.name]
-        else:
-            columns[c.name] = np.full(n, c.default, dtype=c.dtype)
+        else:  # a read-only view: no memory for a column the file does not have
+            columns[c.name] = np.broadcast_to(np.asarray(c.default, dtype=c.dtype), (n,))
     return Table(path, columns, lines, tuple(c.name for c in schema.columns if c.name in present),
                  tuple(comments), log.report())
 
@@ -879,8 +879,8 @@ PAGE_TABLE = Schema(
 class PageRows(NamedTuple):
     """Pages read from a page table file: their ids and the arrays of a problem.
 
-    ``min_interval``/``max_interval`` are the per-page revisit bounds (0 and ``inf`` when
-    the file has no such column); :meth:`rate_bounds` turns them into rate bounds.
+    ``min_interval``/``max_interval`` are the per-page revisit bounds (None when the file
+    has no such column: no bound); :meth:`rate_bounds` turns them into rate bounds.
     (``jaxcrawl.data.PageTable`` is this type's former name.)
     """
 
@@ -916,7 +916,8 @@ def read_problem(path: PathLike, *, errors: str = "raise") -> PageRows:
     """
     t = read_table(path, PAGE_TABLE, errors=errors, id_columns=("page_id",))
     return PageRows(t["page_id"], t["importance"], t["change_rate"], t["complete"],
-                    t["min_interval"], t["max_interval"])
+                    t["min_interval"] if "min_interval" in t.present else None,
+                    t["max_interval"] if "max_interval" in t.present else None)
 
 
 def read_problem_csv(path: PathLike) -> PageRows:
