@@ -181,7 +181,9 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
                          objective: str | Utility = "harmonic", *, epsilon: ArrayLike = 0.4,
                          lower: ArrayLike | None = None, upper: ArrayLike | None = None,
                          max_steps: int = 100, inner_steps: int = 100,
-                         rtol: float | None = None, throw: bool = False) -> HostCapSolution:
+                         rtol: float | None = None, throw: bool = False,
+                         min_rate: ArrayLike | None = None,
+                         max_rate: ArrayLike | None = None) -> HostCapSolution:
     r"""Optimal crawl rates for ``objective`` under the bandwidth and per-host caps.
 
     Solves SIGIR-19's politeness-constrained problem (module docstring) exactly, by the
@@ -205,6 +207,8 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
       objective: a registry name or a :class:`~jaxcrawl.Utility`.
       epsilon: BLCε floor fraction (``"binary-epsilon"`` only).
       lower, upper: extra per-page rate bounds (intersected with the utility's).
+      min_rate, max_rate: revisit bounds as rates (``1/max_interval``, ``1/min_interval``;
+        :mod:`jaxcrawl.bounds`), the same as ``lower``/``upper`` (the tightest applies).
       max_steps, inner_steps: iteration caps of the global and the per-host root-finds.
       rtol: stop when the budget (caps) residual is within ``rtol`` of the budget (cap);
         default ``4 eps^0.75``.  The final Newton correction makes them exact to rounding.
@@ -221,6 +225,10 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
         raise TypeError(f"problem must be a jaxcrawl.CrawlProblem, got {type(problem).__name__}")
     dtype = problem.importance.dtype
     n = problem.importance.shape[-1]
+    if min_rate is not None:
+        lower = min_rate if lower is None else jnp.maximum(jnp.asarray(lower), jnp.asarray(min_rate))
+    if max_rate is not None:
+        upper = max_rate if upper is None else jnp.minimum(jnp.asarray(upper), jnp.asarray(max_rate))
     if objective == "binary-epsilon" and is_concrete(epsilon):
         e = np.asarray(epsilon)
         if not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > 1):

@@ -170,7 +170,8 @@ def _row_chunks(table: PageTable, chunk_size: int, start: int, stop: int):
 def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility = "harmonic",
                  epsilon: float = 0.0, chunk_size: int = 1 << 20, dtype: Any = None,
                  out_path: str | None = None, max_steps: int = 100,
-                 rtol: float | None = None) -> StreamResult:
+                 rtol: float | None = None, min_rate: Any = None,
+                 max_rate: Any = None) -> StreamResult:
     """Solve any separable :class:`~jaxcrawl.Utility` from a page table on disk.
 
     The same optimum as :func:`jaxcrawl.solve` (e.g. LambdaCrawl, NeurIPS-19 Alg. 1-3, for
@@ -189,6 +190,9 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
       dtype: float dtype of the computation (default: the table's, or float32).
       out_path: write the rates to this ``.npy`` file (memory map) instead of returning an array.
       max_steps, rtol: as in :func:`jaxcrawl.allocate`.
+      min_rate, max_rate: revisit bounds as rates (:mod:`jaxcrawl.bounds`): scalars or
+        ``(num_pages,)`` arrays (memory maps are read chunk by chunk); intersected with
+        the utility's own bounds.
 
     Several processes (``jax.process_count() > 1``, :mod:`jaxcrawl.distributed`): each
     process streams only its :func:`~jaxcrawl.distributed.row_range` of the table and the
@@ -225,17 +229,35 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
         add = big_ = np.asarray
     size = max(min(chunk_size, last - first), 1)
     budget = jnp.asarray(bandwidth, dtype)
+    extra = [None if b is None else (np.asarray(b, np.float64) if np.ndim(b) == 0 else b)
+             for b in (min_rate, max_rate)]
+    for name, b in zip(("min_rate", "max_rate"), extra):
+        if b is not None and np.ndim(b) and np.shape(b) != (n,):
+            raise ValueError(f"{name} must be a scalar or have shape ({n},); got {np.shape(b)}")
+
+    def bound_chunk(b, start, k, fill):
+        if b is None:
+            return None
+        part = np.broadcast_to(b, (k,)) if np.ndim(b) == 0 else np.asarray(b[start:start + k], np.float64)
+        return jnp.asarray(_pad(np.asarray(part, np.float64), size, fill), dtype)
 
     def load(chunk):
         start, m, l, c = chunk
         k = m.shape[0]
+        bounds = (bound_chunk(extra[0], start, k, 0.0), bound_chunk(extra[1], start, k, np.inf))
         return (start, k, jnp.asarray(_pad(m, size, 1.0), dtype), jnp.asarray(_pad(l, size, 1.0), dtype),
-                jnp.asarray(_pad(c, size, False)), jnp.asarray(np.arange(size) < k))
+                (jnp.asarray(_pad(c, size, False)), bounds), jnp.asarray(np.arange(size) < k))
 
-    def chunk_parts(m, l, c):
+    def chunk_parts(m, l, cb):
+        c, (b_lo, b_hi) = cb
         params = utility.params(raw_problem(m, l, budget, c))
         lo, hi = utility.page_bounds(params, budget, n, dtype)
-        return params, jnp.broadcast_to(lo, m.shape), jnp.broadcast_to(hi, m.shape)
+        lo, hi = jnp.broadcast_to(lo, m.shape), jnp.broadcast_to(hi, m.shape)
+        if b_lo is not None:
+            lo = jnp.maximum(lo, b_lo)
+        if b_hi is not None:
+            hi = jnp.minimum(hi, b_hi)
+        return params, lo, hi
 
     @jax.jit
     def stats(m, l, c, valid):
@@ -244,7 +266,8 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
         finite = jnp.isfinite(width) & valid
         return (jnp.sum(jnp.where(finite, width, 0.0)), jnp.sum((~finite) & valid),
                 jnp.max(jnp.where(finite, width, 0.0)), jnp.sum(jnp.where(valid & jnp.isfinite(hi), hi, 0.0)),
-                jnp.sum(jnp.where(valid, lo, 0.0)))
+                jnp.sum(jnp.where(valid, lo, 0.0)),
+                jnp.argmax(valid & (lo > hi)), jnp.any(valid & (lo > hi)))
 
     @jax.jit
     def bracket(m, l, c, valid, slack, big, total):
@@ -277,8 +300,11 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     passes = 0
     sw = ninf = mw = su = sl = 0.0
     for chunk in _row_chunks(table, size, first, last):
-        _, _, m, l, c, valid = load(chunk)
-        a, b_, cmax, d, e = stats(m, l, c, valid)
+        start, _, m, l, c, valid = load(chunk)
+        a, b_, cmax, d, e, first_bad, any_bad = stats(m, l, c, valid)
+        if bool(any_bad):
+            raise ValueError(f"page {start + int(first_bad)}: its lower rate bound exceeds its upper "
+                             "bound (min_rate > max_rate, or above a complete page's change rate)")
         sw, ninf, mw, su, sl = sw + float(a), ninf + float(b_), max(mw, float(cmax)), su + float(d), sl + float(e)
     sw, ninf, su, sl = (float(v) for v in add([sw, ninf, su, sl]))
     mw = float(big_([mw])[0])
@@ -288,6 +314,7 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
                          "is bounded above (e.g. every page is complete)")
     if float(budget) < sl * (1 - 1e-12):
         raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sl})")
+
     slack = float(budget) - sl
     big = max(slack, mw) if max(slack, mw) > 0 else 1.0
     total = sw + ninf * big

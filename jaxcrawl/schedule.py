@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from .timetable import CrawlerState as CrawlerState
+from .timetable import SpacedTimetable as SpacedTimetable
 from .timetable import Timetable as Timetable
 from .timetable import crawl_counts as crawl_counts
 from .timetable import ein as ein
@@ -17,6 +18,7 @@ from .timetable import init_crawler as init_crawler
 from .timetable import next_crawls as next_crawls
 from .timetable import periodic_binary_cost as periodic_binary_cost
 from .timetable import periodic_harmonic_cost as periodic_harmonic_cost
+from .timetable import space_crawls as space_crawls
 from .timetable import timetable as timetable
 from .timetable import timetable_from_policy as timetable_from_policy
 
@@ -28,6 +30,8 @@ __all__ = [
     "crawl_counts",
     "timetable",
     "timetable_from_policy",
+    "SpacedTimetable",
+    "space_crawls",
     "init_crawler",
     "next_crawls",
     "periodic_binary_cost",

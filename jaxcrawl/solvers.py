@@ -71,7 +71,8 @@ def _batched(solver: Callable) -> Callable:
 
 
 def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | None = None,
-                 adjoint: str = "implicit", throw: bool = False) -> Policy:
+                 adjoint: str = "implicit", throw: bool = False,
+                 min_rate: ArrayLike | None = None, max_rate: ArrayLike | None = None) -> Policy:
     r"""LambdaCrawl: the optimal harmonic-staleness policy under mixed observability.
 
     Kolobov et al., NeurIPS-19, Algorithms 1 (incomplete pages), 2 (complete pages) and
@@ -95,11 +96,13 @@ def lambda_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | N
       :class:`Policy` with ``on_signal = problem.complete``; ``dual`` is ν, and
       ``d harmonic_cost / d bandwidth = -dual / n`` at the optimum.
     """
-    return solve(problem, HARMONIC, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw)
+    return solve(problem, HARMONIC, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw,
+                 min_rate=min_rate, max_rate=max_rate)
 
 
 def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | None = None,
-                        adjoint: str = "implicit", throw: bool = False) -> Policy:
+                        adjoint: str = "implicit", throw: bool = False,
+                        min_rate: ArrayLike | None = None, max_rate: ArrayLike | None = None) -> Policy:
     r"""LambdaCrawlApprox: Prop. 9's change-rate-free rates for incomplete pages.
 
     Kolobov et al., NeurIPS-19, Prop. 9 and supplement §9.3.  If
@@ -115,12 +118,14 @@ def lambda_crawl_approx(problem: CrawlProblem, *, max_steps: int = 100, rtol: fl
     Returns:
       :class:`Policy`; ``dual`` is the common marginal value of bandwidth.
     """
-    return solve(problem, HARMONIC_APPROX, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw)
+    return solve(problem, HARMONIC_APPROX, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw,
+                 min_rate=min_rate, max_rate=max_rate)
 
 
 def binary_lambda_crawl(problem: CrawlProblem, epsilon: ArrayLike = 0.0, *, max_steps: int = 100,
                         rtol: float | None = None, adjoint: str = "implicit",
-                        throw: bool = False) -> Policy:
+                        throw: bool = False, min_rate: ArrayLike | None = None,
+                        max_rate: ArrayLike | None = None) -> Policy:
     r"""BinaryLambdaCrawl (Azar et al.'s optimum of binary freshness), and BLCε.
 
     Maximises :math:`\sum_i \zeta_i\rho_i/(\rho_i+\xi_i)` (Learning to Crawl eq. 5;
@@ -145,11 +150,12 @@ def binary_lambda_crawl(problem: CrawlProblem, epsilon: ArrayLike = 0.0, *, max_
     bw = jnp.asarray(problem.bandwidth, problem.dtype)
     lower = (jnp.asarray(epsilon, problem.dtype) * bw / n)[..., None]
     return solve(problem, BINARY, lower=lower, max_steps=max_steps, rtol=rtol, adjoint=adjoint,
-                 throw=throw)
+                 throw=throw, min_rate=min_rate, max_rate=max_rate)
 
 
 def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol: float | None = None,
-                           adjoint: str = "implicit", throw: bool = False) -> Policy:
+                           adjoint: str = "implicit", throw: bool = False,
+                           min_rate: ArrayLike | None = None, max_rate: ArrayLike | None = None) -> Policy:
     r"""Optimal uniform-interval (periodic) crawl rates for the utility G.
 
     Learning to Crawl App. H and I.2: refreshing page i every :math:`1/\rho_i` serves
@@ -161,7 +167,8 @@ def uniform_interval_crawl(problem: CrawlProblem, *, max_steps: int = 100, rtol:
     (``on_signal`` all False); evaluate with :func:`uniform_interval_freshness`.
     ``solve(problem, "uniform")``.
     """
-    return solve(problem, UNIFORM, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw)
+    return solve(problem, UNIFORM, max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw,
+                 min_rate=min_rate, max_rate=max_rate)
 
 
 # ------------------------------------------------------------------- closed forms

@@ -73,6 +73,8 @@ __all__ = [
     "crawl_counts",
     "timetable",
     "timetable_from_policy",
+    "SpacedTimetable",
+    "space_crawls",
     "init_crawler",
     "next_crawls",
     "periodic_binary_cost",
@@ -442,6 +444,116 @@ def timetable_from_policy(policy: Policy, horizon: ArrayLike, *, start: ArrayLik
     if not include_signal_pages:
         rate = jnp.where(policy.on_signal, jnp.zeros_like(rate), rate)
     return timetable(rate, horizon, start=start, phase=phase, capacity=capacity)
+
+
+# ------------------------------------------------------------------ politeness gaps
+class SpacedTimetable(NamedTuple):
+    """A timetable after :func:`space_crawls`.
+
+    Attributes:
+      timetable: the :class:`Timetable` with the moved crawls, sorted by time; crawls moved
+        past the window's end are dropped from it (``mask`` False) and counted in
+        ``deferred``.
+      moved: crawls whose time changed (int32).
+      deferred: crawls pushed to or past the window's end (int32): the next window takes
+        them.
+      max_delay: the largest move (in time units).
+    """
+
+    timetable: Timetable
+    moved: jax.Array
+    deferred: jax.Array
+    max_delay: jax.Array
+
+
+@jax.jit
+def _space_impl(time, page, mask, group, group_gap, page_gap, end):
+    n_groups = group_gap.shape[0]
+    neg = jnp.asarray(-jnp.inf, time.dtype)
+    slack = 2 * jnp.finfo(time.dtype).eps
+
+    def step(carry, ev):
+        last_g, last_p = carry
+        t, p, m = ev
+        p = jnp.maximum(p, 0)
+        g = group[p]
+        gi = jnp.clip(g, 0, max(n_groups - 1, 0))
+        has_g = (g >= 0) & (n_groups > 0)
+        # + 2 ulp of (previous time + gap): the gap holds after rounding too
+        lg, lp = last_g[gi], last_p[p]
+        lg0, lp0 = jnp.where(lg > neg, lg, 0.0), jnp.where(lp > neg, lp, 0.0)
+        from_g = jnp.where(has_g & (lg > neg), lg + group_gap[gi] + slack * (jnp.abs(lg0) + group_gap[gi]), neg)
+        from_p = jnp.where(lp > neg, lp + page_gap[p] + slack * (jnp.abs(lp0) + page_gap[p]), neg)
+        t2 = jnp.where(m, jnp.maximum(t, jnp.maximum(from_g, from_p)), t)
+        last_g = last_g.at[gi].set(jnp.where(m & has_g, t2, last_g[gi]))
+        last_p = last_p.at[p].set(jnp.where(m, t2, last_p[p]))
+        return (last_g, last_p), t2
+
+    init = (jnp.full((max(n_groups, 1),), -jnp.inf, time.dtype), jnp.full(page_gap.shape, -jnp.inf, time.dtype))
+    _, new = jax.lax.scan(step, init, (time, page, mask))
+    moved = mask & (new > time)
+    keep = mask & (new < end)
+    deferred = jnp.sum(mask & ~keep).astype(jnp.int32)
+    t_sorted, p_sorted, m_sorted = _sorted_events(new, page, keep)
+    delay = jnp.max(jnp.where(mask, new - time, 0.0), initial=0.0)
+    return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay
+
+
+def _round_up(x, dtype):
+    """``x`` in ``dtype``, rounded up (not to nearest) when concrete: a gap never shrinks."""
+    if not is_concrete(x):
+        return jnp.asarray(x, dtype)
+    x64 = np.asarray(x, np.float64)
+    xd = x64.astype(dtype)
+    return jnp.asarray(np.where(xd.astype(np.float64) < x64, np.nextafter(xd, np.asarray(np.inf, dtype)), xd), dtype)
+
+
+def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
+                 page_gap: ArrayLike | None = None, end: ArrayLike = jnp.inf) -> SpacedTimetable:
+    r"""Move crawls later so that no group (host) is crawled twice within its gap.
+
+    A crawler's politeness rule -- a host's ``Crawl-delay`` -- is a minimum time between
+    two fetches of the same host.  Host caps (:func:`jaxcrawl.politeness.solve_with_host_caps`
+    with cap :math:`1/\text{delay}`) keep each host's *rate* within it, but a periodic
+    timetable can still put two of a host's pages close together.  This pass walks the
+    crawls in time order and sets each one to
+
+    .. math::
+
+       t'_j = \max\big(t_j,\; t'_{\text{prev. crawl of its host}} + \text{gap}_h,\;
+       t'_{\text{prev. crawl of its page}} + \text{page\_gap}_i\big),
+
+    so, by construction, consecutive crawls of a host are at least its gap apart and
+    consecutive crawls of a page at least ``page_gap`` apart (e.g. its ``min_interval``).
+    Crawls only move later; crawls moved to or past ``end`` are dropped and counted
+    (``deferred``).  One ``lax.scan`` over the crawls (O(crawls) sequential steps, O(1)
+    work each) and one sort.
+
+    Args:
+      table: a :class:`Timetable` (times sorted, e.g. from :func:`timetable`).
+      group: ``(n,)`` int group (host) of every page, ``-1`` for none.
+      group_gap: ``(H,)`` minimum time between two crawls of a group, >= 0.
+      page_gap: ``(n,)`` minimum time between two crawls of a page (default 0).
+      end: the window's end (``start + horizon``).
+
+    Returns:
+      :class:`SpacedTimetable`.
+    """
+    time = jnp.asarray(table.time)
+    group = jnp.asarray(group, jnp.int32)
+    n = group.shape[0]
+    gap = _round_up(group_gap, time.dtype)
+    pg = jnp.zeros((n,), time.dtype) if page_gap is None else jnp.broadcast_to(_round_up(page_gap, time.dtype), (n,))
+    if is_concrete(group, gap, pg):
+        g = np.asarray(group)
+        if np.any(g >= gap.shape[0]) or np.any(g < -1):
+            raise ValueError(f"group must be -1 or in [0, {gap.shape[0]}) for every page")
+        if np.any(~(np.asarray(gap) >= 0)) or np.any(~(np.asarray(pg) >= 0)):
+            raise ValueError("group_gap and page_gap must be >= 0 (and not NaN)")
+    t, p, m, moved, deferred, delay = _space_impl(time, jnp.asarray(table.page), jnp.asarray(table.mask),
+                                                 group, gap, pg, jnp.asarray(end, time.dtype))
+    out = Timetable(t, p, m, table.num_crawls, table.overflow)
+    return SpacedTimetable(out, moved, deferred, delay)
 
 
 # --------------------------------------------------------------------------- generator

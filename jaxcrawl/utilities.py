@@ -160,7 +160,8 @@ def get_utility(utility: str | Utility) -> Utility:
 # -------------------------------------------------------------------------- the solve
 def solve(problem: CrawlProblem, utility: str | Utility, *, lower: ArrayLike | None = None,
           upper: ArrayLike | None = None, max_steps: int = 100, rtol: float | None = None,
-          adjoint: str = "implicit", throw: bool = False) -> Policy:
+          adjoint: str = "implicit", throw: bool = False, min_rate: ArrayLike | None = None,
+          max_rate: ArrayLike | None = None) -> Policy:
     r"""The optimal policy of ``utility`` for ``problem``: one dual root-find (``allocate``).
 
     Maximises :math:`\sum_i u_i(x_i)` s.t. :math:`\sum_i x_i = R` and the per-page bounds
@@ -176,6 +177,11 @@ def solve(problem: CrawlProblem, utility: str | Utility, *, lower: ArrayLike | N
       lower, upper: extra per-page rate bounds (broadcast to the pages), e.g. revisit
         limits; the tighter of these and the utility's own bounds apply.
       max_steps, rtol, adjoint, throw: as in :func:`jaxcrawl.allocate`.
+      min_rate, max_rate: revisit bounds as rates, ``1/max_interval`` and
+        ``1/min_interval`` (:mod:`jaxcrawl.bounds`); the same as ``lower``/``upper`` (the
+        tightest of all applies).  The optimum is exact under them:
+        :math:`x_i=\mathrm{clip}(\varphi_i(\nu),\ell_i,h_i)`.  Infeasible bounds raise
+        ``ValueError`` eagerly (:func:`jaxcrawl.allocate`).
 
     Returns:
       :class:`~jaxcrawl.Policy` with ``converged`` and the pre-correction ``residual``.
@@ -183,6 +189,8 @@ def solve(problem: CrawlProblem, utility: str | Utility, *, lower: ArrayLike | N
     u = get_utility(utility)
     if not isinstance(problem, CrawlProblem):
         raise TypeError(f"problem must be a jaxcrawl.CrawlProblem, got {type(problem).__name__}")
+    lower = _tighter(lower, min_rate, jnp.maximum)
+    upper = _tighter(upper, max_rate, jnp.minimum)
     opts = dict(max_steps=max_steps, rtol=rtol, adjoint=adjoint, throw=throw)
     if problem.importance.ndim > 1:
         batch = problem.importance.shape[:-1]
@@ -212,6 +220,15 @@ def _rescale_dual(dual, a, c):
     first = dual * (a / c)
     second = (dual * a) / c
     return jnp.where(jnp.isfinite(first), first, jnp.where(jnp.isfinite(second), second, (dual / c) * a))
+
+
+def _tighter(a, b, pick):
+    """The tighter of two optional bounds (None when both are None)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return pick(jnp.asarray(a), jnp.asarray(b))
 
 
 def _solve_one(problem, u: Utility, lower, upper, **opts) -> Policy:

@@ -65,3 +65,14 @@ def golden_max(f, a, b, iters=200):
             d = a + g * (b - a)
             fd = f(d)
     return (a + b) / 2
+
+
+def clipped_allocation_ref(phi, lower, upper, budget):
+    """argmax sum u_i(x_i) s.t. sum x = budget, lower <= x <= upper, for a separable concave
+    utility with inverse marginal ``phi(nu)`` (nonincreasing): plain geometric bisection on
+    the dual of ``sum clip(phi(nu), lower, upper) = budget`` (the KKT conditions)."""
+    def x_of(nu):
+        return np.clip(phi(nu), lower, upper)
+
+    nu = bisect_dual(x_of, budget)
+    return x_of(nu), nu

@@ -71,3 +71,23 @@ def test_bandwidth_the_problem_cannot_use(tmp_path, capsys):
     src.write_text("page_id,importance,change_rate,complete\na,1,1,1\nb,1,2,1\n")
     assert main(["solve", "-i", str(src), "--bandwidth", "5"]) == 2
     assert "bandwidth exceeds what the problem can use" in capsys.readouterr().err
+
+
+def test_version_and_reproduce_list_without_matplotlib(monkeypatch, capsys):
+    import sys
+
+    import jaxcrawl
+    from jaxcrawl.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0 and capsys.readouterr().out.strip() == f"jaxcrawl {jaxcrawl.__version__}"
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # "not installed"
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "neurips19_fig1" in out and "Traceback" not in out
+    assert main(["reproduce", "neurips19_fig1", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'jaxcrawl[plots]'" in err[0]

@@ -265,7 +265,7 @@ def test_cli_problem_columns_feed_jaxcrawl_solve(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["pages_left_out_nonpositive_importance"] == 1  # URL 3 has importance 0
     table = data.read_problem_csv(out)
-    assert list(table.page_id) == ["5", "7", "9", "11"]
+    assert list(table.page_id) == [5, 7, 9, 11]  # decimal ids read back as int64
     np.testing.assert_array_equal(table.complete, [False, False, True, False])
     assert np.all(table.change_rate > 0)
 
@@ -310,3 +310,42 @@ def test_cli_rejects_bad_arguments(tmp_path):
         run_estimate([d, "--window", "3"])
     with pytest.raises(ValueError, match="no such file"):
         run_estimate([str(tmp_path / "missing.csv")])
+
+
+def test_columnar_loader_is_independent_of_block_size_and_spelling(tmp_path):
+    """Blocks of any size (down to a few lines, cutting lines in half) give the same arrays;
+    odd spellings (spaces, '+', CRLF, exponents) take the exact per-row parser and agree."""
+    rng = np.random.default_rng(3)
+    n = 300
+    hist, imp = [], []
+    for i in range(n):
+        k = int(rng.integers(0, 6))
+        pairs = ", ".join(f"[{rng.uniform(0.1, 3):.6g}, {int(rng.random() < 0.5)}]" for _ in range(k))
+        sep = "\t" if i % 7 else " \t"  # a trailing space on the id: the exact parser's path
+        hist.append(f"{i}{sep}{rng.uniform(0, 5):.5g}\t[{pairs}]" + ("\r" if i % 11 == 0 else ""))
+        imp.append(f"{i}\t{'+' if i % 13 == 0 else ''}{rng.lognormal():.6e}")
+    d = write_dataset(str(tmp_path / "d"), imp=imp, hist=hist, urls=False, hosts=False, comp=False)
+    big = load_crawl_dataset(d, dtype=np.float64)
+    small = load_crawl_dataset(d, dtype=np.float64, block_size=97)
+    for a, b in zip(big[:-1], small[:-1]):
+        np.testing.assert_array_equal(a, b)
+    assert big.report.files["history"].rows_read == n and big.num_observations.sum() == big.mask.sum()
+    # each page's history is its line's pairs, in order
+    i = 17
+    pairs = json.loads(hist[i].split("\t")[2].strip())
+    np.testing.assert_allclose(big.intervals[i, :len(pairs)], [p[0] for p in pairs])
+    np.testing.assert_array_equal(big.changed[i, :len(pairs)], [bool(p[1]) for p in pairs])
+
+
+def test_columnar_loader_names_the_line_of_a_bad_value_in_any_block(tmp_path):
+    hist = [f"{i}\t1\t[[1.5, 0], [2, 1]]" for i in range(200)]
+    hist[150] = "150\t1e999\t[[1.5, 0]]"      # an offset that is not finite
+    hist[170] = "170\t1\t[[1.5, 2]]"          # a change indicator that is not 0/1
+    d = write_dataset(str(tmp_path / "d"), imp=[f"{i}\t1" for i in range(200)], hist=hist,
+                      urls=False, hosts=False, comp=False)
+    with pytest.raises(ValueError, match=r"urlid_offset_history\.txt:151: first-crawl offset"):
+        load_crawl_dataset(d, block_size=64)
+    ds = load_crawl_dataset(d, errors="skip", block_size=1000)
+    rep = ds.report.files["history"]
+    assert rep.rows_read == 198 and rep.rows_skipped == 2
+    assert any(":171: history entry 0: change indicator must be 0 or 1" in e for e in rep.examples)

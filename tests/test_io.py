@@ -59,11 +59,11 @@ def test_malformed_rows_name_file_line_column_and_rule(tmp_path, reader, text, l
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("", "t.csv: empty file (expected a header page_id,importance,change_rate[,complete])"),
-    ("\n\npage_id,importance\n", "t.csv:3: header must be 'page_id,importance,change_rate[,complete]' "
+    ("", "t.csv: empty file (expected a header page_id,importance,change_rate[,complete][,min_interval][,max_interval])"),
+    ("\n\npage_id,importance\n", "t.csv:3: header must be 'page_id,importance,change_rate[,complete][,min_interval][,max_interval]' "
                                  "(missing column 'change_rate')"),
     ("page_id,importance,change_rate,colour\n", "t.csv:1: header must be 'page_id,importance,"
-                                                "change_rate[,complete]' (unknown column 'colour')"),
+                                                "change_rate[,complete][,min_interval][,max_interval]' (unknown column 'colour')"),
     ("page_id,importance,Page_ID\n", "(column 'page_id' appears twice)"),
     ("page_id,importance,change_rate\na,1\n", "t.csv:2: expected 3 fields, got 2"),
     ("page_id,importance,change_rate\n", "t.csv: no pages after the header"),

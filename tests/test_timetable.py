@@ -531,3 +531,59 @@ def test_schedule_module_reexports_the_timetable():
     for name in S.__all__:
         assert getattr(compat, name) is getattr(S, name), name
     assert jaxcrawl.schedule.timetable is S.timetable
+
+
+# ------------------------------------------------------------------ crawl delays
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_space_crawls_never_fetches_a_host_within_its_gap(seed):
+    """Per-host minimum gaps (crawl delays) and per-page minimum gaps hold by construction;
+    crawls only move later and none is lost (kept + deferred = all)."""
+    rng = np.random.default_rng(seed)
+    n, H = 60, 5
+    rate = rng.uniform(0.2, 3.0, n)
+    host = rng.integers(-1, H, n)
+    gap = rng.uniform(0.01, 0.1, H)
+    page_gap = 0.5 / rate
+    horizon = 8.0
+    table = S.timetable(jnp.asarray(rate, jnp.float32), horizon)
+    out = S.space_crawls(table, host, gap, page_gap=page_gap, end=horizon)
+    m = np.asarray(out.timetable.mask)
+    t = np.asarray(out.timetable.time)[m].astype(np.float64)
+    p = np.asarray(out.timetable.page)[m]
+    assert np.all(np.diff(t) >= 0) and np.all(t < horizon)
+    assert t.size + int(out.deferred) == int(table.num_crawls)
+    for h in range(H):
+        th = np.sort(t[host[p] == h])
+        assert np.all(np.diff(th) >= gap[h]), h
+    t0 = np.asarray(table.time)[np.asarray(table.mask)]
+    p0 = np.asarray(table.page)[np.asarray(table.mask)]
+    for i in range(n):
+        new, old = np.sort(t[p == i]), np.sort(t0[p0 == i])
+        assert np.all(np.diff(new) >= page_gap[i] * (1 - 1e-6))
+        assert np.all(new >= old[:new.size])  # the k-th crawl of a page only moves later
+    assert int(out.moved) > 0
+
+
+@pytest.mark.long
+def test_schedule_cli_keeps_robots_crawl_delays_in_absolute_time(tmp_path, capsys):
+    from jaxcrawl import io as jio
+    from jaxcrawl.cli import main
+
+    robots = tmp_path / "robots"
+    robots.mkdir()
+    delays = {"a.example": 600, "b.example": 1800}
+    for h, d in delays.items():
+        (robots / f"{h}.txt").write_text(f"User-agent: *\nCrawl-delay: {d}\n")
+    ids = np.asarray([f"https://{'a' if i % 2 else 'b'}.example/{i}" for i in range(20)], object)
+    jio.write_plan(str(tmp_path / "plan.csv"), ids, np.full(20, 4.0), np.zeros(20))  # 4 a day each
+    out = tmp_path / "tt.parquet"
+    assert main(["schedule", "--plan", str(tmp_path / "plan.csv"), "--start", "2026-01-05T00:00:00Z",
+                 "--horizon", "2d", "--robots", str(robots), "--output", str(out), "--quiet"]) == 0
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(str(out)).to_pydict()
+    epoch, pid = np.asarray(t["epoch_seconds"]), np.asarray(t["page_id"], object)
+    assert epoch.min() >= 1767571200.0 and epoch.max() < 1767571200.0 + 2 * 86400
+    for h, d in delays.items():
+        e = np.sort(epoch[[u.split("/")[2] == h for u in pid]])
+        assert e.size > 10 and np.all(np.diff(e) >= d - 1e-3)

@@ -58,6 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--columns", choices=("full", "problem"), default="full",
                    help="full: with half-widths and counts (default); problem: page_id,importance,change_rate,complete "
                         "for `jaxcrawl solve` (pages with importance <= 0 are left out and counted)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=("raise", "skip"), default="raise",
                    help="malformed input lines: raise (default) or skip and count them")
     p.add_argument("--max-observations", type=int, default=None,
@@ -154,7 +155,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         h = read_histories(args.input, errors=args.errors, dtype=dtype,
-                           max_observations=args.max_observations, hint=_SKIP_HINT)
+                           max_observations=args.max_observations, hint=_SKIP_HINT,
+                           quiet=getattr(args, "quiet", False))
     except TableError as err:
         raise err.with_hint(_SKIP_HINT) from None
     read_seconds = time.perf_counter() - t0

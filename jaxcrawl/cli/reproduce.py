@@ -66,6 +66,20 @@ def discover(directory: Path) -> dict[str, Path]:
     return {p.stem: p for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
 
 
+def _description(path: Path) -> str:
+    """An experiment script's ``DESCRIPTION`` string, read from its source (not imported)."""
+    import ast
+
+    tree = ast.parse(Path(path).read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DESCRIPTION" for t in node.targets):
+            try:
+                return str(ast.literal_eval(node.value))
+            except ValueError:
+                break
+    return str(load_experiment(path).DESCRIPTION)
+
+
 def load_experiment(path: Path) -> ModuleType:
     """Import an experiment script as a module (its folder goes on ``sys.path`` for ``_common``)."""
     path = Path(path).resolve()
@@ -74,7 +88,13 @@ def load_experiment(path: Path) -> ModuleType:
         sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location(f"jaxcrawl_experiment_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ModuleNotFoundError as err:
+        if err.name and err.name.split(".")[0] == "matplotlib":
+            raise ValueError("the reproductions draw figures with matplotlib, which is not installed: "
+                             "pip install 'jaxcrawl[plots]' (or '.[plots]' in a checkout)") from None
+        raise
     for attr in ("NAME", "DESCRIPTION", "run"):
         if not hasattr(module, attr):
             raise ValueError(f"{path}: an experiment must define {attr} (see experiments/_common.py)")
@@ -193,10 +213,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the ``reproduce`` subcommand (``args`` from :func:`register`'s parser)."""
     directory = Path(getattr(args, "experiments_dir", None) or experiments_dir())
     available = discover(directory)
-    if args.list:
+    if args.list:  # read each script's DESCRIPTION without importing it (no matplotlib needed)
         for name, path in available.items():
-            mod = load_experiment(path)
-            print(f"{name:28s} {mod.DESCRIPTION}")
+            print(f"{name:28s} {_description(path)}")
         return 0
     requested = list(args.names)
     if not requested:

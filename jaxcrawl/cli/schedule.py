@@ -1,8 +1,10 @@
-"""``jaxcrawl schedule``: a crawl plan (rates) in, a crawl timetable out.
+"""``jaxcrawl schedule``: a crawl plan (rates) in, a crawl timetable or a crawler's queue out.
 
-Reads the plan CSV that ``jaxcrawl solve --output`` writes (header ``page_id,rate,prob``;
-:func:`jaxcrawl.io.read_plan_csv`) and writes ``time,page_id`` rows, sorted by time, for
-every crawl in ``[--start, --start + --horizon)`` (:func:`jaxcrawl.io.write_timetable_csv`):
+Reads the plan that ``jaxcrawl solve --output`` writes (``page_id,rate,prob``;
+:func:`jaxcrawl.io.read_plan`) and writes ``time,page_id`` rows (with an ISO 8601
+``--start``: ``time,epoch_seconds,page_id`` in UTC), sorted by time, for every crawl in
+``[--start, --start + --horizon)`` (:func:`jaxcrawl.io.write_timetable`); with crawl
+delays, :func:`jaxcrawl.timetable.space_crawls` keeps every host's fetches apart:
 page ``i`` is crawled at ``(k + phase_i) / rate_i`` (:func:`jaxcrawl.timetable.timetable`),
 so its gaps are ``1 / rate_i`` and its count in any window is within ±1 of ``rate_i``
 times the window's length.
@@ -28,24 +30,33 @@ PHASES = ("golden", "hash", "zero")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``schedule`` subcommand to an ``argparse`` subparsers object."""
+    from .solve import add_host_arguments
+
     p = subparsers.add_parser(
         "schedule",
-        help="turn a crawl plan (page_id,rate,prob) into a timetable (time,page_id)",
+        help="turn a crawl plan (page_id,rate,prob) into a timetable or a crawler's queue",
         description=(
             "Derandomise a crawl plan into a deterministic, periodic timetable. Input: the plan "
-            "CSV of `jaxcrawl solve --output` (header page_id,rate,prob; rate in crawls per unit "
-            "time). Output: a CSV time,page_id with every crawl in [start, start + horizon), "
-            "sorted by time. Each page is crawled every 1/rate, at times (k + phase)/rate, so "
-            "over any window its number of crawls is within 1 of rate x window. Pages with "
-            "prob > 0 are crawled on change signals and are left out unless "
-            "--include-signal-pages. The last line printed is one JSON object."
+            "of `jaxcrawl solve --output` (page_id,rate,prob; rate in crawls per --time-unit; CSV, "
+            "Parquet or JSON Lines). Output: a table time,page_id with every crawl in "
+            "[start, start + horizon), sorted by time (with an ISO 8601 --start: "
+            "time,epoch_seconds,page_id in UTC). Each page is crawled every 1/rate, at times "
+            "(k + phase)/rate after the start, so over any window its number of crawls is within 1 "
+            "of rate x window. With crawl delays (--crawl-delays/--robots) no host is crawled twice "
+            "within its delay: crawls are moved later as needed. Pages with prob > 0 are crawled on "
+            "change signals and are left out unless --include-signal-pages. --urlfrontier and "
+            "--nutch write crawler-native queue files. The last line printed is one JSON object."
         ),
     )
-    p.add_argument("--plan", "-p", required=True, help="plan CSV page_id,rate,prob")
-    p.add_argument("--output", "-o", help="timetable CSV to write (time,page_id); never the plan")
-    p.add_argument("--horizon", type=float, default=1.0,
-                   help="length of the timetable, in the plan's time unit (default 1)")
-    p.add_argument("--start", type=float, default=0.0, help="start time (default 0)")
+    p.add_argument("--plan", "-p", required=True, help="plan page_id,rate,prob (.csv, .parquet, .jsonl)")
+    p.add_argument("--output", "-o", help="timetable to write (format by name); never the plan")
+    p.add_argument("--horizon", default="1",
+                   help="length of the timetable: a number in --time-unit, or 90s/15m/6h/2d/1w (default 1)")
+    p.add_argument("--start", default=None,
+                   help="ISO 8601 UTC start (e.g. 2026-01-05T06:00:00Z): times are absolute UTC; or a "
+                        "number: a start in the plan's time unit, times relative (default 0)")
+    p.add_argument("--time-unit", choices=("seconds", "minutes", "hours", "days"), default="days",
+                   help="the time unit of the plan's rates (default days)")
     p.add_argument("--phase", choices=PHASES, default="golden",
                    help="golden: golden-ratio phases by row order (default; equal-rate pages spread "
                         "evenly); hash: phases from a hash of each page_id (a page's crawl times do "
@@ -53,25 +64,64 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="salt of the hashed phases (default 0)")
     p.add_argument("--include-signal-pages", action="store_true",
                    help="also timetable pages with prob > 0, periodically at their rate")
+    add_host_arguments(p)
+    p.add_argument("--urlfrontier", help="also write a URLFrontier JSON Lines file (each page's next fetch as "
+                   "refetchable_from_date, epoch seconds; needs an ISO --start)")
+    p.add_argument("--nutch", help="also write a Nutch injector seed list (url<TAB>nutch.fetchInterval=<s>)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.add_argument("--x64", action="store_true", help="compute the times in float64")
     p.set_defaults(func=run)
 
 
+def _start(text: str | None) -> tuple[float, float | None]:
+    """``(start in plan units, start epoch seconds or None)`` of ``--start``."""
+    from jaxcrawl.io.crawler import parse_start
+
+    if text is None:
+        return 0.0, None
+    try:
+        value = float(text)
+    except ValueError:
+        return 0.0, parse_start(text)
+    if not math.isfinite(value):
+        raise ValueError(f"--start must be finite; got {text}")
+    return value, None
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl schedule``; returns the exit status."""
+    import os
+
     import jax
     import jax.numpy as jnp
 
     from jaxcrawl import timetable as tt
-    from jaxcrawl.io import check_output, read_plan_csv, write_timetable_csv
+    from jaxcrawl.io import check_output, read_plan, write_timetable
+    from jaxcrawl.io.crawler import (
+        iso_utc,
+        next_fetch,
+        parse_duration,
+        unit_seconds,
+        write_nutch_seeds,
+        write_urlfrontier,
+    )
     from jaxcrawl.io.plans import page_keys
+    from jaxcrawl.io.progress import progress_bar
 
-    if not (math.isfinite(args.horizon) and args.horizon > 0):
+    from .solve import host_gaps
+
+    horizon = parse_duration(args.horizon, args.time_unit, name="--horizon")
+    if not (math.isfinite(horizon) and horizon > 0):
         raise ValueError(f"--horizon must be finite and > 0; got {args.horizon}")
-    if not math.isfinite(args.start):
-        raise ValueError(f"--start must be finite; got {args.start}")
-    check_output(args.output, args.plan)
-    plan = read_plan_csv(args.plan)
+    start, epoch = _start(args.start)
+    if (args.urlfrontier) and epoch is None:
+        raise ValueError("--urlfrontier needs an ISO 8601 --start (absolute time)")
+    outputs = [o for o in (args.output, args.urlfrontier, args.nutch) if o]
+    for out in outputs:
+        check_output(out, args.plan, args.crawl_delays, args.hosts)
+    if len(set(map(os.path.realpath, outputs))) < len(outputs):
+        raise ValueError("--output, --urlfrontier and --nutch must be different files")
+    plan = read_plan(args.plan)
     signal = plan.prob > 0
     left_out = signal & ~args.include_signal_pages
     rate = np.where(left_out, 0.0, plan.rate)
@@ -83,41 +133,92 @@ def run(args: argparse.Namespace) -> int:
         phase = tt.hashed_phase(jnp.asarray(page_keys(plan.page_id)), seed=args.seed, dtype=dtype)
     else:
         phase = jnp.zeros_like(rate_j)
+    gaps = host_gaps(args, plan.page_id)
     t0 = time.perf_counter()
-    table = jax.block_until_ready(tt.timetable(rate_j, args.horizon, start=args.start, phase=phase))
+    with progress_bar(None, "timetable", quiet=args.quiet, unit="step"):
+        table = jax.block_until_ready(tt.timetable(rate_j, horizon, start=start, phase=phase))
+        spaced = None
+        if gaps is not None:
+            hidx, delay, _ = gaps
+            gap = delay / unit_seconds(args.time_unit)
+            spaced = tt.space_crawls(table, hidx, gap, end=start + horizon)
+            table = jax.block_until_ready(spaced.timetable)
     seconds = time.perf_counter() - t0
     mask = np.asarray(table.mask)
-    times = np.asarray(table.time)[mask]
-    digits = 9 if times.dtype == np.float32 else 17  # enough to round-trip the dtype
+    times = np.asarray(table.time)[mask].astype(np.float64)
     pages = np.asarray(table.page)[mask]
     counts = np.bincount(pages, minlength=len(rate))
-    dev = np.abs(counts - rate * args.horizon)
+    dev = np.abs(counts - rate * horizon)
     summary = {
         "plan": args.plan,
         "num_pages": int(len(rate)),
         "num_timetabled_pages": int(np.sum(rate > 0)),
         "num_signal_pages_left_out": int(np.sum(left_out)),
-        "horizon": float(args.horizon),
-        "start": float(args.start),
+        "time_unit": args.time_unit,
+        "horizon": float(horizon),
+        "start": float(start) if epoch is None else str(iso_utc(np.asarray([epoch]))[0]),
         "phase": args.phase,
         "num_crawls": int(times.shape[0]),
-        "expected_crawls": float(np.sum(rate) * args.horizon),
+        "expected_crawls": float(np.sum(rate) * horizon),
         "max_count_deviation": float(dev.max()) if dev.size else 0.0,
         "overflow": int(table.overflow),
         "timetable_seconds": seconds,
         "dtype": str(np.dtype(dtype)),
     }
+    if spaced is not None:
+        hidx, delay, _ = gaps
+        summary["num_crawl_delay_hosts"] = int(delay.size)
+        summary["crawls_moved_for_crawl_delays"] = int(spaced.moved)
+        summary["crawls_deferred_past_horizon"] = int(spaced.deferred)
+        summary["max_move"] = float(spaced.max_delay)
+        h = hidx[pages]
+        order = np.lexsort((times, h))
+        hs, ts = h[order], times[order]
+        same = (hs[1:] == hs[:-1]) & (hs[1:] >= 0)
+        gaps_seen = (ts[1:] - ts[:-1])[same] * unit_seconds(args.time_unit)
+        need = delay[hs[1:][same]]
+        summary["min_host_gap_over_delay"] = float(np.min(gaps_seen / np.where(need > 0, need, np.inf))) \
+            if gaps_seen.size else None
     if args.output:
-        write_timetable_csv(args.output, times.astype(np.float64), pages, plan.page_id, digits=digits)
+        with progress_bar(times.shape[0], "writing timetable", quiet=args.quiet) as bar:
+            write_timetable(args.output, times - (start if epoch is not None else 0.0), pages, plan.page_id,
+                            start_epoch=epoch, unit=args.time_unit, progress=bar)
         summary["output"] = args.output
+    if args.urlfrontier:
+        phase64 = np.asarray(phase, np.float64)
+        due = next_fetch(rate, phase64, epoch, unit_seconds(args.time_unit))
+        if gaps is not None and pages.size:  # the first timetabled (spaced) crawl of each page
+            first = np.full(len(rate), np.inf)
+            np.minimum.at(first, pages, epoch + times * unit_seconds(args.time_unit))
+            due = np.where(np.isfinite(first), first, due)
+        key = None
+        if gaps is not None:
+            hidx, _, names = gaps
+            if names.size:
+                key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], np.asarray(plan.page_id, object))
+        k = write_urlfrontier(args.urlfrontier, plan.page_id, rate, due, unit=args.time_unit, key=key)
+        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k}
+    if args.nutch:
+        k = write_nutch_seeds(args.nutch, plan.page_id, rate, unit=args.time_unit)
+        summary["nutch"] = {"path": args.nutch, "num_urls": k}
     print(f"plan         {args.plan}: {summary['num_pages']} pages, "
           f"{summary['num_timetabled_pages']} timetabled, "
           f"{summary['num_signal_pages_left_out']} crawled on change signals (left out)")
-    print(f"timetable    {summary['num_crawls']} crawls in [{args.start:g}, {args.start + args.horizon:g}) "
+    window = (f"[{summary['start']}, + {horizon:g} {args.time_unit})" if epoch is not None
+              else f"[{start:g}, {start + horizon:g})")
+    print(f"timetable    {summary['num_crawls']} crawls in {window} "
           f"(sum of rate x horizon = {summary['expected_crawls']:.6g}); "
-          f"largest |count - rate x horizon| per page {summary['max_count_deviation']:.3g} (< 1)")
+          f"largest |count - rate x horizon| per page {summary['max_count_deviation']:.3g}"
+          + (" (< 1)" if spaced is None else ""))
+    if spaced is not None:
+        print(f"crawl delays {summary['num_crawl_delay_hosts']} hosts: {summary['crawls_moved_for_crawl_delays']} "
+              f"crawls moved later, {summary['crawls_deferred_past_horizon']} past the horizon; "
+              "no host fetched twice within its delay")
     print(f"time         {seconds:.3f} s (including compilation)")
     if args.output:
         print(f"written to   {args.output}")
+    for key in ("urlfrontier", "nutch"):
+        if key in summary:
+            print(f"{key:<12} {summary[key]['num_urls']} URLs written to {summary[key]['path']}")
     print(json.dumps(summary))
     return 0

@@ -1,18 +1,23 @@
-"""``jaxcrawl solve``: optimal crawl rates for a page table (CSV) or the synthetic default.
+"""``jaxcrawl solve``: optimal crawl rates for a page table or the synthetic default.
 
-Reads ``page_id,importance,change_rate[,complete]`` (:func:`jaxcrawl.io.read_problem_csv`)
-or draws :func:`jaxcrawl.synthetic.synthetic`, solves with :func:`jaxcrawl.solve` for the
-``--objective`` (any name of :func:`jaxcrawl.utility_names`; per-host caps through
-:func:`jaxcrawl.politeness.solver_from_caps_file`), and writes the plan
-``page_id,rate,prob`` (:func:`jaxcrawl.io.write_plan_csv`).  A solve that did not converge,
+Reads ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``
+(:func:`jaxcrawl.io.read_problem`; CSV, Parquet or JSON Lines by the file's name) or draws
+:func:`jaxcrawl.synthetic.synthetic`, solves with :func:`jaxcrawl.solve` for the
+``--objective`` (any name of :func:`jaxcrawl.utility_names`) under the revisit bounds
+(the file's interval columns and ``--min-interval``/``--max-interval``) and host caps
+(``--host-caps``, or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``), and writes
+the plan ``page_id,rate,prob`` (:func:`jaxcrawl.io.write_plan`), optionally a URLFrontier
+JSON Lines file and a Nutch seed list (:mod:`jaxcrawl.io.crawler`).  A solve that did not converge,
 produced non-finite rates, or whose rates miss the bandwidth by more than the tolerance
 exits with status 3 and writes no plan.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import os
 import time
 from typing import Any
 
@@ -39,8 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "the solve did not converge, produced non-finite rates or missed the bandwidth."
         ),
     )
-    p.add_argument("--input", "-i", help="CSV page table (default: synthetic problem)")
-    p.add_argument("--output", "-o", help="plan CSV to write (page_id,rate,prob); never the input")
+    p.add_argument("--input", "-i", help="page table: .csv, .parquet or .jsonl (.gz for gzip text); "
+                   "default: synthetic problem")
+    p.add_argument("--output", "-o", help="plan to write (page_id,rate,prob; format by name: .csv, .parquet, "
+                   ".jsonl); never the input")
     p.add_argument("--num-pages", type=int, default=100_000, help="synthetic problem size (default 100000)")
     p.add_argument("--seed", type=int, default=0, help="synthetic problem seed (default 0)")
     bw = p.add_mutually_exclusive_group()
@@ -60,7 +67,68 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="relative budget tolerance of the root-find (default 4 eps^0.75 of the dtype)")
     p.add_argument("--x64", action="store_true", help="solve in float64")
     multiprocess.add_arguments(p)  # --coordinator/--num-processes/--process-id: jaxcrawl.cli.multiprocess
+    add_time_arguments(p)
+    p.add_argument("--min-interval", help="revisit bound for every page: never crawl a page more often than "
+                   "this (a number in --time-unit, or 90s/15m/6h/2d/1w); the input's min_interval column "
+                   "per page, the larger applies")
+    p.add_argument("--max-interval", help="revisit bound for every page: crawl each page at least this often "
+                   "(same forms); the input's max_interval column per page, the smaller applies")
+    add_host_arguments(p)
+    p.add_argument("--urlfrontier", help="also write a URLFrontier JSON Lines file (one KnownURLItem per page, "
+                   "refetchable_from_date in epoch seconds); see docs/io.md")
+    p.add_argument("--nutch", help="also write an Apache Nutch injector seed list "
+                   "(url<TAB>nutch.fetchInterval=<seconds>)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
+
+
+def add_time_arguments(p: argparse.ArgumentParser) -> None:
+    """``--time-unit`` and ``--start`` (shared by solve and schedule)."""
+    from jaxcrawl.io.crawler import TIME_UNITS
+
+    p.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="days",
+                   help="the unit of time of the rates: the input's change_rate is changes per this unit, "
+                        "and the plan's rate crawls per this unit (default days)")
+    p.add_argument("--start", help="ISO 8601 UTC start of the schedule (e.g. 2026-01-05T06:00:00Z; "
+                   "default: now): crawler outputs and timetables carry absolute times from it")
+
+
+def add_host_arguments(p: argparse.ArgumentParser) -> None:
+    """``--hosts``, ``--crawl-delays``, ``--robots`` and ``--user-agent``."""
+    p.add_argument("--hosts", help="page -> host mapping (page_id,host_id); default: the host of URL page ids")
+    delays = p.add_mutually_exclusive_group()
+    delays.add_argument("--crawl-delays", help="table host,crawl_delay (seconds between two fetches of a host)")
+    delays.add_argument("--robots", help="directory of robots.txt files (HOST.txt or HOST/robots.txt); "
+                        "their Crawl-delay (or Request-rate) for --user-agent")
+    p.add_argument("--user-agent", default="*", help="user agent whose robots.txt rules apply (default *)")
+
+
+def host_gaps(args: argparse.Namespace, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """``(host_index, delay_seconds, host_names)`` of the pages from ``--crawl-delays`` /
+    ``--robots`` (None when neither is given)."""
+    from jaxcrawl.io import hosts as io_hosts
+
+    if not (args.crawl_delays or args.robots):
+        if getattr(args, "hosts", None):
+            raise ValueError("--hosts maps pages to hosts for --crawl-delays or --robots; give one of them")
+        return None
+    if args.crawl_delays:
+        names, delays = io_hosts.read_crawl_delays(args.crawl_delays)
+    else:
+        names, delays = io_hosts.robots_crawl_delays(args.robots, user_agent=args.user_agent)
+    ph = io_hosts.page_hosts(page_id, pages_path=args.hosts)
+    if args.hosts is None and all(h is None for h in ph):
+        raise ValueError("no page -> host mapping: give --hosts FILE (page_id,host_id) or use URLs as page ids")
+    return io_hosts.host_delays(ph, names, delays)
+
+
+def start_epoch(args: argparse.Namespace) -> float:
+    """``--start`` as epoch seconds (now, to the second, when not given)."""
+    import time as _time
+
+    from jaxcrawl.io.crawler import parse_start
+
+    return parse_start(args.start) if args.start else float(int(_time.time()))
 
 
 def _number(x: Any) -> float | None:
@@ -92,21 +160,21 @@ def check_plan(rate: np.ndarray, prob: np.ndarray, bandwidth: float, converged: 
     return None
 
 
-def _load(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
+def _load(args: argparse.Namespace) -> tuple[Any, str]:
     import jax
 
-    from jaxcrawl.io import read_problem_csv
+    from jaxcrawl.io import PageRows, read_problem
     from jaxcrawl.synthetic import synthetic
 
     if args.input:
-        t = read_problem_csv(args.input)
-        return t.page_id, t.importance, t.change_rate, t.complete, args.input
+        t = read_problem(args.input)
+        return t, args.input
     n = args.num_pages
     if n < 1:
         raise ValueError(f"--num-pages must be >= 1; got {n}")
     syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)  # one compile, not one per op
-    return (np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate),
-            np.asarray(syn.complete), f"synthetic(seed={args.seed}, num_pages={n})")
+    return (PageRows(np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate),
+                     np.asarray(syn.complete)), f"synthetic(seed={args.seed}, num_pages={n})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,7 +186,10 @@ def run(args: argparse.Namespace) -> int:
     import jaxcrawl
     from jaxcrawl import objectives
     from jaxcrawl._src.rootfind import default_rtol
-    from jaxcrawl.io import check_output, read_host_caps, write_plan_csv
+    from jaxcrawl.bounds import check_rate_bounds, rate_bounds
+    from jaxcrawl.io import check_output, read_host_caps, write_plan
+    from jaxcrawl.io.crawler import parse_duration, unit_seconds
+    from jaxcrawl.io.progress import progress_bar
     from jaxcrawl.utilities import binary_epsilon
 
     if multiprocess.requested(args):  # several processes: each solves from its own rows
@@ -127,11 +198,28 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-steps must be >= 1; got {args.max_steps}")
     if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol < 1):
         raise ValueError(f"--rtol must be in (0, 1); got {args.rtol}")
-    if args.host_caps and (args.max_steps != 100 or args.rtol is not None):
-        raise ValueError("--max-steps and --rtol apply to solves without --host-caps")
+    capped = bool(args.host_caps or args.crawl_delays or args.robots)
+    if capped and (args.max_steps != 100 or args.rtol is not None):
+        raise ValueError("--max-steps and --rtol apply to solves without host caps")
+    if args.host_caps and (args.crawl_delays or args.robots):
+        raise ValueError("give --host-caps or crawl delays (--crawl-delays/--robots), not both")
+    min_iv = None if args.min_interval is None else parse_duration(args.min_interval, args.time_unit,
+                                                                   name="--min-interval")
+    max_iv = None if args.max_interval is None else parse_duration(args.max_interval, args.time_unit,
+                                                                   name="--max-interval")
+    if max_iv == 0:
+        raise ValueError("--max-interval must be > 0")
     mapping = read_host_caps(args.host_caps)[2] if args.host_caps else None
-    check_output(args.output, args.input, args.host_caps, mapping)
-    page_id, imp, lam, comp, source = _load(args)
+    outputs = [o for o in (args.output, args.urlfrontier, args.nutch) if o]
+    for out in outputs:
+        check_output(out, args.input, args.host_caps, mapping, args.crawl_delays, args.hosts)
+    if len(set(map(os.path.realpath, outputs))) < len(outputs):
+        raise ValueError("--output, --urlfrontier and --nutch must be different files")
+    start = start_epoch(args) if (args.urlfrontier or args.nutch) else None
+    t_read = time.perf_counter()
+    rows, source = _load(args)
+    read_seconds = time.perf_counter() - t_read
+    page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
     n = len(page_id)
     if args.bandwidth is not None:
         bandwidth = args.bandwidth
@@ -140,21 +228,48 @@ def run(args: argparse.Namespace) -> int:
         if not frac > 0:
             raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
         bandwidth = frac * n
+    # revisit bounds: the file's columns and the arguments, the tighter of each applies
+    bounded = any(v is not None for v in (rows.min_interval, rows.max_interval, min_iv, max_iv))
+    lo = hi = None
+    if bounded:
+        lo, hi = rows.rate_bounds()
+        a_lo, a_hi = rate_bounds(n, min_interval=min_iv, max_interval=max_iv)
+        lo, hi = np.maximum(lo, a_lo), np.minimum(hi, a_hi)
+        bounded = bool(np.any(lo > 0) or np.any(np.isfinite(hi)))
+    if bounded:
+        obj_hi = np.where(comp, lam, np.inf) if args.objective in ("harmonic", "harmonic-approx") else None
+        check_rate_bounds(lo, hi, float(bandwidth), page_id=page_id, objective_upper=obj_hi,
+                          unit=args.time_unit[:-1])
     utility = binary_epsilon(args.epsilon) if args.objective == "binary-epsilon" else args.objective
     dtype = jnp.float64 if args.x64 else jnp.float32
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth,
                                     jnp.asarray(comp))
+    bounds = dict(min_rate=jnp.asarray(lo, dtype), max_rate=jnp.asarray(hi, dtype)) if bounded else {}
+    gaps = host_gaps(args, page_id)
+    num_delay_hosts = 0
     if args.host_caps:
         from jaxcrawl import politeness
 
-        solve = politeness.solver_from_caps_file(args.host_caps, page_id, args.objective, epsilon=args.epsilon)
+        solve = politeness.solver_from_caps_file(args.host_caps, page_id, args.objective, epsilon=args.epsilon,
+                                                 **bounds)
+    elif gaps is not None:
+        from jaxcrawl import politeness
+
+        hidx, delay, _ = gaps
+        num_delay_hosts = int(delay.size)
+        with np.errstate(divide="ignore"):
+            caps = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
+        host_arr, cap_arr = jnp.asarray(hidx), jnp.asarray(caps, dtype)
+
+        def solve(pr):
+            return politeness.solve_with_host_caps(pr, host_arr, cap_arr, args.objective, epsilon=args.epsilon,
+                                                   **bounds).policy
     else:
-        solve = jax.jit(lambda pr: jaxcrawl.solve(pr, utility, max_steps=args.max_steps, rtol=args.rtol))
+        solve = jax.jit(lambda pr, b: jaxcrawl.solve(pr, utility, max_steps=args.max_steps, rtol=args.rtol, **b))
+        solve = functools.partial(solve, b=bounds)
     t0 = time.perf_counter()
-    policy = jax.block_until_ready(solve(problem))
-    first_call = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    policy = jax.block_until_ready(solve(problem))
+    with progress_bar(None, "solving", quiet=args.quiet, unit="pass"):
+        policy = jax.block_until_ready(solve(problem))
     seconds = time.perf_counter() - t0
 
     rate = np.asarray(policy.rate, np.float64)
@@ -165,6 +280,12 @@ def run(args: argparse.Namespace) -> int:
     residual = float(np.sum(rate, dtype=np.float64)) - float(bandwidth)
     failure = check_plan(rate, prob, float(bandwidth), converged, float(policy.residual),
                          int(policy.num_steps), tolerance, page_id)
+    if failure is None and bounded:
+        slack = 8 * eps
+        off = np.flatnonzero((rate < lo * (1 - slack)) | (rate > hi * (1 + slack)))
+        if off.size:
+            failure = (f"the plan misses the revisit bounds of {off.size} pages (first: page "
+                       f"{page_id[off[0]]!r}, rate {rate[off[0]]!r} outside [{lo[off[0]]!r}, {hi[off[0]]!r}])")
     costs = jax.jit(lambda pr, pol: (objectives.harmonic_cost(pr, pol), objectives.binary_cost(pr, pol)))
     harmonic, binary = (float(c) for c in costs(problem, policy))
     summary = {
@@ -172,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
         "num_pages": int(n),
         "num_complete": int(np.sum(comp)),
         "bandwidth": float(bandwidth),
+        "time_unit": args.time_unit,
         "objective": args.objective,
         "converged": converged,
         "harmonic_cost": _number(harmonic),
@@ -181,27 +303,64 @@ def run(args: argparse.Namespace) -> int:
         "residual_before_correction": _number(policy.residual),
         "budget_tolerance": tolerance,
         "root_steps": int(policy.num_steps),
+        "num_pages_at_min_rate": int(np.sum((lo > 0) & (rate <= lo * (1 + 1e-5)))) if bounded else 0,
+        "num_pages_at_max_rate": int(np.sum(np.isfinite(hi) & (rate >= hi * (1 - 1e-5)))) if bounded else 0,
+        "num_crawl_delay_hosts": num_delay_hosts,
+        "read_seconds": read_seconds,
         "solve_seconds": seconds,
-        "first_call_seconds": first_call,
+        "first_call_seconds": seconds,
         "dtype": str(problem.dtype),
     }
+    t_write = time.perf_counter()
     if failure is None and args.output:
-        write_plan_csv(args.output, page_id, rate, prob)
+        with progress_bar(n, "writing plan", quiet=args.quiet) as bar:
+            write_plan(args.output, page_id, rate, prob, progress=bar)
         summary["output"] = args.output
+    if failure is None and (args.urlfrontier or args.nutch):
+        _write_crawler_files(args, page_id, rate, start, summary, gaps)
+    summary["write_seconds"] = time.perf_counter() - t_write
     if failure is not None:
         summary["error"] = failure
-    print(f"problem      {source}: {n} pages, {summary['num_complete']} complete, bandwidth {bandwidth:g}")
+    print(f"problem      {source}: {n} pages, {summary['num_complete']} complete, bandwidth {bandwidth:g} "
+          f"crawls per {args.time_unit[:-1]}")
     print(f"objective    {args.objective}")
     print(f"harmonic     {harmonic:.6g}  (page-averaged harmonic staleness, NeurIPS-19 eq. 8)")
     print(f"binary       {binary:.6g}  (page-averaged binary staleness, NeurIPS-19 eq. 12-13)")
     print(f"dual         {float(policy.dual):.6g}  (marginal utility of one more crawl per unit time)")
-    print(f"solve time   {seconds * 1e3:.2f} ms after compilation ({first_call:.2f} s first call), "
-          f"{summary['root_steps']} root-finding steps, converged: {converged}")
+    if bounded:
+        print(f"bounds       {summary['num_pages_at_min_rate']} pages at their minimum rate (1/max_interval), "
+              f"{summary['num_pages_at_max_rate']} at their maximum (1/min_interval)")
+    print(f"solve time   {seconds:.2f} s including compilation, {summary['root_steps']} root-finding steps, "
+          f"converged: {converged}")
     if "output" in summary:
-        print(f"plan         written to {args.output}")
+        print(f"plan         written to {args.output}: page_id, rate (crawls per {args.time_unit[:-1]}), "
+              "prob (chance of crawling a complete page on each change signal)")
     elif failure is not None and args.output:
         print(f"plan         NOT written ({args.output} left as it was)")
+    for key in ("urlfrontier", "nutch"):
+        if key in summary:
+            print(f"{key:<12} {summary[key]['num_urls']} URLs written to {summary[key]['path']}")
     print(json.dumps(summary))
     if failure is not None:
         raise jaxcrawl.NonConvergenceError(failure + ("; no plan written" if args.output else ""))
     return 0
+
+
+def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
+    """The URLFrontier / Nutch outputs of a plan (``rate`` per ``--time-unit``)."""
+    from jaxcrawl import timetable as tt
+    from jaxcrawl.io.crawler import iso_utc, next_fetch, unit_seconds, write_nutch_seeds, write_urlfrontier
+
+    summary["start"] = str(iso_utc(np.asarray([start]))[0])
+    if args.urlfrontier:
+        phase = np.asarray(tt.golden_phase(len(rate), dtype=np.float32), np.float64)
+        due = next_fetch(rate, phase, start, unit_seconds(args.time_unit))
+        key = None
+        if gaps is not None:
+            hidx, _, names = gaps
+            key = np.where(hidx >= 0, names[np.maximum(hidx, 0)] if names.size else "", np.asarray(page_id, object))
+        k = write_urlfrontier(args.urlfrontier, page_id, rate, due, unit=args.time_unit, key=key)
+        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k}
+    if args.nutch:
+        k = write_nutch_seeds(args.nutch, page_id, rate, unit=args.time_unit)
+        summary["nutch"] = {"path": args.nutch, "num_urls": k}

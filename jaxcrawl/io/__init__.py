@@ -4,6 +4,8 @@ and the atomic checkpoint store that sweeps and reproductions share.
 =======================  ===============================================================
 module                   what it reads and writes
 =======================  ===============================================================
+:mod:`.formats`          CSV / Parquet / JSON Lines (``.gz``) through pyarrow, by name
+:mod:`.crawler`          time units, ISO 8601 starts, URLFrontier and Nutch seed files
 :mod:`.tables`           the one table reader (``path:line`` errors naming the column and
                          the rule; formats by extension) and atomic CSV writer; page
                          tables ``page_id,importance,change_rate[,complete]``
@@ -16,13 +18,13 @@ module                   what it reads and writes
 :mod:`.checkpoint`       :func:`atomic_write` and the :class:`CheckpointStore`
 =======================  ===============================================================
 """
-from . import checkpoint, histories, hosts, neurips19, page_table, plans, tables
+from . import checkpoint, crawler, formats, histories, hosts, neurips19, page_table, plans, tables
 from .checkpoint import CheckpointStore, atomic_write, write_json
 from .histories import Histories, read_history_csv
 from .hosts import load_host_caps, read_host_caps, read_page_hosts
 from .neurips19 import CrawlDataset, load_crawl_dataset
 from .page_table import PageTable, write_page_table
-from .plans import Plan, read_plan_csv, write_plan_csv, write_timetable_csv
+from .plans import Plan, read_plan, read_plan_csv, write_plan, write_plan_csv, write_timetable, write_timetable_csv
 from .tables import (
     Column,
     FileReport,
@@ -31,24 +33,27 @@ from .tables import (
     Table,
     TableError,
     check_output,
+    read_problem,
     read_problem_csv,
     read_table,
     register_format,
     write_csv,
+    write_problem,
     write_problem_csv,
 )
 
 __all__ = [
     # modules
-    "checkpoint", "histories", "hosts", "neurips19", "page_table", "plans", "tables",
+    "checkpoint", "crawler", "formats", "histories", "hosts", "neurips19", "page_table", "plans", "tables",
     # atomic writing and checkpoints
     "CheckpointStore", "atomic_write", "write_json", "write_csv", "check_output",
     # the table reader
     "Column", "Schema", "Table", "TableError", "FileReport", "read_table", "register_format",
     # page tables, histories, plans, hosts, the data set, the on-disk page table
-    "PageRows", "read_problem_csv", "write_problem_csv",
+    "PageRows", "read_problem", "write_problem", "read_problem_csv", "write_problem_csv",
     "Histories", "read_history_csv",
-    "Plan", "read_plan_csv", "write_plan_csv", "write_timetable_csv",
+    "Plan", "read_plan", "write_plan", "write_timetable", "read_plan_csv", "write_plan_csv",
+    "write_timetable_csv",
     "read_host_caps", "read_page_hosts", "load_host_caps",
     "CrawlDataset", "load_crawl_dataset",
     "PageTable", "write_page_table",

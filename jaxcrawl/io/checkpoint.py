@@ -34,12 +34,27 @@ def _new_file_mode(path: str) -> int:
         return 0o666 & ~mask
 
 
-def atomic_write(path: PathLike, write_fn: Callable[[str], None]) -> None:
+def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
+                 inputs: tuple[PathLike | None, ...] = ()) -> None:
     """Write ``path`` atomically: ``write_fn(tmp_path)`` fills a temporary file in the same
     directory, which is fsynced, given the old file's permissions (or the umask's default
-    for a new file) and renamed over ``path``; on any error (or interrupt) it is removed and
-    ``path`` is untouched."""
+    for a new file) and renamed over ``path`` (the directory is then fsynced where the
+    platform allows); on any error (or interrupt) it is removed and ``path`` is untouched.
+
+    ``inputs``: files the run reads; ``ValueError`` (before anything is written) when
+    ``path`` names one of them -- the same path, another spelling, a symlink or a hard
+    link -- so a run never replaces its own input.
+    """
     path = os.fspath(path)
+    for inp in inputs:
+        if inp is None:
+            continue
+        inp = os.fspath(inp)
+        same = os.path.realpath(path) == os.path.realpath(inp)
+        if not same and os.path.exists(path) and os.path.exists(inp):
+            same = os.path.samefile(path, inp)
+        if same:
+            raise ValueError(f"{path}: the output is the input file {inp}; refusing to overwrite it")
     d = os.path.dirname(path) or "."
     mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
@@ -50,9 +65,24 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None]) -> None:
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+        _fsync_directory(d)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make a rename durable: fsync the directory (skipped where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_json(path: PathLike, obj: Any, **dump_kwargs) -> None:

@@ -119,7 +119,7 @@ def histories_from_dataset(ds: CrawlDataset, source: str = "") -> Histories:
 
 def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
                    dtype: type = np.float64, max_observations: int | None = None,
-                   hint: str = "") -> Histories:
+                   hint: str = "", quiet: bool = True) -> Histories:
     """Histories from a NeurIPS-19 data set directory or a history CSV (by what ``path`` is).
 
     ``max_observations`` (data sets only) keeps each page's most recent observations.
@@ -128,7 +128,8 @@ def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
     if not os.path.exists(path):
         raise ValueError(f"{path}: no such file or directory")
     if os.path.isdir(path):
-        ds = load_crawl_dataset(path, errors=errors, max_observations=max_observations, dtype=dtype)
+        ds = load_crawl_dataset(path, errors=errors, max_observations=max_observations, dtype=dtype,
+                                quiet=quiet)
         return histories_from_dataset(ds, path)
     if max_observations is not None:
         raise ValueError("max_observations applies to data set directories only")
@@ -147,7 +148,21 @@ def write_estimates_csv(path: str | os.PathLike[str], page_id: ArrayLike,
                         importance: ArrayLike, change_rate: ArrayLike, half_width: ArrayLike,
                         num_observations: ArrayLike, complete: ArrayLike) -> None:
     """Write ``page_id,importance,change_rate,half_width,num_observations,complete``
-    atomically (unknown importance or half-width: an empty field)."""
+    atomically (unknown importance or half-width: an empty CSV field; ``null`` in Parquet
+    and JSON Lines, chosen by ``path``'s name)."""
+    from .formats import file_format, write_columns
+
+    if file_format(path)[0] != "csv":
+        imp, half = np.asarray(importance, np.float64), np.asarray(half_width, np.float64)
+        import pyarrow as pa
+
+        write_columns(path, {
+            "page_id": page_id, "importance": pa.array(imp, mask=~np.isfinite(imp)),
+            "change_rate": np.asarray(change_rate, np.float64),
+            "half_width": pa.array(half, mask=~np.isfinite(half)),
+            "num_observations": np.asarray(num_observations, np.int64),
+            "complete": np.asarray(complete, bool).astype(np.int8)})
+        return
     write_csv(path, ("page_id", "importance", "change_rate", "half_width", "num_observations", "complete"),
               (np.asarray(page_id), np.asarray(importance, np.float64), np.asarray(change_rate, np.float64),
                np.asarray(half_width, np.float64), np.asarray(num_observations, np.int64),

@@ -8,6 +8,7 @@ builds them from the NeurIPS-19 data set's host table instead.
 """
 from __future__ import annotations
 
+import math
 import os
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +28,11 @@ __all__ = [
     "hosts_from_dataset",
     "url_host",
     "load_host_caps",
+    "CRAWL_DELAYS",
+    "read_crawl_delays",
+    "robots_crawl_delays",
+    "page_hosts",
+    "host_delays",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -224,3 +230,112 @@ def load_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
                 f"{os.fspath(path)}: no page->host mapping: add a line '# pages: FILE' naming a "
                 "page_id,host_id CSV (or use URLs as page ids)")
     return host_index(ids, page_host, host_ids, caps)
+
+
+# ------------------------------------------------------------------ crawl delays
+#: Crawl-delay table ``host,crawl_delay``: the minimum time between two fetches of a host,
+#: in seconds (robots.txt's ``Crawl-delay``).
+CRAWL_DELAYS = Schema(
+    "crawl-delay table",
+    (Column("host", aliases=("host_id",)),
+     Column("crawl_delay", "number", minimum=0.0, aliases=("delay", "crawl_delay_seconds"))),
+    key="host", rows="hosts", min_rows=0, comments=True,
+)
+
+
+def read_crawl_delays(path: PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Read a crawl-delay table ``host,crawl_delay`` (seconds, >= 0; CSV, Parquet or JSON
+    Lines).  Returns ``(hosts, delays)``: object array of host names (lower-cased) and
+    float64 seconds."""
+    t = read_table(path, CRAWL_DELAYS)
+    hosts = np.asarray([str(h).lower() for h in t["host"].tolist()], object)
+    return hosts, t["crawl_delay"]
+
+
+def robots_crawl_delays(directory: PathLike, *, user_agent: str = "*") -> tuple[np.ndarray, np.ndarray]:
+    """Crawl delays from a directory of robots.txt files, parsed with the standard
+    library's :class:`urllib.robotparser.RobotFileParser`.
+
+    A file ``HOST.txt``, ``HOST/robots.txt`` or ``HOST`` holds the robots.txt of ``HOST``.
+    A host's delay is its ``Crawl-delay`` for ``user_agent`` (the ``*`` group when no group
+    names the agent), else the interval of its ``Request-rate`` (``requests/seconds`` ->
+    ``seconds / requests``); hosts with neither are left out (no delay).
+
+    Returns:
+      ``(hosts, delays)``: object array of host names (lower-cased), float64 seconds.
+    """
+    import urllib.robotparser
+
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory}: not a directory (expected robots.txt files named HOST.txt "
+                         "or HOST/robots.txt)")
+    hosts: list[str] = []
+    delays: list[float] = []
+    for name in sorted(os.listdir(directory)):
+        full = os.path.join(directory, name)
+        if os.path.isdir(full):
+            full = os.path.join(full, "robots.txt")
+            if not os.path.isfile(full):
+                continue
+            host = name
+        else:
+            host = name[:-4] if name.lower().endswith(".txt") else name
+        with open(full, encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+        rp = urllib.robotparser.RobotFileParser()
+        rp.parse(lines)
+        delay = rp.crawl_delay(user_agent)
+        if delay is None:
+            rate = rp.request_rate(user_agent)
+            if rate is not None and rate.requests > 0:
+                delay = rate.seconds / rate.requests
+        if delay is None:
+            continue
+        delay = float(delay)
+        if not (math.isfinite(delay) and delay >= 0):
+            raise ValueError(f"{full}: Crawl-delay must be a number >= 0; got {delay!r}")
+        hosts.append(host.lower())
+        delays.append(delay)
+    return np.asarray(hosts, object), np.asarray(delays, np.float64)
+
+
+def page_hosts(page_id: ArrayLike, *, pages_path: PathLike | None = None,
+               unknown_pages: str = "error") -> list[str | None]:
+    """The host of every page: from a ``page_id,host_id`` mapping file when given, else the
+    host name of URL page ids (None for a page without one)."""
+    ids = [str(p) for p in np.asarray(page_id).tolist()]
+    if pages_path is None:
+        return [url_host(p) for p in ids]
+    table = read_table(pages_path, PAGE_HOSTS)
+    pos = {p: i for i, p in enumerate(ids)}
+    out: list[str | None] = [None] * len(ids)
+    for lineno, p, h in zip(table.line.tolist(), table["page_id"].tolist(), table["host_id"].tolist()):
+        i = pos.get(str(p))
+        if i is None:
+            if unknown_pages == "error":
+                raise TableError(os.fspath(pages_path), lineno, f"page_id {p!r} is not one of the problem's pages")
+            continue
+        out[i] = str(h).lower()
+    return out
+
+
+def host_delays(page_host: Sequence[str | None], hosts: ArrayLike,
+                delays: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Dense host indices of the pages whose host has a crawl delay.
+
+    Returns:
+      ``(host_index, delay, names)``: ``(n,)`` int32 (``-1``: no delay known), ``(H,)``
+      float64 seconds and the ``(H,)`` host names.
+    """
+    delay_of = {str(h).lower(): float(d) for h, d in zip(np.asarray(hosts).tolist(), np.asarray(delays).tolist())}
+    used: dict[str, int] = {}
+    idx = np.full(len(page_host), -1, np.int32)
+    for i, h in enumerate(page_host):
+        if h is None:
+            continue
+        h = h.lower()
+        if h in delay_of:
+            idx[i] = used.setdefault(h, len(used))
+    names = np.asarray(list(used), object)
+    return idx, np.asarray([delay_of[h] for h in used], np.float64), names

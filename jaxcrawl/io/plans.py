@@ -1,7 +1,7 @@
 """Crawl plans and timetables on disk.
 
 A plan is what ``jaxcrawl solve --output`` writes and ``jaxcrawl schedule --plan`` reads:
-a CSV ``page_id,rate,prob`` with one row per page (``rate`` in crawls per unit time,
+a table (CSV, Parquet or JSON Lines, by the file's name) ``page_id,rate,prob`` with one row per page (``rate`` in crawls per unit time,
 ``prob`` the probability of crawling on a change signal, NeurIPS-19 Π°).  A timetable is a
 CSV ``time,page_id`` with one row per crawl, sorted by time.  Every write is atomic
 (:func:`jaxcrawl.io.tables.write_csv`).
@@ -15,9 +15,11 @@ from typing import NamedTuple, Union
 import numpy as np
 from jax.typing import ArrayLike
 
+from .formats import write_columns
 from .tables import Column, Schema, read_table, write_csv
 
-__all__ = ["PLAN", "Plan", "read_plan_csv", "write_plan_csv", "write_timetable_csv", "page_keys"]
+__all__ = ["PLAN", "Plan", "read_plan", "write_plan", "write_timetable", "read_plan_csv", "write_plan_csv",
+           "write_timetable_csv", "page_keys"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -39,23 +41,62 @@ class Plan(NamedTuple):
     prob: np.ndarray
 
 
-def read_plan_csv(path: PathLike) -> Plan:
-    """Read a plan ``page_id,rate,prob`` (header required).
+def read_plan(path: PathLike, *, errors: str = "raise") -> Plan:
+    """Read a plan ``page_id,rate,prob`` (CSV, Parquet or JSON Lines by name; other
+    columns such as ``interval`` are an error unless listed in :data:`PLAN`).
 
-    ``rate`` must be finite and >= 0, ``prob`` in [0, 1], page ids distinct.  A malformed
-    row raises :class:`~jaxcrawl.io.tables.TableError` (a ``ValueError``)
-    ``path:line: message`` naming the column and the rule.
+    ``rate`` must be finite and >= 0, ``prob`` in [0, 1], page ids distinct (int64 when
+    all are decimal integers).  A malformed row raises
+    :class:`~jaxcrawl.io.tables.TableError` (a ``ValueError``) ``path:line: message``
+    naming the column and the rule.
     """
-    t = read_table(path, PLAN)
+    t = read_table(path, PLAN, errors=errors, id_columns=("page_id",))
     return Plan(t["page_id"], t["rate"], t["prob"])
+
+
+def read_plan_csv(path: PathLike) -> Plan:
+    """:func:`read_plan` (any supported format, despite the name)."""
+    return read_plan(path)
+
+
+def write_plan(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayLike, *,
+               progress=None) -> None:
+    """Write a crawl plan ``page_id,rate,prob`` (one row per page) atomically, in the format
+    of ``path``'s name (CSV, Parquet, JSON Lines; ``.gz`` for gzip text).  ``rate`` is in
+    crawls per unit time (the unit of the input's ``change_rate``); ``prob`` is the
+    probability of crawling a complete page on each change signal (NeurIPS-19 Π°)."""
+    write_columns(path, {"page_id": page_id, "rate": np.asarray(rate, np.float64),
+                         "prob": np.asarray(prob, np.float64)}, progress=progress)
 
 
 def write_plan_csv(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayLike,
                    chunk: int = 1 << 16) -> None:
-    """Write a crawl plan ``page_id,rate,prob`` (one row per page) atomically, in chunks."""
-    write_csv(path, ("page_id", "rate", "prob"),
-              (np.asarray(page_id), np.asarray(rate, np.float64), np.asarray(prob, np.float64)),
-              (None, ".10g", ".10g"), chunk=chunk)
+    """:func:`write_plan` (the format follows ``path``'s name)."""
+    write_plan(path, page_id, rate, prob)
+
+
+def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike, *,
+                    start_epoch: float | None = None, unit: str = "days", progress=None) -> None:
+    """Write a timetable atomically, one row per crawl in the given order.
+
+    Without ``start_epoch``: columns ``time,page_id`` with ``time`` in the plan's time unit
+    (float64).  With ``start_epoch`` (seconds since the Unix epoch, UTC; e.g.
+    :func:`jaxcrawl.io.crawler.parse_start` of ``--start``): columns
+    ``time,epoch_seconds,page_id`` with ``time`` an ISO 8601 UTC timestamp (milliseconds,
+    ``Z``) and ``epoch_seconds`` = ``start_epoch + time * seconds_per_unit`` (float64,
+    computed on the host whatever the JAX dtype).
+    """
+    from .crawler import iso_utc, unit_seconds
+
+    ids = np.asarray(page_id)
+    t = np.asarray(time, np.float64)
+    pid = ids[np.asarray(page, np.int64)]
+    if start_epoch is None:
+        cols = {"time": t, "page_id": pid}
+    else:
+        epoch = float(start_epoch) + t * unit_seconds(unit)
+        cols = {"time": iso_utc(epoch), "epoch_seconds": epoch, "page_id": pid}
+    write_columns(path, cols, progress=progress)
 
 
 def write_timetable_csv(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +37,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .checkpoint import atomic_write
+from .formats import file_format, read_arrow, write_columns
 
 __all__ = [
     "Column",
@@ -56,6 +58,8 @@ __all__ = [
     "PageRows",
     "read_problem_csv",
     "write_problem_csv",
+    "read_problem",
+    "write_problem",
     "finite_or_blank",
 ]
 
@@ -92,20 +96,29 @@ class TableError(ValueError):
     """
 
     def __init__(self, path: PathLike, line: int | None, message: str, *,
-                 column: str | None = None, reason: str | None = None, hint: str = ""):
+                 column: str | None = None, reason: str | None = None, hint: str = "",
+                 unit: str = "line"):
         self.path = os.fspath(path)
         self.line = line
         self.message = message
         self.column = column
         self.reason = reason
         self.hint = hint
-        where = self.path if line is None else f"{self.path}:{line}"
+        self.unit = unit
+        where = _where(self.path, line, unit)
         super().__init__(f"{where}: {message}" + (f" {hint}" if hint else ""))
 
     def with_hint(self, hint: str) -> TableError:
         """The same error with another hint."""
         return TableError(self.path, self.line, self.message, column=self.column,
-                          reason=self.reason, hint=hint)
+                          reason=self.reason, hint=hint, unit=self.unit)
+
+
+def _where(path: str, line: int | None, unit: str = "line") -> str:
+    """``path:line`` for text files, ``path: row N`` for Parquet (row numbers from 1)."""
+    if line is None:
+        return path
+    return f"{path}:{line}" if unit == "line" else f"{path}: row {line}"
 
 
 class FileReport(NamedTuple):
@@ -137,10 +150,11 @@ class RowLog:
     ``errors == "skip"`` it counts the row by ``err.reason`` and keeps up to 10 examples.
     """
 
-    def __init__(self, path: PathLike, errors: str = "raise", hint: str = ""):
+    def __init__(self, path: PathLike, errors: str = "raise", hint: str = "", unit: str = "line"):
         if errors not in ("raise", "skip"):
             raise ValueError(f"errors must be 'raise' or 'skip'; got {errors!r}")
         self.path = os.fspath(path)
+        self.unit = unit
         self.errors = errors
         self.hint = hint
         self.rows_read = 0
@@ -154,11 +168,11 @@ class RowLog:
         """Handle one malformed row (raise, or count and skip)."""
         if self.errors == "raise":
             raise TableError(self.path, line, err.message, column=err.column, reason=err.reason,
-                             hint=self.hint)
+                             hint=self.hint, unit=self.unit)
         self.rows_skipped += 1
         self.reasons[err.reason] = self.reasons.get(err.reason, 0) + 1
         if len(self.examples) < _MAX_EXAMPLES:
-            self.examples.append(f"{self.path}:{line}: {err.message}")
+            self.examples.append(f"{_where(self.path, line, self.unit)}: {err.message}")
 
     def report(self) -> FileReport:
         """The counts so far as a :class:`FileReport`."""
@@ -430,7 +444,9 @@ def format_for(path: PathLike) -> Opener:
 def _open_csv(path: str, comments: bool) -> Source:
     """CSV (RFC 4180 quoting, UTF-8 with or without BOM): the first line that is not blank
     (or a ``#`` comment, when comments are on) is the header."""
-    fh = open(path, "rb")
+    from .formats import open_text
+
+    fh = open_text(path)
 
     def text_lines() -> Iterator[str]:
         for lineno, raw in enumerate(fh, start=1):  # decoded line by line: errors name the line
@@ -495,6 +511,86 @@ def _open_csv(path: str, comments: bool) -> Source:
 register_format(".csv", _open_csv)
 
 
+def _open_jsonl(path: str, comments: bool) -> Source:
+    """JSON Lines, line by line (the exact reader behind :mod:`jaxcrawl.io.formats`): one
+    JSON object a line; the keys of the first object are the header; blank lines are
+    ignored (counted)."""
+    from .formats import open_text
+
+    fh = open_text(path)
+    src = Source(path, None, 0, lambda size: iter(()), close=fh.close)
+
+    def records() -> Iterator[tuple[int, Any]]:
+        for lineno, raw in enumerate(fh, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise TableError(path, lineno, f"not valid UTF-8 text ({err.reason})") from None
+            if not text.strip():
+                src.blank_lines += 1
+                continue
+            try:
+                obj = json.loads(text)
+            except ValueError as err:
+                yield lineno, RowError("not JSON", f"not a JSON object ({err.msg})")
+                continue
+            if not isinstance(obj, dict):
+                yield lineno, RowError("not JSON", f"not a JSON object: {text.strip()[:60]!r}")
+                continue
+            yield lineno, obj
+
+    it = records()
+    pending: list[tuple[int, Any]] = []
+    try:
+        for lineno, obj in it:
+            pending.append((lineno, obj))
+            if isinstance(obj, dict):
+                src.header, src.header_line = list(obj), lineno
+                break
+    except BaseException:
+        fh.close()
+        raise
+
+    def batches(size: int) -> Iterator[Batch]:
+        keys = src.header or []
+        stream = _chain(pending, it)
+        while True:
+            lines: list[int] = []
+            cols: list[list[Any]] = [[] for _ in keys]
+            bad: list[tuple[int, RowError]] = []
+            for line, obj in stream:
+                if isinstance(obj, RowError):
+                    bad.append((line, obj))
+                    continue
+                if set(obj) != set(keys):
+                    missing = [k for k in keys if k not in obj]
+                    extra = [k for k in obj if k not in keys]
+                    bad.append((line, RowError("wrong fields", (
+                        f"missing field {missing[0]!r}" if missing else f"unexpected field {extra[0]!r}")
+                        + f" (every line must have the fields {','.join(keys)})")))
+                    continue
+                lines.append(line)
+                for j, k in enumerate(keys):
+                    v = obj[k]
+                    cols[j].append(v)
+                if len(lines) >= size:
+                    break
+            if not lines and not bad:
+                return
+            yield Batch(np.asarray(lines, np.int64), cols, bad)
+
+    src.batches = batches
+    return src
+
+
+def _chain(first, rest):
+    yield from first
+    yield from rest
+
+
+register_format((".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz"), _open_jsonl)
+
+
 # ------------------------------------------------------------------------- tables
 @dataclass(frozen=True)
 class Table:
@@ -502,8 +598,8 @@ class Table:
 
     Attributes:
       path: the file.
-      columns: ``{name: (n,) array}`` for every column of the schema (missing optional
-        columns filled with their default).
+      columns: ``{name: (n,) array}`` for every column of the schema (a missing optional
+        column is a read-only array of its default).
       line: ``(n,)`` line number of every row.
       present: the schema columns the file has.
       comments: ``(line, text)`` of ``#`` comment lines (schemas with comments).
@@ -525,7 +621,7 @@ class Table:
 
 
 def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray, ok: np.ndarray,
-                  firsts: dict[str, dict], errors: list[tuple[int, RowError]]) -> None:
+                  firsts: dict[str, dict], errors: list[tuple[int, RowError]], unit: str = "line") -> None:
     """Key uniqueness and constant-within-group columns, in row order (updates ``ok``)."""
     checks = []
     if schema.key is not None and schema.key in cols:
@@ -543,7 +639,7 @@ def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray
                 if k in seen:
                     ok[i] = False
                     errors.append((int(lines[i]), RowError(
-                        f"duplicate {group}", f"duplicate {group} {k!r} (first on line {seen[k]})", group)))
+                        f"duplicate {group}", f"duplicate {group} {k!r} (first on {unit} {seen[k]})", group)))
                 else:
                     seen[k] = int(lines[i])
             else:
@@ -554,11 +650,11 @@ def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray
                     errors.append((int(lines[i]), RowError(
                         f"inconsistent {name}",
                         f"{name} must be the same on every row of {group} {k!r}: got {v!r}, "
-                        f"{first[0]!r} on line {first[1]}", name)))
+                        f"{first[0]!r} on {unit} {first[1]}", name)))
 
 
 def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: str = "",
-               batch_size: int = 1 << 16) -> Table:
+               batch_size: int = 1 << 16, id_columns: tuple[str, ...] = ()) -> Table:
     """Read and validate the table at ``path`` against ``schema``.
 
     The header names the columns (any order, case-insensitive, aliases accepted; unknown
@@ -574,7 +670,15 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
         (``path:line: message``).  ``"skip"``: malformed rows are counted by reason in
         ``table.report`` (with up to 10 examples) and left out.
       hint: text appended to the error raised for a malformed row.
-      batch_size: rows validated at once.
+      batch_size: rows validated at once (line-by-line reader).
+      id_columns: text columns returned as int64 when every value is a canonical
+        decimal integer (:func:`jaxcrawl.io.formats.ids_to_numpy`), e.g. page ids.
+
+    CSV, JSON Lines (``.jsonl``) and Parquet (``.parquet``), gzipped text (``.gz``), are
+    read column-wise through pyarrow (:func:`jaxcrawl.io.formats.read_arrow`); a text file
+    whose line numbers pyarrow cannot give (blank lines, line breaks in values,
+    unconvertible cells) is read line by line instead, with the same result and messages.
+    Parquet errors name the row (``path: row N: message``, rows from 1).
 
     Returns:
       :class:`Table`.
@@ -588,12 +692,19 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
         raise TableError(path, None, "no such file")
     if os.path.isdir(path):
         raise TableError(path, None, f"is a directory (expected a {schema.name} file)")
+    opener = format_for(path)
+    if opener in (_open_csv, _open_jsonl) or file_format(path)[0] == "parquet":
+        log = RowLog(path, errors, hint, unit="row" if file_format(path)[0] == "parquet" else "line")
+        got = read_arrow(path, schema, log, id_columns=id_columns)
+        if got is not None:
+            cols, lines, present = got
+            return _finish(path, schema, cols, lines, present, (), log)
     log = RowLog(path, errors, hint)
-    src = format_for(path)(path, schema.comments)
+    src = opener(path, schema.comments)
     try:
         if src.header is None:
             raise TableError(path, None, f"empty file (expected a header {schema.header_text})")
-        log.header = 1
+        log.header = 0 if opener is _open_jsonl else 1
         try:
             header_cols = schema.match_header(src.header)
         except ValueError as err:
@@ -609,6 +720,8 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
             ok = np.ones(m, bool)
             cols: dict[str, np.ndarray] = {}
             for c, raw in zip(header_cols, batch.fields):
+                if any(x is None for x in raw):  # JSON null: an optional column's default
+                    raw = [(c.default if not c.required else "") if x is None else x for x in raw]
                 vals, bad = c.parse_many(raw)
                 cols[c.name] = vals
                 first_bad = bad & ok
@@ -631,20 +744,39 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
         comments = tuple(src.comments)
     finally:
         src.close()
+    cols = {name: (np.concatenate(p) if p else np.zeros(0, schema.column(name).dtype))
+            for name, p in parts.items()}
+    for name in id_columns:
+        if name in cols and cols[name].dtype == object:
+            cols[name] = _ids_from_text(cols[name])
+    lines = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
+    return _finish(path, schema, cols, lines, tuple(parts), comments, log)
+
+
+def _ids_from_text(ids: np.ndarray) -> np.ndarray:
+    """Text ids as int64 when every one is a canonical decimal integer (as the columnar
+    reader returns them; :func:`jaxcrawl.io.formats.ids_to_numpy`)."""
+    import pyarrow as pa
+
+    from .formats import ids_to_numpy
+
+    return ids_to_numpy(pa.array(ids.tolist(), pa.string())) if ids.size else ids
+
+
+def _finish(path, schema, cols, lines, present, comments, log) -> Table:
     n = log.rows_read
     if n < schema.min_rows:
-        raise TableError(path, None, f"no {schema.rows} after the header" if n == 0 else
+        where = "in the file" if log.unit == "row" else "after the header"
+        raise TableError(path, None, f"no {schema.rows} {where}" if n == 0 else
                          f"{n} {schema.rows}; at least {schema.min_rows} needed")
     columns: dict[str, np.ndarray] = {}
     for c in schema.columns:
-        if c.name in parts:
-            columns[c.name] = (np.concatenate(parts[c.name]) if parts[c.name]
-                               else np.zeros(0, c.dtype))
-        else:
-            columns[c.name] = np.full(n, c.default, dtype=c.dtype)
-    lines = np.concatenate(line_parts) if line_parts else np.zeros(0, np.int64)
-    return Table(path, columns, lines, tuple(c.name for c in schema.columns if c.name in parts),
-                 comments, log.report())
+        if c.name in cols:
+            columns[c.name] = cols[c.name]
+        else:  # a read-only view: no memory for a column the file does not have
+            columns[c.name] = np.broadcast_to(np.asarray(c.default, dtype=c.dtype), (n,))
+    return Table(path, columns, lines, tuple(c.name for c in schema.columns if c.name in present),
+                 tuple(comments), log.report())
 
 
 # ------------------------------------------------------------------------ writing
@@ -727,13 +859,19 @@ def check_output(output: PathLike | None, *inputs: PathLike | None) -> None:
 
 
 # -------------------------------------------------------------------- page tables
-#: Page table CSV: ``page_id,importance,change_rate[,complete]``, one distinct page a row.
+#: Page table: ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``,
+#: one distinct page a row.  The intervals are revisit bounds in the time unit of the
+#: rates: crawl at most once per ``min_interval`` (0: no bound) and at least once per
+#: ``max_interval`` (``inf``: no bound).
 PAGE_TABLE = Schema(
     "page table",
     (Column("page_id"),
      Column("importance", "number", minimum=0.0, exclusive_minimum=True),
      Column("change_rate", "number", minimum=0.0, exclusive_minimum=True),
-     Column("complete", "boolean", required=False, default=False)),
+     Column("complete", "boolean", required=False, default=False),
+     Column("min_interval", "number", minimum=0.0, required=False, default=0.0),
+     Column("max_interval", "number", minimum=0.0, exclusive_minimum=True, finite=False,
+            required=False, default=np.inf)),
     key="page_id", rows="pages",
 )
 
@@ -741,6 +879,8 @@ PAGE_TABLE = Schema(
 class PageRows(NamedTuple):
     """Pages read from a page table file: their ids and the arrays of a problem.
 
+    ``min_interval``/``max_interval`` are the per-page revisit bounds (None when the file
+    has no such column: no bound); :meth:`rate_bounds` turns them into rate bounds.
     (``jaxcrawl.data.PageTable`` is this type's former name.)
     """
 
@@ -748,32 +888,63 @@ class PageRows(NamedTuple):
     importance: np.ndarray
     change_rate: np.ndarray
     complete: np.ndarray
+    min_interval: np.ndarray | None = None
+    max_interval: np.ndarray | None = None
+
+    def rate_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(min_rate, max_rate) = (1/max_interval, 1/min_interval)`` per page."""
+        n = self.importance.shape[0]
+        lo_i = np.zeros(n) if self.min_interval is None else np.asarray(self.min_interval, np.float64)
+        hi_i = np.full(n, np.inf) if self.max_interval is None else np.asarray(self.max_interval, np.float64)
+        with np.errstate(divide="ignore"):
+            return 1.0 / hi_i, 1.0 / lo_i
+
+
+def read_problem(path: PathLike, *, errors: str = "raise") -> PageRows:
+    """Read a page table (CSV, Parquet or JSON Lines, by name; :func:`read_table`).
+
+    Columns ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``:
+    ``importance`` and ``change_rate`` finite and > 0; ``complete`` (default 0) a boolean
+    (1/0/true/false/yes/no); ``min_interval`` >= 0 (default 0) and ``max_interval`` > 0
+    or ``inf`` (default ``inf``) the revisit bounds, in the rates' time unit; page ids
+    distinct (int64 when all are decimal integers, else strings).  A malformed row raises
+    :class:`TableError` (a ``ValueError``) ``path:line: message`` naming the column and the
+    rule (``errors="skip"`` counts and drops it).
+
+    Returns:
+      :class:`PageRows` (float64 arrays, bool ``complete``).
+    """
+    t = read_table(path, PAGE_TABLE, errors=errors, id_columns=("page_id",))
+    return PageRows(t["page_id"], t["importance"], t["change_rate"], t["complete"],
+                    t["min_interval"] if "min_interval" in t.present else None,
+                    t["max_interval"] if "max_interval" in t.present else None)
 
 
 def read_problem_csv(path: PathLike) -> PageRows:
-    """Read a page table ``page_id,importance,change_rate[,complete]`` (header required).
+    """:func:`read_problem` (any supported format, despite the name)."""
+    return read_problem(path)
 
-    ``importance`` and ``change_rate`` must be finite and > 0; ``complete`` (default 0) is
-    a boolean (1/0/true/false/yes/no); page ids are distinct.  A malformed row raises
-    :class:`TableError` (a ``ValueError``) ``path:line: message`` naming the column and
-    the rule.
 
-    Returns:
-      :class:`PageRows` (object page ids, float64 arrays, bool ``complete``).
-    """
-    t = read_table(path, PAGE_TABLE)
-    return PageRows(t["page_id"], t["importance"], t["change_rate"], t["complete"])
+def write_problem(path: PathLike, page_id: ArrayLike, importance: ArrayLike,
+                  change_rate: ArrayLike, complete: ArrayLike | None = None, *,
+                  min_interval: ArrayLike | None = None, max_interval: ArrayLike | None = None) -> None:
+    """Write a page table atomically in the format of ``path``'s name (what
+    :func:`read_problem` and ``jaxcrawl solve --input`` read)."""
+    imp = np.asarray(importance, np.float64)
+    comp = np.zeros(imp.shape, bool) if complete is None else np.asarray(complete, bool)
+    cols = {"page_id": page_id, "importance": imp, "change_rate": np.asarray(change_rate, np.float64),
+            "complete": comp.astype(np.int8)}
+    if min_interval is not None:
+        cols["min_interval"] = np.broadcast_to(np.asarray(min_interval, np.float64), imp.shape)
+    if max_interval is not None:
+        cols["max_interval"] = np.broadcast_to(np.asarray(max_interval, np.float64), imp.shape)
+    write_columns(path, cols)
 
 
 def write_problem_csv(path: PathLike, page_id: ArrayLike, importance: ArrayLike,
                       change_rate: ArrayLike, complete: ArrayLike | None = None) -> None:
-    """Write a page table ``page_id,importance,change_rate,complete`` atomically (what
-    :func:`read_problem_csv` and ``jaxcrawl solve --input`` read)."""
-    imp = np.asarray(importance)
-    comp = np.zeros(imp.shape, bool) if complete is None else np.asarray(complete, bool)
-    write_csv(path, ("page_id", "importance", "change_rate", "complete"),
-              (np.asarray(page_id), imp, np.asarray(change_rate), comp.astype(np.int8)),
-              (None, ".10g", ".10g", None))
+    """:func:`write_problem` (the format follows ``path``'s name)."""
+    write_problem(path, page_id, importance, change_rate, complete)
 
 
 def finite_or_blank(value: float, spec: str = ".10g") -> str:

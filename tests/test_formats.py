@@ -1,0 +1,243 @@
+"""Columnar I/O (CSV / Parquet / JSON Lines, gzip), malformed rows in every format, atomic
+writes, crawler-native outputs parsed back as the crawlers document them, crawl delays from
+tables and robots.txt, real time."""
+import csv
+import datetime as dt
+import gzip
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jaxcrawl import io as jio
+from jaxcrawl.cli import main
+from jaxcrawl.io import crawler, hosts, tables
+
+FORMATS = ["csv", "csv.gz", "parquet", "jsonl", "jsonl.gz"]
+IDS = np.array(["https://a.example/x,1", 'https://b.example/"q"', "https://a.example/plain"], object)
+
+
+@pytest.mark.parametrize("ext", FORMATS)
+def test_page_table_plan_and_timetable_round_trip_in_every_format(tmp_path, ext):
+    p = str(tmp_path / f"pages.{ext}")
+    jio.write_problem(p, IDS, [1.5, 2.0, 1e-300], [0.25, 1 / 3, 7.0], [0, 1, 0],
+                      min_interval=[0.0, 0.5, 2.0], max_interval=[np.inf, 3.0, 10.0])
+    rows = jio.read_problem(p)
+    assert list(rows.page_id) == list(IDS)
+    np.testing.assert_array_equal(rows.importance, [1.5, 2.0, 1e-300])  # exact float64 round trip
+    np.testing.assert_array_equal(rows.change_rate, [0.25, 1 / 3, 7.0])
+    np.testing.assert_array_equal(rows.complete, [False, True, False])
+    np.testing.assert_array_equal(rows.max_interval, [np.inf, 3.0, 10.0])
+    lo, hi = rows.rate_bounds()
+    np.testing.assert_allclose(lo, [0.0, 1 / 3, 0.1]) and np.testing.assert_allclose(hi, [np.inf, 2.0, 0.5])
+    # integer ids come back as int64 in every format
+    jio.write_problem(p, np.arange(3) * 7, [1, 2, 3], [1, 1, 1])
+    assert jio.read_problem(p).page_id.dtype == np.int64
+    plan = str(tmp_path / f"plan.{ext}")
+    jio.write_plan(plan, IDS, [0.5, 0.0, 2.5], [0.0, 1.0, 0.25])
+    got = jio.read_plan(plan)
+    assert list(got.page_id) == list(IDS) and list(got.rate) == [0.5, 0.0, 2.5] and list(got.prob) == [0, 1, 0.25]
+    tt = str(tmp_path / f"tt.{ext}")
+    jio.write_timetable(tt, [0.0, 0.25, 1.0], [2, 0, 2], IDS, start_epoch=1767592800.0, unit="hours")
+    t = pa.Table.from_pylist(_records(tt))
+    assert t["time"].to_pylist() == ["2026-01-05T06:00:00.000Z", "2026-01-05T06:15:00.000Z",
+                                     "2026-01-05T07:00:00.000Z"]
+    assert [float(x) for x in t["epoch_seconds"].to_pylist()] == [1767592800.0, 1767593700.0, 1767596400.0]
+    assert t["page_id"].to_pylist() == [IDS[2], IDS[0], IDS[2]]
+
+
+def _records(path):
+    """The rows of a written table, read back by the plain standard library / pyarrow."""
+    if path.endswith(".parquet"):
+        return pq.read_table(path).to_pylist()
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as fh:
+        if ".jsonl" in path:
+            return [json.loads(line) for line in fh]
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("ext, where", [("csv", "{p}:3:"), ("csv.gz", "{p}:3:"), ("jsonl", "{p}:2:"),
+                                        ("jsonl.gz", "{p}:2:"), ("parquet", "{p}: row 2:")])
+def test_malformed_rows_in_every_format(tmp_path, ext, where):
+    p = str(tmp_path / f"bad.{ext}")
+    ids, imp, lam = ["a", "b", "c", "a"], [1.0, -2.0, 1.0, 1.0], [1.0, 1.0, 0.0, 1.0]
+    if ext.startswith("csv"):
+        text = "page_id,importance,change_rate\n" + "".join(f"{a},{b:g},{c:g}\n" for a, b, c in zip(ids, imp, lam))
+        (gzip.open if ext.endswith(".gz") else open)(p, "wt").write(text)
+    elif ext.startswith("jsonl"):
+        text = "".join(json.dumps({"page_id": a, "importance": b, "change_rate": c}) + "\n"
+                       for a, b, c in zip(ids, imp, lam))
+        (gzip.open if ext.endswith(".gz") else open)(p, "wt").write(text)
+    else:
+        pq.write_table(pa.table({"page_id": ids, "importance": imp, "change_rate": lam}), p)
+    with pytest.raises(jio.TableError, match="^" + where.format(p=p).replace(".", r"\.") + " importance must be"):
+        jio.read_problem(p)
+    t = tables.read_table(p, tables.PAGE_TABLE, errors="skip")
+    assert t.report.rows_read == 1 and t.report.rows_skipped == 3
+    assert t.report.skipped_by_reason == {"bad importance": 1, "bad change_rate": 1, "duplicate page_id": 1}
+    assert list(t["page_id"]) == ["a"]
+
+
+def test_text_files_pyarrow_cannot_number_fall_back_to_the_exact_reader(tmp_path):
+    """Blank lines, a line break inside a quoted id, a JSON value of the wrong type: the
+    line-by-line reader takes over and the messages name the right line."""
+    p = tmp_path / "t.csv"
+    p.write_text('page_id,importance,change_rate\n\n"x\ny",1,1\n\nz,1,-1\n')
+    with pytest.raises(jio.TableError, match=r"t\.csv:6: change_rate must be"):
+        jio.read_problem(str(p))
+    q = tmp_path / "t.jsonl"
+    q.write_text('{"page_id":"a","importance":1,"change_rate":1}\n\n'
+                 '{"page_id":"b","importance":"two","change_rate":1}\n')
+    with pytest.raises(jio.TableError, match=r"t\.jsonl:3: importance 'two' is not a number"):
+        jio.read_problem(str(q))
+    r = tmp_path / "u.jsonl"
+    r.write_text('{"page_id":"a","importance":1,"change_rate":1}\n{"page_id":"b","importance":1}\n')
+    with pytest.raises(jio.TableError, match=r"u\.jsonl:2: change_rate"):  # a missing key is a null
+        jio.read_problem(str(r))
+
+
+def test_columnar_and_exact_readers_agree(tmp_path):
+    """The same CSV read by pyarrow and by the line-by-line reader (forced by a blank line)."""
+    rng = np.random.default_rng(0)
+    n = 500
+    rows = "".join(f"p{i},{rng.lognormal():.17g},{rng.lognormal():.17g},{i % 3 == 0:d}\n" for i in range(n))
+    fast = tmp_path / "fast.csv"
+    slow = tmp_path / "slow.csv"
+    fast.write_text("page_id,importance,change_rate,complete\n" + rows)
+    slow.write_text("page_id,importance,change_rate,complete\n\n" + rows)
+    a, b = jio.read_problem(str(fast)), jio.read_problem(str(slow))
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_an_interrupted_write_leaves_the_previous_output(tmp_path, monkeypatch):
+    out = tmp_path / "plan.parquet"
+    jio.write_plan(str(out), ["a"], [1.0], [0.0])
+    before = out.read_bytes()
+    from jaxcrawl.io import formats
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(formats, "_jsonl_lines", boom)
+    monkeypatch.setattr(pq, "write_table", boom)
+    with pytest.raises(KeyboardInterrupt):
+        jio.write_plan(str(out), ["b"], [2.0], [0.0])
+    assert out.read_bytes() == before and os.listdir(tmp_path) == ["plan.parquet"]
+    j = tmp_path / "plan.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        jio.write_plan(str(j), ["b"], [2.0], [0.0])
+    assert os.listdir(tmp_path) == ["plan.parquet"]  # no partial or temporary file
+
+
+# ------------------------------------------------------------------ crawler formats
+def _parse_urlfrontier(path):
+    """Each line a URLItem (urlfrontier.proto) holding a KnownURLItem: info.url, info.key,
+    info.metadata (string -> StringList), info.crawlID, refetchable_from_date (uint64 s)."""
+    items = []
+    with open(path) as fh:
+        for line in fh:
+            obj = json.loads(line)
+            assert set(obj) == {"known"}
+            known = obj["known"]
+            assert set(known) == {"info", "refetchable_from_date"}
+            info = known["info"]
+            assert set(info) == {"url", "key", "metadata", "crawlID"}
+            assert all(isinstance(v, list) and all(isinstance(s, str) for s in v) for v in info["metadata"].values())
+            d = known["refetchable_from_date"]
+            assert isinstance(d, int) and 0 <= d < 2 ** 64
+            items.append((info["url"], info["key"], info["metadata"], d))
+    return items
+
+
+def _parse_nutch(path):
+    """Nutch injector URL file: one URL a line, then tab-separated key=value metadata;
+    nutch.fetchInterval an integer number of seconds."""
+    out = {}
+    with open(path) as fh:
+        for line in fh:
+            url, *meta = line.rstrip("\n").split("\t")
+            kv = dict(m.split("=", 1) for m in meta)
+            assert set(kv) == {"nutch.fetchInterval"}
+            out[url] = int(kv["nutch.fetchInterval"])
+    return out
+
+
+def test_solve_writes_urlfrontier_and_nutch_files_that_parse_back(tmp_path, capsys):
+    pages = tmp_path / "pages.csv"
+    ids = [f"https://h{i % 3}.example/p{i}" for i in range(30)]
+    rng = np.random.default_rng(1)
+    jio.write_problem(str(pages), np.asarray(ids, object), rng.lognormal(size=30), rng.lognormal(size=30),
+                      max_interval=np.full(30, 5.0))
+    front, seeds = tmp_path / "f.jsonl", tmp_path / "seeds.txt"
+    assert main(["solve", "--input", str(pages), "--bandwidth", "12", "--time-unit", "hours",
+                 "--start", "2026-01-05T06:00:00+01:00", "--output", str(tmp_path / "plan.csv"),
+                 "--urlfrontier", str(front), "--nutch", str(seeds), "--quiet"]) == 0
+    plan = jio.read_plan(str(tmp_path / "plan.csv"))
+    start = dt.datetime(2026, 1, 5, 5, tzinfo=dt.timezone.utc).timestamp()
+    items = _parse_urlfrontier(front)
+    assert [u for u, *_ in items] == ids
+    for (url, key, meta, due), rate in zip(items, plan.rate):
+        assert key == url.split("/")[2]
+        assert float(meta["jaxcrawl.rate"][0]) == pytest.approx(rate) and meta["jaxcrawl.time_unit"] == ["hours"]
+        # due within one period (3600 / rate s) of the start, rounded up to the second
+        assert start <= due <= start + 3600 / rate + 1
+        assert rate >= 1 / 5 * (1 - 1e-6)  # --max-interval column: at least every 5 hours
+    nutch = _parse_nutch(seeds)
+    assert list(nutch) == ids
+    np.testing.assert_allclose([nutch[u] for u in ids], 3600 / plan.rate, atol=0.5 + 1e-9)
+    assert all(v <= 5 * 3600 for v in nutch.values())
+
+
+# ------------------------------------------------------------------ crawl delays, time
+def test_crawl_delays_from_a_table_and_from_robots_txt(tmp_path):
+    d = tmp_path / "robots"
+    d.mkdir()
+    (d / "a.example.txt").write_text("User-agent: *\nCrawl-delay: 30\n\nUser-agent: mybot\nCrawl-delay: 5\n")
+    (d / "b.example").mkdir()
+    (d / "b.example" / "robots.txt").write_text("User-agent: *\nRequest-rate: 2/60\n")
+    (d / "c.example.txt").write_text("User-agent: *\nDisallow: /x\n")
+    names, delays = hosts.robots_crawl_delays(str(d))
+    assert dict(zip(names, delays)) == {"a.example": 30.0, "b.example": 30.0}
+    names, delays = hosts.robots_crawl_delays(str(d), user_agent="mybot")
+    assert dict(zip(names, delays))["a.example"] == 5.0
+    t = tmp_path / "delays.csv"
+    t.write_text("host,crawl_delay\nA.example,12\nb.example,0.5\n")
+    names, delays = hosts.read_crawl_delays(str(t))
+    assert list(names) == ["a.example", "b.example"] and list(delays) == [12.0, 0.5]
+    t.write_text("host,crawl_delay\na.example,-1\n")
+    with pytest.raises(jio.TableError, match=r"delays\.csv:2: crawl_delay must be"):
+        hosts.read_crawl_delays(str(t))
+
+
+def test_time_units_durations_and_iso_start():
+    assert crawler.parse_duration("6h", "days") == 0.25
+    assert crawler.parse_duration("90s", "minutes") == 1.5
+    assert crawler.parse_duration("2", "hours") == 2.0
+    assert crawler.parse_duration("inf") == np.inf
+    with pytest.raises(ValueError, match="--min-interval must be"):
+        crawler.parse_duration("soon", name="--min-interval")
+    assert crawler.parse_start("2026-01-05") == crawler.parse_start("2026-01-05T01:00:00+01:00") == 1767571200.0
+    assert crawler.parse_start("2026-01-05T06:00:00Z") == 1767592800.0
+    with pytest.raises(ValueError, match="ISO 8601"):
+        crawler.parse_start("5 Jan 2026")
+    assert list(crawler.iso_utc([0.0, 1767592800.25])) == ["1970-01-01T00:00:00.000Z", "2026-01-05T06:00:00.250Z"]
+
+
+def test_atomic_write_refuses_an_input_of_the_same_run(tmp_path):
+    from jaxcrawl.io.checkpoint import atomic_write
+
+    src = tmp_path / "in.csv"
+    src.write_text("x\n")
+    link = tmp_path / "link.csv"
+    os.link(src, link)
+    for target in (src, link, tmp_path / "." / "in.csv"):
+        with pytest.raises(ValueError, match="refusing to overwrite"):
+            atomic_write(target, lambda tmp: open(tmp, "w").write("y\n"), inputs=(str(src), None))
+    assert src.read_text() == "x\n" and sorted(os.listdir(tmp_path)) == ["in.csv", "link.csv"]
+    atomic_write(tmp_path / "out.csv", lambda tmp: open(tmp, "w").write("y\n"), inputs=(str(src),))
+    assert (tmp_path / "out.csv").read_text() == "y\n"
