@@ -202,7 +202,7 @@ def run(ctx):
 
     fit = horizons >= fit_from
 
-    def etc_claims(res, unit_label):
+    def etc_claims(res, unit_label, faithful=True):
         out, summary = [], {}
         for r in bandwidths:
             c = res[r]
@@ -220,6 +220,14 @@ def run(ctx):
                              "standard errors below the regret at the smallest / largest τ"),
                 tolerance="argmin strictly inside the grid and both ends > 4 standard errors above the minimum",
                 paper="Fig. 1a: there indeed is an optimal exploration horizon (a minimum in τ)",
+                expected=not (faithful and r == bandwidths[1]),
+                note=(f"In the stated time unit the pages change slowly relative to the exploration interval at "
+                      f"m/R = 5 (the fastest about {DAILY_RATE_RANGE[1] * TIME_UNIT * m / r:.2f} times per "
+                      "interval), so their estimates need many rounds and at T = 1e4 the best τ lies close to the "
+                      "horizon: the regret at the largest τ is within 4 standard errors of the minimum. In the former "
+                      "unit (1/20 day; results.other_readings) the minimum is interior for both R, but the m/R = 50 "
+                      "slope claims fail there; no unit of the scan gives all six (results.rate_scale_scan).")
+                if faithful and r == bandwidths[1] else "",
                 tau_star=tau[i], z_first=z_first, z_last=z_last))
             s_tau = _common.loglog_slope(horizons[fit], c["tau_star"][fit])
             s_reg = _common.loglog_slope(horizons[fit], c["regret_at_tau_star"][fit] / horizons[fit])
@@ -240,7 +248,7 @@ def run(ctx):
 
     unit_label = f"time unit 1/{1 / TIME_UNIT:.0f} day"
     claims, summary = etc_claims(res, unit_label)
-    other_claims, summary_other = etc_claims(res_other, "time unit 1/20 day")
+    other_claims, summary_other = etc_claims(res_other, "time unit 1/20 day", faithful=False)
     other_readings = {c.name: {"time_unit=1/20 day": c.as_dict()} for c in other_claims}
     if check is not None:
         r = bandwidths[1]
