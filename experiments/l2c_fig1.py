@@ -226,7 +226,7 @@ def run(ctx):
                       "interval), so their estimates need many rounds and at T = 1e4 the best τ lies close to the "
                       "horizon: the regret at the largest τ is within 4 standard errors of the minimum. In the former "
                       "unit (1/20 day; results.other_readings) the minimum is interior for both R, but the m/R = 50 "
-                      "slope claims fail there; no unit of the scan gives all six (results.rate_scale_scan).")
+                      "slope claims fail there (results.rate_scale_scan: the slopes by time unit).")
                 if faithful and r == bandwidths[1] else "",
                 tau_star=tau[i], z_first=z_first, z_last=z_last))
             s_tau = _common.loglog_slope(horizons[fit], c["tau_star"][fit])
