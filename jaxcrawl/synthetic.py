@@ -23,7 +23,7 @@ __all__ = ["synthetic", "COMPLETE_SUBSETS"]
 #:
 #: * ``"random"`` -- ``(0, 0)``: the complete pages are a random sample of the same law as
 #:   the rest.  LambdaCrawl then gives them about their count share of the bandwidth
-#:   (3.5% for 4% of pages), which contradicts NeurIPS-19 §7 ("allocating to it a
+#:   (3.5-3.9% for 4% of pages), which contradicts NeurIPS-19 §7 ("allocating to it a
 #:   disproportionately large fraction of the overall bandwidth").
 #: * ``"neurips19"`` -- ``(1.94, -0.27)``: calibrated to NeurIPS-19 §7 and Fig. 2 with the
 #:   other defaults (4% complete, R = 20% of pages).  The change-rate shift makes the

@@ -230,12 +230,13 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     Incomplete pages: :func:`jaxcrawl.estimators.mle_smoothed` (eq. 10 with imaginary
     changed and unchanged intervals of length ``smoothing``) on :func:`suffix_history`
     (the :class:`CrawlHistory` of ``record_window``).
-    Complete pages: eq. 11 with the imaginary observation,
-    :math:`(U + s)/(T + c)` with U the change signals of the suffix, T its duration, s
-    ``smoothing`` and c ``complete_interval`` (default 0.5: the imaginary observation comes
-    with an imaginary interval of the same length as the incomplete pages' smoothing, as
-    in the authors' code; 0 gives :math:`(U + s)/T`, the other reading of Alg. 4 line 13).  A page whose suffix is empty because its ring buffer wrapped inside the
-    current epoch keeps its ``previous`` estimate.
+    Complete pages: eq. 11 with the imaginary observation, :math:`(U + s)/(T + c)` with U
+    the change signals of the suffix, T its duration, s ``smoothing`` and c
+    ``complete_interval`` (default 0.5: the imaginary observation comes with an imaginary
+    interval of the same length as the incomplete pages' smoothing, as in the authors'
+    code; 0 gives :math:`(U + s)/T`, the other reading of Alg. 4 line 13).  A page whose
+    suffix is empty because its ring buffer wrapped inside the current epoch keeps its
+    ``previous`` estimate.
 
     Returns:
       ``(estimate, truncated)``: ``(n,)`` rates, and ``(n,)`` bool for pages whose suffix
