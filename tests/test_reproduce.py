@@ -137,13 +137,13 @@ def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, exp
     name = "neurips19_fig2"
     first = json.loads((work / f"{name}.json").read_text())
     chunk_dir = work / ".checkpoints" / name
-    assert len(list(chunk_dir.glob("*.pkl"))) == 4
-    (blc,) = chunk_dir.glob("costs_BLC_n*.pkl")
+    assert len(list(chunk_dir.glob("*.pkl"))) == 8          # 4 algorithms x 2 readings of the complete subset
+    (blc,) = chunk_dir.glob("costs_BLC_n*_neurips19-*.pkl")
     blc.unlink()
     proc = _run_cli([name, "--quick", "--out", str(work), "--no-progress"], cwd=work, env_extra=experiments_snapshot)
     assert proc.returncode == 0, proc.stderr[-3000:]
     second = json.loads((work / f"{name}.json").read_text())
-    assert second["checkpoints"]["reused"] == 3 and second["checkpoints"]["computed"] == 1
+    assert second["checkpoints"]["reused"] == 7 and second["checkpoints"]["computed"] == 1
     assert second["results"] == first["results"] and second["claims"] == first["claims"]
 
 
