@@ -498,7 +498,8 @@ def test_compressed_history_gives_the_full_history_mle(capacity):
 
 @pytest.mark.x64
 def test_complete_pages_use_signal_rate():
-    """NeurIPS-19 eq. 11 with Alg. 4 line 13: (U + 0.5)/T over the suffix's signals."""
+    """NeurIPS-19 eq. 11 with Alg. 4 line 13: (U + 0.5)/(T + 0.5) over the suffix's signals
+    (the default complete_interval; tests/test_readings.py checks the option)."""
     n = 3
     hist = lc.empty_history(n, 8, 6, jnp.float64)
     signals = np.array([[3, 0, 5, 2], [0, 0, 0, 0], [10, 12, 9, 11]])
@@ -508,7 +509,7 @@ def test_complete_pages_use_signal_rate():
         hist = _start(hist, e)
         hist = _record(hist, empty, jnp.asarray(signals[:, e]), e)
     est, _ = _suffix_estimate(hist, jnp.ones(n, bool), 3, 2, 0.5, 0.5, jnp.ones(n))
-    ref = (signals[:, 2:].sum(-1) + 0.5) / (2 * 0.5)
+    ref = (signals[:, 2:].sum(-1) + 0.5) / (2 * 0.5 + 0.5)
     assert np.allclose(np.asarray(est), ref)
 
 

@@ -137,13 +137,13 @@ def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, exp
     name = "neurips19_fig2"
     first = json.loads((work / f"{name}.json").read_text())
     chunk_dir = work / ".checkpoints" / name
-    assert len(list(chunk_dir.glob("*.pkl"))) == 4
-    (blc,) = chunk_dir.glob("costs_BLC_n*.pkl")
+    assert len(list(chunk_dir.glob("*.pkl"))) == 8          # 4 algorithms x 2 readings of the complete subset
+    (blc,) = chunk_dir.glob("costs_BLC_n*_neurips19-*.pkl")
     blc.unlink()
     proc = _run_cli([name, "--quick", "--out", str(work), "--no-progress"], cwd=work, env_extra=experiments_snapshot)
     assert proc.returncode == 0, proc.stderr[-3000:]
     second = json.loads((work / f"{name}.json").read_text())
-    assert second["checkpoints"]["reused"] == 3 and second["checkpoints"]["computed"] == 1
+    assert second["checkpoints"]["reused"] == 7 and second["checkpoints"]["computed"] == 1
     assert second["results"] == first["results"] and second["claims"] == first["claims"]
 
 
@@ -352,3 +352,26 @@ def test_neurips_figures_on_a_data_directory(tmp_path):
     assert record["claim_details"]["lc_beats_blc_binary"]["expected"] is True
     assert record["claims"]["lc_beats_blc_binary"] is True
     assert record["results"]["complete_fraction_sweep"] is None
+
+
+@reproduce
+def test_quick_runs_report_both_readings(quick_run):
+    """Issue 17: where an outcome hinges on a reading of the paper, the claims use the faithful
+    one and the JSON reports the other (results.other_readings)."""
+    out, _, _ = quick_run
+    fig1 = json.loads((out / "neurips19_fig1.json").read_text())
+    assert fig1["params"]["complete_subset"] == "neurips19"
+    lc = fig1["results"]["costs"]["LC"]
+    assert lc["bandwidth_on_complete"] > lc["complete_share_of_pages"]          # NeurIPS-19 §7
+    other = fig1["results"]["other_readings"]
+    assert other["lc_complete_share_disproportionate"]["complete_subset=random"]["holds"] is False
+    assert other["lc_beats_blc_binary"]["complete_subset=random"]["holds"] is False
+    fig2 = json.loads((out / "neurips19_fig2.json").read_text())
+    assert 2.0 <= fig2["results"]["harmonic_ratio_io_over_co"] <= 5.0           # §7: 2x, §9.5: ~5x
+    fig6 = json.loads((out / "avrachenkov_fig6.json").read_text())
+    assert fig6["claims"]["lln_rates_converge"] is True
+    pooled = fig6["results"]["other_readings"]["lln_rates_converge"]["pooled_counts_times_current_rate"]
+    assert pooled["holds"] is False
+    avr = json.loads((out / "avrachenkov_fig2_5.json").read_text())
+    by_k = avr["results"]["fig5c_long"]["best_beta_by_horizon"]
+    assert len(by_k["k"]) == len(by_k["best"]) and by_k["best"][-1] == "0.6" and by_k["best"][0] != "0.6"

@@ -59,12 +59,14 @@ from .offline import mle as mle
 from .offline import mle_smoothed as mle_smoothed
 from .offline import moment_matching as moment_matching
 from .offline import naive as naive
+from .online import LLNRateWeightedState as LLNRateWeightedState
 from .online import LLNState as LLNState
 from .online import OnlineEstimator as OnlineEstimator
 from .online import SAMState as SAMState
 from .online import SAState as SAState
 from .online import Schedule as Schedule
 from .online import lln as lln
+from .online import lln_rate_weighted as lln_rate_weighted
 from .online import run_online as run_online
 from .online import sa as sa
 from .online import sam as sam
@@ -84,9 +86,11 @@ __all__ = [
     "lemma8_halfwidth",
     "OnlineEstimator",
     "LLNState",
+    "LLNRateWeightedState",
     "SAState",
     "SAMState",
     "lln",
+    "lln_rate_weighted",
     "sa",
     "sam",
     "run_online",

@@ -17,9 +17,10 @@ while it crawls, in epochs of length :math:`T_{epoch}`:
 3. (lines 10-13) re-estimate every rate from the history suffix of the last
    :math:`S(n)` epochs: pages in :math:`W^-` by the smoothed MLE of eq. 10
    (:func:`jaxcrawl.estimators.mle_smoothed`, imaginary intervals of length 0.5),
-   pages in :math:`W^\circ` by eq. 11 with the imaginary 0.5 observation,
-   :math:`(U + 0.5)/T` over the change signals of the suffix (computed as
-   :func:`jaxcrawl.estimators.full_observation`'s :math:`U/T` plus :math:`0.5/T`).
+   pages in :math:`W^\circ` by eq. 11 with the imaginary 0.5 observation in an imaginary
+   interval of length 0.5, :math:`(U + 0.5)/(T + 0.5)` over the change signals of the
+   suffix (the authors' code; ``LLCParams.complete_interval = 0`` gives the other reading of
+   the garbled line 13, :math:`(U + 0.5)/T`).
 
 The initial estimate is 1 change per unit time (K19 Experiment 3: 1 change/day).  After
 every epoch the new policy is evaluated under the *true* rates with the closed forms
@@ -222,21 +223,25 @@ def policy_costs(problem: CrawlProblem, policy: Policy) -> tuple[jax.Array, jax.
 def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, suffix_epochs: ArrayLike,
                     smoothing: ArrayLike, epoch_length: ArrayLike, previous: ArrayLike, *,
                     min_rate: float = estimators.DEFAULT_MIN_RATE,
-                    max_rate: float = 1e3, half_life: ArrayLike | None = None) -> tuple[jax.Array, jax.Array]:
+                    max_rate: float = 1e3, half_life: ArrayLike | None = None,
+                    complete_interval: ArrayLike = 0.5) -> tuple[jax.Array, jax.Array]:
     r"""K19 Alg. 4 lines 10-13: change-rate estimates from the history suffix.
 
     Incomplete pages: :func:`jaxcrawl.estimators.mle_smoothed` (eq. 10 with imaginary
     changed and unchanged intervals of length ``smoothing``) on :func:`suffix_history`
     (the :class:`CrawlHistory` of ``record_window``).
-    Complete pages: eq. 11 with the imaginary observation, :math:`(U + s)/T` with U the
-    change signals of the suffix and T its duration (``full_observation``'s U/T plus
-    s/T).  A page whose suffix is empty because its ring buffer wrapped inside the
-    current epoch keeps its ``previous`` estimate.
+    Complete pages: eq. 11 with the imaginary observation, :math:`(U + s)/(T + c)` with U
+    the change signals of the suffix, T its duration, s ``smoothing`` and c
+    ``complete_interval`` (default 0.5: the imaginary observation comes with an imaginary
+    interval of the same length as the incomplete pages' smoothing, as in the authors'
+    code; 0 gives :math:`(U + s)/T`, the other reading of Alg. 4 line 13).  A page whose
+    suffix is empty because its ring buffer wrapped inside the current epoch keeps its
+    ``previous`` estimate.
 
     Forgetting: with ``half_life`` (time units; ``None``: off) every observation of epoch
     ``e`` is weighted by :math:`2^{-(\text{epoch}-e)\,T_{epoch}/h}`
     (:func:`_discounted_suffix_estimate`: :func:`jaxcrawl.estimators.weighted_mle` for
-    incomplete pages, :math:`(\sum_e a_e U_e + s)/(\sum_e a_e T_{epoch})` for complete
+    incomplete pages, :math:`(\sum_e a_e U_e + s)/(\sum_e a_e T_{epoch} + c)` for complete
     ones), so the estimates follow drifting rates (:mod:`jaxcrawl.simulate.drift`);
     ``half_life = inf`` gives the undiscounted estimates.
 
@@ -246,9 +251,9 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     """
     if half_life is not None:
         return _discounted_suffix_estimate(hist, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
-                                           half_life, min_rate=min_rate, max_rate=max_rate)
+                                           half_life, min_rate=min_rate, max_rate=max_rate,
+                                           complete_interval=complete_interval)
     dtype = hist.unchanged_time.dtype
-    n = hist.changed_interval.shape[0]
     num_cols = hist.column_epoch.shape[0]
     intervals, changed, mask = suffix_history(hist, epoch, suffix_epochs)
     inc = estimators.mle_smoothed(intervals, changed, mask, smoothing=smoothing,
@@ -256,11 +261,11 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     no_drop = jnp.full((1,), -1, jnp.int32)
     col_ok = in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
     duration = jnp.sum(col_ok).astype(dtype) * jnp.asarray(epoch_length, dtype)
-    durations = jnp.broadcast_to(jnp.asarray(epoch_length, dtype), (n, num_cols))
-    u_over_t = estimators.full_observation(durations, hist.signals,
-                                           jnp.broadcast_to(col_ok, (n, num_cols)),
-                                           min_rate=min_rate, max_rate=max_rate)
-    comp = jnp.clip(u_over_t + jnp.asarray(smoothing, dtype) / duration, min_rate, max_rate)
+    signals = jnp.sum(jnp.where(col_ok, hist.signals, 0), axis=-1).astype(dtype)  # U over the suffix
+    total = duration + jnp.asarray(complete_interval, dtype)                       # T + c
+    # (U + s)/(T + c); T + c = 0 (an empty suffix read with c = 0) gives max_rate, as s/0 did
+    comp = jnp.clip((signals + jnp.asarray(smoothing, dtype)) / jnp.where(total > 0, total, 0.0),
+                    min_rate, max_rate)
     s_eff = jnp.minimum(jnp.asarray(suffix_epochs, dtype), num_cols)
     truncated = ~complete & (hist.dropped_epoch >= 0) & (hist.dropped_epoch.astype(dtype) > epoch - s_eff)
     empty = ~complete & (hist.dropped_epoch >= epoch)
@@ -269,7 +274,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
 
 
 def _discounted_suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
-                                half_life, *, min_rate, max_rate):
+                                half_life, *, min_rate, max_rate, complete_interval=0.5):
     """:func:`suffix_estimate` with exponentially discounted epochs (the forgetting option)."""
     dtype = hist.unchanged_time.dtype
     n, cap = hist.changed_interval.shape
@@ -286,7 +291,8 @@ def _discounted_suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epoc
     col_w = jnp.where(col_ok, weights[0, cap:], 0.0)
     duration = jnp.sum(col_w) * length
     signals = jnp.sum(hist.signals * col_w, axis=-1)
-    comp = jnp.clip((signals + jnp.asarray(smoothing, dtype)) / duration, min_rate, max_rate)
+    comp = jnp.clip((signals + jnp.asarray(smoothing, dtype)) / (duration + jnp.asarray(complete_interval, dtype)),
+                    min_rate, max_rate)
     s_eff = jnp.minimum(jnp.asarray(suffix_epochs, dtype), num_cols)
     truncated = ~complete & (hist.dropped_epoch >= 0) & (hist.dropped_epoch.astype(dtype) > epoch - s_eff)
     empty = ~complete & (hist.dropped_epoch >= epoch)
@@ -310,6 +316,11 @@ class LLCParams(NamedTuple):
       half_life: the forgetting option's half-life in time units (exponential discount
         of older epochs, :func:`suffix_estimate`); read only by a learner built with
         ``forgetting=True`` (``inf``: no discount).
+      complete_interval: the imaginary interval added to the observed time T of a
+        complete page's estimate, :math:`(U + s)/(T + c)` (K19 Alg. 4 line 13, garbled in
+        the paper): 0.5 (default, the authors' code: the imaginary observation of length
+        0.5, as for the incomplete pages) or 0 (:math:`(U + s)/T`).  See
+        :func:`suffix_estimate`.
     """
 
     epsilon: float = 0.4
@@ -318,6 +329,7 @@ class LLCParams(NamedTuple):
     initial_rate: float = 1.0
     solver: float = 0.0
     half_life: float = float("inf")
+    complete_interval: float = 0.5
 
 
 class LLCState(NamedTuple):
@@ -381,6 +393,9 @@ def _check_llc_params(p: LLCParams):
     eps, s, sm, r0 = (np.asarray(v) for v in p[:4])
     if np.any(np.isnan(np.asarray(p.half_life))) or np.any(np.asarray(p.half_life) <= 0):
         raise ValueError(f"half_life must be > 0 (inf: no forgetting); got {np.asarray(p.half_life)}")
+    ci = np.asarray(p.complete_interval)
+    if np.any(~np.isfinite(ci)) or np.any(ci < 0):
+        raise ValueError(f"complete_interval must be finite and >= 0; got {ci}")
     if np.any(~np.isfinite(eps)) or np.any(eps < 0) or np.any(eps > 1):
         raise ValueError(f"epsilon must be in [0, 1]; got {eps}")
     if np.any(np.isnan(s)) or np.any(s < 1):
@@ -457,7 +472,7 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         estimate, truncated = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
             state.estimate, min_rate=min_rate, max_rate=max_rate,
-            half_life=prm.half_life if forgetting else None)
+            half_life=prm.half_life if forgetting else None, complete_interval=prm.complete_interval)
         policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
         harm, binc = policy_costs(problem, policy)
         err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
