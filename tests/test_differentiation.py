@@ -72,6 +72,7 @@ def test_gradients_and_jvps_match_finite_differences(name, seed, bw):
     np.testing.assert_allclose(J, fd.T, rtol=1e-5, atol=1e-7 * scale, err_msg=f"{name}: Jacobian")
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @pytest.mark.parametrize("name", ["lambda_crawl", "binary_lambda_crawl", "binary_lambda_crawl_eps"])
 def test_active_bounds_present_and_clipped_pages_have_zero_derivative(name):
@@ -107,6 +108,7 @@ def test_vmap_of_grad_equals_loop():
         np.testing.assert_allclose(batched[i], g(mus[i], lams[i]), rtol=1e-10)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_hessian_vector_products_are_finite():
     mu, lam, R, comp = make(5, n=10)
@@ -127,6 +129,7 @@ def _temp_bytes(adjoint, max_steps, n):
     return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.long
 def test_reverse_mode_memory_does_not_grow_with_iterations():
     n = 20_000
     implicit = [_temp_bytes("implicit", s, n) for s in (10, 40)]

@@ -249,6 +249,7 @@ def test_poisson_capacity_is_the_1e9_quantile(mean):
         assert upper(k - 1) >= 1e-9
 
 
+@pytest.mark.long
 def test_requests_can_be_switched_off():
     wd = world()
     assert not wd.config.requests

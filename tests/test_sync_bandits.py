@@ -308,6 +308,7 @@ class LinearCosts(NamedTuple):
         return path * tau
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_user_defined_family_uses_generic_paths():
     """The protocol suffices: autodiff marginals and the generic per-arm inverse (the shared
@@ -610,6 +611,7 @@ def test_mirror_sync_first_sample_only_uses_one_interval_per_arm(polynomial_runs
     np.testing.assert_allclose(np.asarray(info.time[0]), 40.0 * np.arange(1, ROUNDS + 1), rtol=1e-6)
 
 
+@pytest.mark.long
 def test_grid_search_runs_on_run_sweep_and_matches_single_runs(polynomial_runs):
     """grid_search (App. B) is one run_sweep call: row (η = 1.6, l_upd = 20) equals the
     AsyncMirrorSync run of the same instance with run_sweep's key, step by step; rows
