@@ -316,3 +316,22 @@ def test_learners_end_at_the_same_cost_with_either_sampler():
             lambda i: i.freshness[:, -1])
     compare(lambda s: (lc.online_learn_and_crawl("sa", **lc.online_settings(
         problem, observations_per_round=10.0, sampler=s)), 3), lambda i: i.freshness[:, -1])
+
+
+@pytest.mark.long
+def test_reproduce_quick_compiles_each_program_once(tmp_path):
+    """`jaxcrawl reproduce neurips19_fig3 --quick`: the experiment's runner (three learners
+    over the episodes, one program) compiles once, and no function other than JAX's own
+    eager primitives (which compile per shape) compiles twice (jax.monitoring events)."""
+    import collections
+
+    from jaxcrawl.cli import main
+
+    with helpers.count_compiles() as log:
+        assert main(["reproduce", "neurips19_fig3", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert log.compiles("one") == 1
+    counts = collections.Counter(log.names())
+    eager = {"threefry2x32", "random_bits", "random_seed", "random_wrap", "random_unwrap", "iota"}
+    repeated = {name: c for name, c in counts.items()
+                if c > 1 and not hasattr(jax.lax, f"{name}_p") and name not in eager}
+    assert not repeated, repeated
