@@ -1,18 +1,26 @@
-"""LambdaLearnAndCrawl at the size of NeurIPS-19 Experiment 3, and a NumPy baseline.
+"""LambdaLearnAndCrawl at the size of NeurIPS-19 Experiment 3 (Fig. 3), and baselines.
 
 Experiment 3 (Kolobov et al., NeurIPS-19 §9.6): 20 episodes, each on a 100,000-page
-instance, 21 daily epochs of LLC starting from 1 change/day.  This script times that
-whole workload (LLC, float32, the pages' instances from ``jaxcrawl.data.synthetic``),
-episodes run ``--batch`` at a time with ``jax.vmap`` in one compiled program, and times
-one epoch's estimate + solve (the smoothed MLE of eq. 10 on the compressed history
-suffix, then LambdaCrawl) against a plain NumPy implementation of the same two steps
-measured in the same run.  The production revisit heuristics
-(:mod:`jaxcrawl.learners.heuristics`: Nutch, StormCrawler, Heritrix) run the same episodes
-in the same run, and both throughputs are reported as page-days simulated per second.
+instance, 21 daily epochs starting from 1 change/day, for the three learners of Fig. 3
+(LLC, LLCA, BLLCε).  This script times
+
+* the whole Fig. 3 workload (the three learners in one compiled program, the inner solver
+  a vmapped index as in ``experiments/neurips19_fig3.py``; float32; instances from
+  ``jaxcrawl.data.synthetic``; ``--batch`` episodes per call), compilation included, with
+  the observation-level sampler the learners choose (``info.sampler``);
+* the two samplers alone on the same pages and policy, in the same run: page-days
+  simulated per second by the event-level simulator (``crawl_epoch``) and by the
+  observation-level one (``observe_epoch``), and a few LLC epochs with each end to end;
+* the production revisit heuristics (:mod:`jaxcrawl.learners.heuristics`: Nutch,
+  StormCrawler, Heritrix) on the same episodes, exact event-driven simulation: page-days
+  simulated per second next to the learners' (same run);
+* one epoch's estimate + solve (the smoothed MLE of eq. 10 on the compressed history
+  suffix, then LambdaCrawl) against a plain NumPy implementation of the same two steps.
+
 The last line printed is one JSON object.
 
-Usage: ``python benchmarks/learners.py [--episodes 20] [--epochs 21] [--pages 100000] [--batch 4]
-[--events-per-window 64]``
+Usage: ``python benchmarks/learners.py [--episodes 20] [--epochs 21] [--pages 100000] [--batch 2]
+[--events-per-window 48] [--compare-epochs 3] [--skip-full]``
 """
 from __future__ import annotations
 
@@ -30,6 +38,9 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
 from jaxcrawl import data, objectives, solvers  # noqa: E402
 from jaxcrawl.learners import heuristics, run_learner  # noqa: E402
+from jaxcrawl.learners._history import crawl_epoch, observe_epoch  # noqa: E402
+from jaxcrawl.learners.sweep import grid_product  # noqa: E402
+from jaxcrawl.simulate import schedule_from_policy  # noqa: E402
 
 from _common import best_time  # noqa: E402
 
@@ -76,9 +87,12 @@ def main():
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--epochs", type=int, default=21)
     ap.add_argument("--pages", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=4, help="episodes vmapped per compiled call")
-    ap.add_argument("--events-per-window", type=float, default=64.0,
-                    help="expected events of the busiest page per simulator window")
+    ap.add_argument("--batch", type=int, default=2, help="episodes vmapped per compiled call")
+    ap.add_argument("--events-per-window", type=float, default=48.0,
+                    help="expected events of the busiest page per event-level simulator window")
+    ap.add_argument("--compare-epochs", type=int, default=3,
+                    help="LLC epochs run with each sampler for the end-to-end comparison")
+    ap.add_argument("--skip-full", action="store_true", help="skip the full Fig. 3 workload")
     args = ap.parse_args()
     if args.episodes % args.batch:
         raise SystemExit("--episodes must be a multiple of --batch")
@@ -87,53 +101,110 @@ def main():
 
     keys = jax.random.split(jax.random.key(2019), args.episodes)
     problems = jax.vmap(lambda k: data.synthetic(k, args.pages))(keys)
-    t0 = time.perf_counter()
-    settings = lc.llc_settings(problems, "harmonic", events_per_window=args.events_per_window)
-    t_settings = time.perf_counter() - t0
-    print(f"settings ({t_settings:.1f} s): {settings}")
-    learner = lc.llc(**settings)
-    run = jax.jit(jax.vmap(lambda k, q: run_learner(jax.random.fold_in(k, 1), learner, q, args.epochs)[1]))
+    family = ("harmonic", "harmonic-approx", "binary-epsilon")
+    result = dict(benchmark="learners", device=jax.devices()[0].platform, episodes=args.episodes,
+                  epochs=args.epochs, pages=args.pages, episodes_per_call=args.batch)
 
-    batches = [(keys[i:i + args.batch], jax.tree_util.tree_map(lambda x: x[i:i + args.batch], problems))
-               for i in range(0, args.episodes, args.batch)]
-    t0 = time.perf_counter()
-    compiled = run.lower(*batches[0]).compile()
-    t_compile = time.perf_counter() - t0
-    infos = []
-    t0 = time.perf_counter()
-    for k, q in batches:
-        infos.append(jax.block_until_ready(compiled(k, q)))
-    t_run = time.perf_counter() - t0
-    info = jax.tree_util.tree_map(lambda *x: np.concatenate([np.asarray(v) for v in x]), *infos)
-    optimum = np.asarray(jax.vmap(lambda q: objectives.harmonic_cost(q, solvers.lambda_crawl(q)))(problems))
-    ratio = info.harmonic_cost / optimum[:, None]
-    print(f"LLC, {args.episodes} episodes x {args.epochs} epochs x {args.pages} pages: "
-          f"compile {t_compile:.1f} s, run {t_run:.1f} s "
-          f"({t_run / (args.episodes * args.epochs):.3f} s per page-set epoch)")
-    print("mean harmonic cost / LambdaCrawl optimum per epoch:", np.round(ratio.mean(0), 4).tolist())
-    print(f"overflowed page-windows: {int(info.overflow.sum())}; pages with a shortened suffix "
-          f"at the end: {int(info.truncated[:, -1].sum())}; inner solves converged: "
-          f"{int(info.converged.sum())}/{info.converged.size}")
+    # ---- the two samplers alone, same pages and policy (LLC's first epoch)
+    problem = jax.tree_util.tree_map(lambda x: x[0], problems)
+    one = {s_: lc.llc_settings(problem, "harmonic", events_per_window=args.events_per_window, sampler=s_)
+           for s_ in ("event", "observation")}
+    ev_settings, ob_settings = one["event"], one["observation"]
+    learner0 = lc.llc(**ob_settings)
+    state0 = learner0.init(problem)
+    schedule = schedule_from_policy(problem.replace(complete=state0.policy.on_signal), state0.policy)
+
+    @jax.jit
+    def event_epoch(key, q, sched, sim_state, hist):
+        return crawl_epoch(key, sim_state, hist, q, sched, ev_settings["config"], ev_settings["windows_per_epoch"], 0)[:2]
+
+    @jax.jit
+    def observe_epoch_(key, q, sched, sim_state, hist):
+        return observe_epoch(key, sim_state, hist, q, sched, ob_settings["observe"], 1, 0)[:2]
+
+    sampler_seconds = {}
+    for name, fn in (("event", event_epoch), ("observation", observe_epoch_)):
+        sampler_seconds[name] = best_time(fn, jax.random.key(1), problem, schedule, state0.sim, state0.history,
+                                          repeat=3)
+        print(f"{name}-level sampler: one epoch of {args.pages} pages in {sampler_seconds[name] * 1e3:.1f} ms "
+              f"({args.pages / sampler_seconds[name]:.3g} page-days/s)")
+    result.update(event_sampler_page_days_per_second=round(args.pages / sampler_seconds["event"]),
+                  observation_sampler_page_days_per_second=round(args.pages / sampler_seconds["observation"]),
+                  sampler_speedup=round(sampler_seconds["event"] / sampler_seconds["observation"], 2))
+
+    # ---- LLC end to end with each sampler (a few epochs, one episode)
+    for name, st in (("event", ev_settings), ("observation", ob_settings)):
+        lrn = lc.llc(**st)
+        run1 = jax.jit(lambda k, q, lrn=lrn: run_learner(k, lrn, q, args.compare_epochs)[1])
+        t = best_time(run1, jax.random.key(3), problem, repeat=1)
+        print(f"LLC with the {name}-level sampler: {t / args.compare_epochs:.3f} s per epoch "
+              f"({args.pages * args.compare_epochs / t:.3g} page-days/s end to end)")
+        result[f"llc_{name}_seconds_per_epoch"] = round(t / args.compare_epochs, 4)
+
+    # ---- the full Fig. 3 workload: three learners, one compiled program
+    if not args.skip_full:
+        t_all = time.perf_counter()
+        settings = lc.llc_settings(problems, family, epsilon=0.4, events_per_window=args.events_per_window)
+        learner = lc.lambda_learn_and_crawl(family, **settings)
+        grid = grid_product(lc.LLCParams, solver=[0, 1, 2])
+
+        def episode(k, q):
+            return jax.vmap(lambda g: run_learner(jax.random.fold_in(k, 1), learner, q, args.epochs, g)[1])(grid)
+
+        run = jax.jit(jax.vmap(episode))
+        batches = [(keys[i:i + args.batch], jax.tree_util.tree_map(lambda x: x[i:i + args.batch], problems))
+                   for i in range(0, args.episodes, args.batch)]
+        t0 = time.perf_counter()
+        compiled = run.lower(*batches[0]).compile()
+        t_compile = time.perf_counter() - t0
+        infos = []
+        t0 = time.perf_counter()
+        for k, q in batches:
+            infos.append(jax.block_until_ready(compiled(k, q)))
+        t_run = time.perf_counter() - t0
+        t_total = time.perf_counter() - t_all
+        info = jax.tree_util.tree_map(lambda *x: np.concatenate([np.asarray(v) for v in x]), *infos)
+        optimum = np.asarray(jax.jit(jax.vmap(lambda q: objectives.harmonic_cost(q, solvers.lambda_crawl(q))))(problems))
+        ratio = info.harmonic_cost[:, 0] / optimum[:, None]
+        page_days = 3 * args.episodes * args.epochs * args.pages
+        print(f"Fig. 3 workload (LLC, LLCA, BLLCε), {args.episodes} episodes x {args.epochs} epochs x {args.pages} "
+              f"pages: settings + compile + run {t_total:.1f} s (compile {t_compile:.1f} s, run {t_run:.1f} s; "
+              f"{page_days / t_run:.3g} learner page-days/s); sampler: "
+              f"{sorted(set(np.asarray(info.sampler).ravel().tolist()))} (1 = observation level)")
+        print("LLC mean harmonic cost / LambdaCrawl optimum per epoch:", np.round(ratio.mean(0), 4).tolist())
+        print(f"overflowed page-windows: {int(info.overflow.sum())}; inner solves converged: "
+              f"{int(info.converged.sum())}/{info.converged.size}")
+        result.update(fig3_total_seconds=round(t_total, 1), fig3_compile_seconds=round(t_compile, 1),
+                      fig3_run_seconds=round(t_run, 1),
+                      fig3_learner_page_days_per_second=round(page_days / t_run),
+                      llc_final_cost_over_optimum_mean=round(float(ratio[:, -1].mean()), 5),
+                      overflow=int(info.overflow.sum()), inner_solves_converged=bool(info.converged.all()),
+                      sampler=int(np.asarray(info.sampler).max()))
 
     # ---- the production heuristics on the same episodes (exact event-driven simulation)
-    page_days = args.episodes * args.epochs * args.pages
-    llc_throughput = page_days / t_run
+    h_batches = [(keys[i:i + args.batch], jax.tree_util.tree_map(lambda x: x[i:i + args.batch], problems))
+                 for i in range(0, args.episodes, args.batch)]
+    h_page_days = args.episodes * args.epochs * args.pages
+    learner_rate = result.get("fig3_learner_page_days_per_second")
     heuristic_throughput = {}
     for name, factory in heuristics.HEURISTICS.items():
         h_learner = factory()
         run_h = jax.jit(jax.vmap(lambda k, q, hl=h_learner: run_learner(jax.random.fold_in(k, 1), hl, q,
                                                                          args.epochs)[1]))
-        compiled_h = run_h.lower(*batches[0]).compile()
+        compiled_h = run_h.lower(*h_batches[0]).compile()
         t0 = time.perf_counter()
-        h_infos = [jax.block_until_ready(compiled_h(k, q)) for k, q in batches]
+        h_infos = [jax.block_until_ready(compiled_h(k, q)) for k, q in h_batches]
         t_h = time.perf_counter() - t0
         ok = all(bool(np.all(np.asarray(i.converged))) for i in h_infos)
-        heuristic_throughput[name] = round(page_days / t_h, 1)
+        heuristic_throughput[name] = round(h_page_days / t_h, 1)
         print(f"{name}: {args.episodes} episodes x {args.epochs} days x {args.pages} pages in {t_h:.2f} s "
-              f"({page_days / t_h:,.0f} page-days/s; LLC {llc_throughput:,.0f}); event loops finished: {ok}")
+              f"({h_page_days / t_h:,.0f} page-days/s; learners of Fig. 3: {learner_rate} page-days/s); "
+              f"event loops finished: {ok}")
+    result.update(heuristic_page_days_per_second=heuristic_throughput)
 
+    settings = ob_settings
+    learner = learner0
     # ---- one epoch's estimate + solve: JAX vs NumPy on the same history
-    problem = jax.tree_util.tree_map(lambda x: x[0], problems)
     state, _ = jax.jit(lambda k, q: run_learner(k, learner, q, 5))(keys[0], problem)
     hist = state.history
     epoch = 4
@@ -166,27 +237,11 @@ def main():
           f"JAX {t_jax * 1e3:.1f} ms, NumPy {t_np * 1e3:.1f} ms, speedup {t_np / t_jax:.1f}x "
           f"(median relative rate difference {agree:.2e})")
 
-    result = dict(
-        benchmark="learners",
-        device=jax.devices()[0].platform,
-        episodes=args.episodes,
-        epochs=args.epochs,
-        pages=args.pages,
-        episodes_per_call=args.batch,
-        llc_compile_seconds=round(t_compile, 2),
-        llc_run_seconds=round(t_run, 2),
-        llc_seconds_per_epoch=round(t_run / (args.episodes * args.epochs), 4),
-        windows_per_epoch=settings["windows_per_epoch"],
+    result.update(
         history_capacity=settings["history_capacity"],
-        final_cost_over_optimum_mean=round(float(ratio[:, -1].mean()), 5),
-        final_cost_over_optimum_max=round(float(ratio[:, -1].max()), 5),
-        overflow=int(info.overflow.sum()),
-        inner_solves_converged=bool(info.converged.all()),
         estimate_solve_jax_ms=round(t_jax * 1e3, 2),
         estimate_solve_numpy_ms=round(t_np * 1e3, 2),
         estimate_solve_speedup=round(t_np / t_jax, 2),
-        llc_page_days_per_second=round(llc_throughput, 1),
-        heuristic_page_days_per_second=heuristic_throughput,
     )
     print(json.dumps(result))
 

@@ -8,7 +8,8 @@ root-finder's steps + bracket + final evaluation + correction/write); bytes read
 (importance, change rate, complete mask); the ratio of the solve to ONE memory pass over
 the same arrays measured in the same run (a NumPy dot product of importance and change
 rate); XLA's compiled memory (arguments, outputs, temporaries) against the input bytes;
-and the estimators (MLE) on the same pages with 8 observations each.  Then the same solve
+and the estimators (MLE, with its iterations and convergence) on the same pages with 8
+observations each.  Then the same solve
 with the pages sharded over ``--devices`` forced host devices (a subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count=N).  The last line is one JSON object
 with, among others, ``lambda_crawl_18.5M_seconds`` and ``lambda_crawl_18.5M_passes``.
@@ -72,7 +73,10 @@ def measure(n, with_estimators=True, mesh=None):
         changed = jax.random.uniform(key_c, (n, k)) < -jnp.expm1(-p.change_rate[:, None] * w)
         mle = jax.jit(estimators.mle)  # traced: eager validation is skipped, the timing is the estimator's
         r["mle_seconds"] = best_time(mle, w, changed, repeat=2)
-        del w, changed
+        info = jax.jit(lambda w, c: estimators.mle(w, c, return_info=True))(w, changed)
+        r["mle_passes"] = int(info.num_steps)  # iterations of the warm-started Newton (all pages)
+        r["mle_all_converged"] = bool(info.converged.all())
+        del w, changed, info
     return r
 
 

@@ -139,16 +139,20 @@ class Roots(NamedTuple):
         gets the bound on that side: for a monotone function that is the clipped root).
       converged: per-element bool (clipped elements are converged).
       num_steps: int32 scalar, iterations used.
+      steps: per-element int32, the evaluations of ``fn`` the element needed before it
+        met its tolerance (the last one confirms it; 0 for elements decided by the
+        bounds without iterating).
     """
 
     x: jax.Array
     converged: jax.Array
     num_steps: jax.Array
+    steps: Any = None
 
 
 def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower: Any, upper: Any, *,
                    x0: Any | None = None, max_steps: int = 64, rtol: float | None = None,
-                   ftol: float = 0.0) -> Roots:
+                   ftol: float = 0.0, bracket: tuple[Any, Any] | None = None) -> Roots:
     r"""Elementwise roots of ``fn(x, params) = 0``, ``fn`` nonincreasing in ``x``, on a box.
 
     Each element of ``x`` has its own equation (``fn`` maps an array ``x`` of shape ``S``
@@ -157,6 +161,14 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     relative step ``rtol`` (default ``4 eps^0.75``), at ``|f| <= ftol``, or at a bracket
     of a few ulps, and globally at ``max_steps``.  ``x0`` (optional, not differentiated)
     is the starting point.
+
+    ``bracket = (a, b)`` (optional, not differentiated) is a known bracket of the
+    *unclipped* root, ``a <= root <= b`` (e.g. from bounds on the equation's sufficient
+    statistics): then ``fn`` is not evaluated at ``lower`` and ``upper`` (two passes
+    saved), the roots at or beyond a bound are decided from the bracket (``b <= lower``:
+    ``lower``; ``a >= upper``: ``upper``), and the iteration starts on the bracket
+    intersected with ``[lower, upper]``.  A wrong bracket gives a wrong root: use it
+    only with proven bounds.
 
     Derivatives with respect to ``params``, ``lower`` and ``upper`` are exact by the
     implicit function theorem (a ``jax.custom_jvp``; reverse mode is its transpose).
@@ -175,37 +187,83 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     if x0 is not None:
         x0 = jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(x0, dtype), shape))
     cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol))
-    x, converged, steps = _monotone(fn, cfg, params, lower, upper, x0)
-    return Roots(x, converged, steps)
+    if bracket is not None:
+        bracket = tuple(jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(v, dtype), shape)) for v in bracket)
+    x, converged, steps, element_steps = _monotone(fn, cfg, params, lower, upper, x0, bracket)
+    return Roots(x, converged, steps, element_steps)
 
 
-def _monotone_impl(fn, cfg, params, lower, upper, x0):
+def _iterate_counting(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any, max_steps: int,
+                      ztol: Any) -> tuple[RootState, jax.Array]:
+    """:func:`iterate` that also counts, per element, the evaluations before it converged."""
+
+    def body(carry):
+        s, count = carry
+        f, df = f_and_df(root_value(s, log_mode))
+        return freeze(s, root_update(s, f, df, log_mode, tol, ztol)), count + (~s.done).astype(jnp.int32)
+
+    count = jnp.zeros(jnp.shape(state.z), jnp.int32)
+    return jax.lax.while_loop(lambda c: jnp.any(~c[0].done) & (c[0].k < max_steps), body, (state, count))
+
+
+def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
     max_steps, rtol, ftol = cfg
 
     def f_and_df(x):
         return jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
 
-    f_lo, _ = f_and_df(lower)
-    f_hi, _ = f_and_df(upper)
-    at_lo = ~(f_lo > 0)                 # root at or below the lower bound (or f(lower) NaN)
-    at_hi = (~at_lo) & ~(f_hi < 0)      # root at or above the upper bound
+    if bracket is None:
+        f_lo, _ = f_and_df(lower)
+        f_hi, _ = f_and_df(upper)
+        at_lo = ~(f_lo > 0)                 # root at or below the lower bound (or f(lower) NaN)
+        at_hi = (~at_lo) & ~(f_hi < 0)      # root at or above the upper bound
+        a, b = lower, upper
+    else:
+        a, b = bracket
+        at_lo = ~(b > lower)                # the root is at most b <= lower (or b NaN)
+        at_hi = (~at_lo) & ~(a < upper)     # the root is at least a >= upper
+        # a bracket across a bound: one pass at that bound (the upper one first) decides
+        # whether the root is clipped, instead of bisecting towards the bound
+        across_hi = ~(at_lo | at_hi) & (b > upper)
+        across_lo = ~(at_lo | at_hi | across_hi) & (a < lower)
+        probe = jnp.where(across_hi, upper, lower)
+        f_probe, df_probe = jax.lax.cond(jnp.any(across_hi | across_lo), lambda: f_and_df(probe),
+                                         lambda: (jnp.zeros_like(probe), jnp.zeros_like(probe)))
+        at_hi = at_hi | (across_hi & ~(f_probe < 0))
+        at_lo = at_lo | (across_lo & ~(f_probe > 0))
+        a = jnp.where(across_hi | across_lo, jnp.where(across_hi, a, lower), a)
+        b = jnp.where(across_hi, upper, b)
+        a = jnp.clip(a, lower, upper)
+        b = jnp.clip(b, a, upper)
     interior = ~(at_lo | at_hi)
-    state, log_mode = root_init(lower, upper, x0, ~interior)
-    final = iterate(f_and_df, state, log_mode, ftol, max_steps, ztol=rtol)
+    a, b = jnp.where(interior, a, lower), jnp.where(interior, b, upper)
+    state, log_mode = root_init(a, b, x0, ~interior)
+    if bracket is not None:  # the bracket may be narrow: let the first Newton step be any size inside it
+        state = state._replace(dz_old=jnp.full_like(state.dz_old, jnp.inf))
+        # a root between the left end and the upper bound: the Newton point from the bound
+        # (f < 0 there, known from the probe) when it lies inside the bracket within a
+        # factor 2 of the bound (near the bound the estimators' scores are concave in
+        # log x, where Newton from the right approaches the root monotonically)
+        dz = df_probe * jnp.where(log_mode, upper, 1.0)
+        ok = across_hi & interior & (dz < 0) & jnp.isfinite(dz) & jnp.isfinite(f_probe)
+        z_hi = state.zb - f_probe / jnp.where(ok, dz, -1.0)
+        near = z_hi > state.zb - jnp.where(log_mode, jnp.log(2.0), 0.5 * (state.zb - state.za))
+        state = state._replace(z=jnp.where(ok & near & (z_hi > state.za) & (z_hi < state.zb), z_hi, state.z))
+    final, count = _iterate_counting(f_and_df, state, log_mode, ftol, max_steps, rtol)
     x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, jnp.clip(root_value(final, log_mode), lower, upper)))
-    return x, final.done, final.k
+    return x, final.done, final.k, count
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _monotone(fn, cfg, params, lower, upper, x0):
-    return _monotone_impl(fn, cfg, params, lower, upper, x0)
+def _monotone(fn, cfg, params, lower, upper, x0, bracket):
+    return _monotone_impl(fn, cfg, params, lower, upper, x0, bracket)
 
 
 @_monotone.defjvp
 def _monotone_jvp(fn, cfg, primals, tangents):
-    params, lower, upper, x0 = primals
-    dparams, dlower, dupper, _ = tangents
-    x, converged, steps = _monotone(fn, cfg, params, lower, upper, x0)
+    params, lower, upper, x0, bracket = primals
+    dparams, dlower, dupper, _, _ = tangents
+    x, converged, steps, element_steps = _monotone(fn, cfg, params, lower, upper, x0, bracket)
     at_lo = x <= lower
     at_hi = (x >= upper) & ~at_lo
     interior = ~(at_lo | at_hi)
@@ -214,7 +272,7 @@ def _monotone_jvp(fn, cfg, primals, tangents):
     ok = interior & (df_dx != 0) & jnp.isfinite(df_dx)
     dx_int = -df_dth / jnp.where(ok, df_dx, 1.0)
     dx = jnp.where(at_lo, dlower, jnp.where(at_hi, dupper, jnp.where(ok, dx_int, 0.0)))
-    return (x, converged, steps), (dx, *float0_tangents((converged, steps)))
+    return (x, converged, steps, element_steps), (dx, *float0_tangents((converged, steps, element_steps)))
 
 
 def float0_tangents(like: tuple) -> tuple:

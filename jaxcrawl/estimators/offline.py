@@ -75,11 +75,14 @@ class Estimate(NamedTuple):
         always changed, empty -- are converged).
       num_steps: int32, iterations used (one pass over all histories each; per batch
         element under ``vmap``).
+      steps: ``(...)`` int32, per history, the evaluations of the estimating equation it
+        needed (the last one confirms convergence; 0 for histories decided by the clip).
     """
 
     rate: jax.Array
     converged: jax.Array
     num_steps: jax.Array
+    steps: jax.Array | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -232,7 +235,8 @@ def _refine_from_left(score, params, x0, lo, hi, steps):
     return jax.lax.fori_loop(0, steps, step, x0)
 
 
-def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol, throw, what):
+def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol, throw, what,
+                    bracket=None):
     """Root of the nonincreasing ``score`` per history, clipped to ``[min_rate, max_rate]``.
 
     The papers' singular cases are decided by the bounds of the box handed to the
@@ -249,15 +253,62 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
     lower = jnp.where(always, hi, lo)
     upper = jnp.where(never, lo, hi)
     sg = jax.lax.stop_gradient
-    x0 = _initial_guess(w, c, m, sg(lo), sg(hi))
-    left_steps = min(_LEFT_STEPS, max_steps - 1)
-    x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi), left_steps)
-    roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps - left_steps, rtol=rtol)
+    if bracket is not None:  # warm start: Newton from the bracket's left end, no bound passes
+        x0 = bracket[0]
+        left_steps = 0
+    else:
+        x0 = _initial_guess(w, c, m, sg(lo), sg(hi))
+        left_steps = min(_LEFT_STEPS, max_steps - 1)
+        x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi), left_steps)
+    roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps - left_steps, rtol=rtol,
+                           bracket=bracket)
     num_steps = sg(roots.num_steps) + left_steps
     if throw:
         residual = jnp.where(roots.converged, 0, score(sg(roots.x), sg(params)))
         raise_unless_converged(what, roots.converged, num_steps, residual)
-    return Estimate(roots.x, roots.converged, num_steps)
+    steps = jnp.where(roots.steps > 0, roots.steps + left_steps, 0)
+    return Estimate(roots.x, roots.converged, num_steps, steps)
+
+
+# ------------------------------------------------- warm start of the likelihood equation
+def _likelihood_bracket(w, c, m):
+    r"""A bracket of the likelihood equation's root from its sufficient statistics
+    (issue 16's warm start).
+
+    With :math:`U` changed crawls of total interval :math:`S_c` and unchanged time
+    :math:`W_u`, the root of :math:`A(\xi) = \sum_{o_n=1} w_n/(e^{\xi w_n}-1) = W_u` lies in
+
+    .. math:: \Big[\frac{U}{S_c}\log\big(1 + \frac{S_c}{W_u}\big),\ \frac{U}{W_u}\Big]:
+
+    :math:`w \mapsto w/(e^{\xi w}-1)` is convex, so by Jensen
+    :math:`A(\xi) \ge U\bar w/(e^{\xi\bar w}-1)` with :math:`\bar w = S_c/U`, which is
+    :math:`W_u` at the left end (so :math:`A \ge W_u` there: the root is right of it; the
+    left end is the exact root when all changed intervals are equal); each term is at
+    most the sum, so the shortest changed interval's term gives another left end,
+    :math:`\log(1 + w_{\min}/W_u)/w_{\min}`, and the larger of the two is used; and
+    :math:`e^x - 1 \ge x` gives :math:`A(\xi) \le U/\xi`, which is :math:`W_u` at the
+    right end.  Newton (on :math:`\log\xi`) from the left end needs about three
+    evaluations for most histories (``tests/test_estimators.py`` asserts the
+    distribution).  Histories without a changed or an unchanged crawl give ``(0, 0)`` and
+    ``(inf, inf)``: decided by the clip.
+    """
+    dtype = w.dtype
+    u = jnp.sum(c & m, axis=-1).astype(dtype)
+    s_c = jnp.sum(jnp.where(c & m, w, 0), axis=-1)
+    w_u = jnp.sum(jnp.where(m & ~c, w, 0), axis=-1)
+    has_c, has_u = (u > 0) & (s_c > 0), w_u > 0
+    ratio = s_c / jnp.where(has_u, w_u, 1)
+    left = jnp.log1p(ratio) * u / jnp.where(has_c, s_c, 1)
+    right = u / jnp.where(has_u, w_u, 1)
+    inf = jnp.asarray(jnp.inf, dtype)
+    # each term is at most the sum: the shortest changed interval's term alone gives a
+    # second left end, far better than Jensen's when ξ w is large and the intervals spread
+    w_min = jnp.min(jnp.where(c & m, w, inf), axis=-1)
+    w_min = jnp.where(has_c & jnp.isfinite(w_min), w_min, 1)
+    left = jnp.maximum(left, jnp.log1p(w_min / jnp.where(has_u, w_u, 1)) / w_min)
+    left = jnp.where(has_c, jnp.where(has_u, left, inf), 0)
+    right = jnp.where(has_c, jnp.where(has_u, jnp.maximum(right, left), inf), 0)
+    return jax.lax.stop_gradient(left), jax.lax.stop_gradient(right)
 
 
 def _options(max_steps: int, rtol: float | None) -> tuple[int, float | None]:
@@ -333,7 +384,7 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
 def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
     w, c, m = prepare(intervals, changed, mask)
     return _solve_equation(_likelihood_score, _likelihood_params(w, c), w, c, m, min_rate, max_rate,
-                           max_steps, rtol, throw, "estimators.mle")
+                           max_steps, rtol, throw, "estimators.mle", bracket=_likelihood_bracket(w, c, m))
 
 
 def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
@@ -437,7 +488,8 @@ def _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing
     c = jnp.concatenate([c, jnp.ones(batch + (1,), bool), jnp.zeros(batch + (1,), bool)], axis=-1)
     keep = jnp.concatenate([keep, jnp.ones(batch + (2,), bool)], axis=-1)
     return _solve_equation(_likelihood_score, _likelihood_params(w, c), w, c, keep, min_rate, max_rate,
-                           max_steps, rtol, throw, "estimators.mle_smoothed")
+                           max_steps, rtol, throw, "estimators.mle_smoothed",
+                           bracket=_likelihood_bracket(w, c, keep))
 
 
 def complete_obs_rate(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,

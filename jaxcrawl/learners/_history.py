@@ -13,6 +13,7 @@ public types).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -20,7 +21,8 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcrawl.problem import CrawlProblem
-from jaxcrawl.simulate import SimConfig, SimState, simulate_window
+from jaxcrawl.simulate import ObserveConfig, Observed, SimConfig, SimState, observe_window, simulate_window
+from jaxcrawl.simulate.observe import EVENT, OBSERVATION
 
 __all__ = [
     "PaddedHistory",
@@ -35,6 +37,10 @@ __all__ = [
     "suffix_history",
     "EpochStats",
     "crawl_epoch",
+    "record_observed",
+    "observe_epoch",
+    "use_observation",
+    "check_observe",
 ]
 
 
@@ -226,3 +232,80 @@ def crawl_epoch(key: jax.Array, sim: SimState, hist: CrawlHistory, problem: Craw
 
     (sim, hist), stats = jax.lax.scan(window, (sim, hist), jax.random.split(key, num_windows))
     return sim, hist, stats
+
+
+# ------------------------------------------------------- observation-level sampler
+def record_observed(hist: CrawlHistory, observed: Observed, epoch: ArrayLike) -> CrawlHistory:
+    """:func:`record_window` for the flat observations of
+    :func:`jaxcrawl.simulate.observe_window`: the same ring-buffer entries, epoch columns
+    and signals as recording the same crawls window by window."""
+    n, cap = hist.changed_interval.shape
+    obs = observed
+    pg = jnp.minimum(obs.page, n - 1)
+    chg = obs.valid & obs.changed
+    unc = obs.valid & ~obs.changed
+    chg_i = chg.astype(jnp.int32)
+    count = jax.ops.segment_sum(chg_i, pg, n, indices_are_sorted=True)
+    before_page = jnp.cumsum(count) - count  # changed crawls of the pages before
+    rank = jnp.cumsum(chg_i) - chg_i - before_page[pg]
+    pos = jnp.where(chg, (hist.head[pg] + rank) % cap, cap)  # cap: dropped scatter
+    old = jnp.where(chg, hist.changed_epoch[pg, jnp.minimum(pos, cap - 1)], -1)
+    dropped = jnp.maximum(hist.dropped_epoch,
+                          jax.ops.segment_max(old, pg, n, indices_are_sorted=True))
+    dropped = jnp.where(count > cap, epoch, dropped)  # wrapped onto its own new entries
+    col = epoch % hist.column_epoch.shape[0]
+    dtype = hist.unchanged_time.dtype
+    unchanged = jax.ops.segment_sum(jnp.where(unc, obs.interval, 0.0), pg, n, indices_are_sorted=True)
+    return hist._replace(
+        changed_interval=hist.changed_interval.at[pg, pos].set(obs.interval.astype(dtype), mode="drop"),
+        changed_epoch=hist.changed_epoch.at[pg, pos].set(epoch, mode="drop"),
+        head=hist.head + count,
+        dropped_epoch=dropped,
+        unchanged_time=hist.unchanged_time.at[:, col].add(unchanged.astype(dtype)),
+        signals=hist.signals.at[:, col].add(obs.num_changes.astype(dtype)),
+    )
+
+
+def observe_epoch(key: jax.Array, sim: SimState, hist: CrawlHistory, problem: CrawlProblem, schedule: Any,
+                  config: ObserveConfig, num_windows: int, epoch: ArrayLike, *,
+                  signals: ArrayLike | None = None) -> tuple[SimState, CrawlHistory, EpochStats]:
+    """:func:`crawl_epoch` with the observation-level sampler
+    (:func:`jaxcrawl.simulate.observe_window`, exact in distribution): ``num_windows``
+    windows of ``config.window``.  ``stats.utility`` is the conditional expectation of the
+    simulated utility given the draws (:attr:`jaxcrawl.simulate.Observed.fresh_time`;
+    the same mean).  ``signals``: the completely observed pages (default
+    ``problem.complete``)."""
+    hist = start_epoch(hist, epoch)
+    m = problem.change_rate.shape[-1]
+
+    def window(carry, k):
+        sim_, h = carry
+        sim_, obs = observe_window(k, sim_, problem, schedule, config, signals=signals)
+        h = record_observed(h, obs, epoch)
+        stats = EpochStats(jnp.sum(problem.importance * obs.fresh_time, axis=-1) / m,
+                           jnp.sum(obs.overflow, dtype=jnp.int32), jnp.sum(obs.num_crawls, dtype=jnp.int32))
+        return (sim_, h), stats
+
+    (sim, hist), stats = jax.lax.scan(window, (sim, hist), jax.random.split(key, num_windows))
+    return sim, hist, stats
+
+
+# ------------------------------------------------------- sampler choice (issue 16)
+def use_observation(sampler: str) -> bool:
+    """``"auto"`` and ``"observation"``: the crawling learners' policies are Poisson or
+    signal crawling, which the observation-level sampler simulates exactly."""
+    if sampler not in ("auto", "event", "observation"):
+        raise ValueError(f"sampler must be 'auto', 'event' or 'observation', got {sampler!r}")
+    return sampler != "event"
+
+
+def check_observe(observe: ObserveConfig | None, duration: float) -> int:
+    """The sampler code of a learner built with ``observe`` (None: event level)."""
+    if observe is None:
+        return EVENT
+    if not isinstance(observe, ObserveConfig):
+        raise TypeError("observe must be a jaxcrawl.simulate.ObserveConfig or None (see the *_settings helpers)")
+    if not math.isclose(observe.window, duration, rel_tol=1e-9):
+        raise ValueError(f"observe.window ({observe.window}) must equal the epoch / window length "
+                         f"it samples ({duration})")
+    return OBSERVATION

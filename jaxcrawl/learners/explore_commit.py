@@ -57,26 +57,32 @@ from jaxcrawl._src.checks import is_concrete
 from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
 from jaxcrawl.problem import CrawlProblem
 from jaxcrawl.simulate import (
+    ObserveConfig,
     SimConfig,
     SimState,
     config_for,
     init_state,
+    observe_config,
     periodic_schedule,
     poisson_capacity,
     poisson_schedule,
     simulate,
     simulate_window,
 )
+from jaxcrawl.simulate.observe import OBSERVATION
 from jaxcrawl.utilities import BINARY, solve
 
 from ._history import (
     CrawlHistory,
     PaddedHistory,
     append_window,
+    check_observe,
     crawl_epoch,
     empty_history,
     empty_padded_history,
+    observe_epoch,
     suffix_history,
+    use_observation,
     window_utility,
 )
 from .base import Learner, run_learner
@@ -701,6 +707,8 @@ class PhaseInfo(NamedTuple):
       estimate: ``(m,)`` the estimates at the end of the phase.
       overflow: page-windows that overflowed a simulator capacity.
       truncated: pages whose history was shortened by the ring buffer.
+      sampler: 0 (event-level simulator) or 1 (observation-level; ``simulated_utility``
+        is then the conditional expectation of the simulated one given the draws).
     """
 
     duration: jax.Array
@@ -711,12 +719,13 @@ class PhaseInfo(NamedTuple):
     estimate: jax.Array
     overflow: jax.Array
     truncated: jax.Array
+    sampler: Any = 0
 
 
 def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int, *,
                     epsilon: float = 0.01, events_per_window: float = 24.0, safety: float = 2.0,
                     max_crawl_rate: float | None = None, history_capacity: int | None = None,
-                    tail: float = 1e-9) -> dict:
+                    tail: float = 1e-9, sampler: str = "auto") -> dict:
     """Static settings of :func:`phased_epsilon_greedy` (eager).
 
     Phases of ``phase_length`` cut into windows with about ``events_per_window``
@@ -727,7 +736,10 @@ def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int,
     tail ``tail``), unless ``history_capacity`` is given.
 
     Returns:
-      ``dict(config=..., windows_per_phase=..., num_phases=..., history_capacity=...)``.
+      ``dict(config=..., windows_per_phase=..., num_phases=..., history_capacity=...,
+      observe=...)``; ``sampler``: ``"auto"``/``"observation"`` add the
+      observation-level sampler's config for one window per phase (the phases crawl as
+      Poisson processes, which it simulates exactly), ``"event"`` gives ``observe=None``.
     """
     if not is_concrete(problem):
         raise ValueError("phased_settings needs concrete values")
@@ -750,14 +762,18 @@ def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int,
         changed = max(float((r * lam / (r + lam)).max()) for r in (eps_rate, uniform))
         cap = poisson_capacity(safety * changed * phase_length * num_phases, tail)
         history_capacity = int(-(-cap // 8) * 8)
+    observe = None
+    if use_observation(sampler):
+        observe = observe_config(problem, phase_length, max_crawl_rate=rho, total_crawl_rate=bw, tail=tail)
     return dict(config=config, windows_per_phase=windows, num_phases=int(num_phases),
-                history_capacity=int(history_capacity))
+                history_capacity=int(history_capacity), observe=observe)
 
 
 def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phases: int,
                           history_capacity: int,
                           min_rate: float = estimators.DEFAULT_MIN_RATE,
-                          max_rate: float = estimators.DEFAULT_MAX_RATE) -> Learner:
+                          max_rate: float = estimators.DEFAULT_MAX_RATE,
+                          observe: ObserveConfig | None = None) -> Learner:
     r"""Phased ε-greedy crawling (L2C §6.2) as a :class:`~jaxcrawl.learners.base.Learner`.
 
     One ``step`` is one phase of ``windows_per_phase * config.window`` time units (the
@@ -782,6 +798,10 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
       num_phases: phases the history holds (a longer run forgets the oldest phases).
       history_capacity: changed crawls kept per page.
       min_rate, max_rate: the estimator's clip (L2C §6: 1e-9 and 25).
+      observe: the observation-level sampler's config (:func:`phased_settings`): when
+        given, each phase is drawn in one window by
+        :func:`jaxcrawl.simulate.observe_window` (exact in distribution), else by the
+        event-level simulator.  ``info.sampler`` says which.
 
     Returns:
       :class:`Learner` named ``"phased_eps_greedy"``; ``init(problem, params: EpsGreedyParams = None)``.
@@ -791,6 +811,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
     phase_length = windows_per_phase * config.window
+    sampler = check_observe(observe, phase_length)
 
     def init(problem: CrawlProblem, params: EpsGreedyParams | None = None) -> EpsGreedyState:
         dtype = problem.change_rate.dtype
@@ -806,8 +827,13 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
 
     def step(key, state: EpsGreedyState, problem: CrawlProblem):
         phase = state.phase
-        sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, poisson_schedule(state.rate),
-                                       config, windows_per_phase, phase)
+        if sampler == OBSERVATION:  # every page's crawls observed (L2C: no change signals)
+            sim, hist, stats = observe_epoch(key, state.sim, state.history, problem, poisson_schedule(state.rate),
+                                             observe, 1, phase,
+                                             signals=jnp.zeros(problem.change_rate.shape, bool))
+        else:
+            sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, poisson_schedule(state.rate),
+                                           config, windows_per_phase, phase)
         fresh, overflow = stats.utility, stats.overflow
         intervals, changed, mask = suffix_history(hist, phase, jnp.inf)
         est = estimators.mle(intervals, changed, mask, min_rate=min_rate, max_rate=max_rate)
@@ -821,7 +847,8 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
         f_exec = binary_freshness(problem, state.rate)
         truncated = jnp.sum(hist.dropped_epoch >= 0, dtype=jnp.int32)
         info = PhaseInfo(jnp.asarray(phase_length, f_exec.dtype), phase_length / n * f_exec,
-                         jnp.sum(fresh), f_exec, state.rate, est, jnp.sum(overflow), truncated)
+                         jnp.sum(fresh), f_exec, state.rate, est, jnp.sum(overflow), truncated,
+                         jnp.asarray(sampler, jnp.int32))
         return EpsGreedyState(sim, hist, rate, est, phase + 1, state.params), info
 
     return Learner(init, step, "phased_eps_greedy")

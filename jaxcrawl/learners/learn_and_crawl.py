@@ -70,25 +70,33 @@ from jaxcrawl._src.checks import is_concrete
 from jaxcrawl.objectives import binary_cost, binary_freshness, harmonic_cost
 from jaxcrawl.problem import CrawlProblem, Policy
 from jaxcrawl.simulate import (
+    ObserveConfig,
     SimConfig,
     SimState,
     config_for,
     init_state,
+    observe_config,
+    observe_window,
+    padded_observations,
     poisson_capacity,
     poisson_schedule,
     schedule_from_policy,
     simulate_window,
 )
+from jaxcrawl.simulate.observe import OBSERVATION
 from jaxcrawl.utilities import BINARY, BINARY_EPSILON, HARMONIC, HARMONIC_APPROX, Utility, get_utility, solve
 
 from ._history import (
     CrawlHistory,
+    check_observe,
     crawl_epoch,
     empty_history,
     in_suffix,
+    observe_epoch,
     record_window,
     start_epoch,
     suffix_history,
+    use_observation,
 )
 from .base import Learner
 
@@ -368,6 +376,9 @@ class LLCInfo(NamedTuple):
       epoch: epochs completed.
       converged: whether the inner solve's root-find met its tolerance
         (:attr:`jaxcrawl.Policy.converged`).
+      sampler: which simulator made the epoch's observations:
+        :data:`jaxcrawl.simulate.observe.EVENT` (0, every change simulated) or
+        :data:`~jaxcrawl.simulate.observe.OBSERVATION` (1, observations only).
     """
 
     harmonic_cost: jax.Array
@@ -379,6 +390,7 @@ class LLCInfo(NamedTuple):
     dual: jax.Array
     epoch: jax.Array
     converged: Any = True
+    sampler: Any = 0
 
 
 def _params(params, cls, dtype):
@@ -410,7 +422,8 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
                            windows_per_epoch: int,
                            history_capacity: int = 64, history_epochs: int = 21,
                            min_rate: float = estimators.DEFAULT_MIN_RATE,
-                           max_rate: float = 1e3, forgetting: bool = False) -> Learner:
+                           max_rate: float = 1e3, forgetting: bool = False,
+                           observe: ObserveConfig | None = None) -> Learner:
     r"""LambdaLearnAndCrawl (K19 Alg. 4) with a given inner solver, as a :class:`Learner`.
 
     One ``step`` is one epoch of length ``windows_per_epoch * config.window``: execute
@@ -435,6 +448,12 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         the clip only guards the solvers).
       forgetting: discount older epochs by ``params.half_life`` (:func:`suffix_estimate`)
         so the learner follows drifting rates; the name gets a ``"-forget"`` suffix.
+      observe: the observation-level sampler's config (:func:`llc_settings` builds it):
+        when given, each epoch is drawn in one window by
+        :func:`jaxcrawl.simulate.observe_window` (exact in distribution: the learner reads
+        only crawl intervals, changed bits and change signals, and evaluates its policies
+        in closed form), else by the event-level simulator in ``windows_per_epoch``
+        windows of ``config``.  ``info.sampler`` says which.
 
     Returns:
       :class:`Learner` named ``"llc"``, ``"llca"``, ``"bllc"`` or ``"llc[<utility name>]"``
@@ -450,6 +469,7 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
     if not (0 < min_rate < max_rate):
         raise ValueError("need 0 < min_rate < max_rate")
     epoch_length = config.window * windows_per_epoch
+    sampler = check_observe(observe, epoch_length)
 
     def init(problem: CrawlProblem, params: LLCParams | None = None) -> LLCState:
         dtype = problem.change_rate.dtype
@@ -466,8 +486,11 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         prm = state.params
         epoch = state.epoch
         schedule = schedule_from_policy(problem.replace(complete=state.policy.on_signal), state.policy)
-        sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, schedule, config,
-                                       windows_per_epoch, epoch)
+        if sampler == OBSERVATION:
+            sim, hist, stats = observe_epoch(key, state.sim, state.history, problem, schedule, observe, 1, epoch)
+        else:
+            sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, schedule, config,
+                                           windows_per_epoch, epoch)
         overflow, crawls = stats.overflow, stats.num_crawls
         estimate, truncated = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
@@ -479,7 +502,7 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
         info = LLCInfo(harm, binc, err, jnp.sum(crawls), jnp.sum(overflow),
                        jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1,
-                       policy.converged)
+                       policy.converged, jnp.asarray(sampler, jnp.int32))
         return new, info
 
     name = "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities)
@@ -517,7 +540,8 @@ def llc_settings(problem: CrawlProblem, solver: Solver | tuple = "harmonic", *,
                  epoch_length: float = 1.0,
                  epsilon: float = 0.4, initial_rate: float = 1.0, safety: float = 2.0,
                  events_per_window: float = 24.0, history_epochs: int = 21,
-                 history_capacity: int | None = None, tail: float = 1e-9) -> dict:
+                 history_capacity: int | None = None, tail: float = 1e-9,
+                 sampler: str = "auto") -> dict:
     """Static settings for :func:`lambda_learn_and_crawl` sized for ``problem`` (eager).
 
     Pilot policies (the inner solver(s) at the initial estimate and at the true rates)
@@ -532,9 +556,13 @@ def llc_settings(problem: CrawlProblem, solver: Solver | tuple = "harmonic", *,
     over one epoch (times ``safety``) at tail ``tail``, at least 16.
 
     Returns:
-      ``dict(config=..., windows_per_epoch=..., history_capacity=..., history_epochs=...)``
-      to pass to :func:`lambda_learn_and_crawl` as keyword arguments.  Works for a batch of
-      problems (the bounds are maxima over the batch).
+      ``dict(config=..., windows_per_epoch=..., history_capacity=..., history_epochs=...,
+      observe=...)`` to pass to :func:`lambda_learn_and_crawl` as keyword arguments.  Works
+      for a batch of problems (the bounds are maxima over the batch).  ``sampler``:
+      ``"auto"`` or ``"observation"`` add the observation-level sampler's config
+      (``observe``, one window per epoch with the same per-page bounds; LLC's policies
+      are Poisson or signal crawling, which it simulates exactly), ``"event"`` leaves it
+      out (``observe=None``: the event-level simulator).
     """
     if not is_concrete(problem):
         raise ValueError("llc_settings needs concrete values: call it outside jit")
@@ -568,8 +596,12 @@ def llc_settings(problem: CrawlProblem, solver: Solver | tuple = "harmonic", *,
     if history_capacity is None:
         cap = poisson_capacity(safety * changed * epoch_length, tail)
         history_capacity = int(max(16, -(-cap // 8) * 8))
+    observe = None
+    if use_observation(sampler):
+        observe = observe_config(problem, epoch_length, max_crawl_rate=bound.reshape(shape),
+                                 total_crawl_rate=float(np.max(bw)) * safety, tail=tail)
     return dict(config=config, windows_per_epoch=windows, history_capacity=int(history_capacity),
-                history_epochs=int(history_epochs))
+                history_epochs=int(history_epochs), observe=observe)
 
 
 # ---------------------------------------------------------- Avrachenkov et al. §5
@@ -630,6 +662,7 @@ class OnlineInfo(NamedTuple):
         under the true rates (Avrachenkov eq. 17 / L2C eq. 5).
       num_observations: observations made during the round (all pages).
       overflow: page-windows that overflowed a simulator capacity.
+      sampler: 0 (event-level simulator) or 1 (observation-level), as in :class:`LLCInfo`.
     """
 
     rate: jax.Array
@@ -637,6 +670,7 @@ class OnlineInfo(NamedTuple):
     freshness: jax.Array
     num_observations: jax.Array
     overflow: jax.Array
+    sampler: Any = 0
 
 
 def _online_estimator(kind: str, prm: OnlineParams, omega: float):
@@ -649,7 +683,8 @@ def _online_estimator(kind: str, prm: OnlineParams, omega: float):
 
 def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_per_round: int,
                            omega: float = 1.0, min_rate: float = 1e-3,
-                           max_rate: float = estimators.DEFAULT_MAX_RATE) -> Learner:
+                           max_rate: float = estimators.DEFAULT_MAX_RATE,
+                           observe: ObserveConfig | None = None) -> Learner:
     r"""Online estimates re-solved with Azar et al.'s algorithm (Avrachenkov et al. §5).
 
     Start with :math:`p_i = B/N`.  One ``step`` is a round of ``windows_per_round``
@@ -673,6 +708,11 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
       windows_per_round: simulator windows per round.
       omega: SAM's ω (static).
       min_rate, max_rate: clip of the estimates handed to the solver.
+      observe: the observation-level sampler's config for one window
+        (:func:`online_settings` builds it): when given, each window's observations are
+        drawn by :func:`jaxcrawl.simulate.observe_window` (exact in distribution, no
+        change events) and laid out as ``config.crawl_capacity`` columns per page, else by
+        the event-level simulator.  ``info.sampler`` says which.
 
     Returns:
       :class:`Learner` named ``"online_<estimator>"``; ``init(problem, params: OnlineParams = None)``.
@@ -686,6 +726,7 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
     omega = float(omega)
     if not omega > 0:
         raise ValueError(f"omega must be > 0, got {omega!r}")
+    sampler = check_observe(observe, config.window)
 
     def full_params(params, dtype):
         given = OnlineParams() if params is None else params
@@ -722,17 +763,21 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
 
         def window(carry, k):
             sim, es = carry
-            sim, win = simulate_window(k, sim, problem, schedule, config)
-            obs = win.observations
+            if sampler == OBSERVATION:
+                no_signals = jnp.zeros(problem.change_rate.shape, bool)
+                sim, seen = observe_window(k, sim, problem, schedule, observe, signals=no_signals)
+                _, changed, mask, lost = padded_observations(seen, config.crawl_capacity)
+                over = seen.overflow | lost
+            else:
+                sim, win = simulate_window(k, sim, problem, schedule, config)
+                changed, mask, over = win.observations.changed, win.observations.mask, win.overflow
 
-            def observe(s, slot):
-                changed, mask = slot
-                return est.update(s, changed, mask), None
+            def update(s, slot):
+                c, m = slot
+                return est.update(s, c, m), None
 
-            es, _ = jax.lax.scan(observe, es, (jnp.moveaxis(obs.changed, -1, 0),
-                                               jnp.moveaxis(obs.mask, -1, 0)))
-            return (sim, es), (jnp.sum(win.overflow, dtype=jnp.int32),
-                               jnp.sum(obs.mask, dtype=jnp.int32))
+            es, _ = jax.lax.scan(update, es, (jnp.moveaxis(changed, -1, 0), jnp.moveaxis(mask, -1, 0)))
+            return (sim, es), (jnp.sum(over, dtype=jnp.int32), jnp.sum(mask, dtype=jnp.int32))
 
         (sim, es), (overflow, num_obs) = jax.lax.scan(window, (state.sim, state.estimator), window_keys)
         estimate = jnp.clip(es.rate, min_rate, max_rate)
@@ -741,7 +786,7 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
         if estimator == "lln":  # restart the counts; the estimate carries over
             es = es._replace(num_obs=jnp.zeros_like(es.num_obs), num_changes=jnp.zeros_like(es.num_changes))
         info = OnlineInfo(new_rate, estimate, binary_freshness(problem, new_rate),
-                          jnp.sum(num_obs), jnp.sum(overflow))
+                          jnp.sum(num_obs), jnp.sum(overflow), jnp.asarray(sampler, jnp.int32))
         return OnlineState(es, new_rate, sim, state.round + 1, prm), info
 
     return Learner(init, step, f"online_{estimator}")
@@ -749,7 +794,8 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
 
 def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50.0,
                     events_per_window: float = 24.0, safety: float = 3.0,
-                    max_crawl_rate: float | None = None, tail: float = 1e-9) -> dict:
+                    max_crawl_rate: float | None = None, tail: float = 1e-9,
+                    sampler: str = "auto") -> dict:
     """Static settings for :func:`online_learn_and_crawl` (eager).
 
     A round lasts ``observations_per_round * n / B`` time units (on average that many
@@ -760,7 +806,8 @@ def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50
     as overflows in :attr:`OnlineInfo.overflow`.
 
     Returns:
-      ``dict(config=..., windows_per_round=...)``.
+      ``dict(config=..., windows_per_round=..., observe=...)``; ``sampler`` as in
+      :func:`llc_settings` (the loop crawls every page as a Poisson process).
     """
     if not is_concrete(problem):
         raise ValueError("online_settings needs concrete values: call it outside jit")
@@ -775,4 +822,7 @@ def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50
     windows = max(1, int(math.ceil(busiest * round_length / events_per_window)))
     config = config_for(problem, None, round_length / windows,
                         max_crawl_rate=rho, total_crawl_rate=bw, tail=tail, requests=False)
-    return dict(config=config, windows_per_round=windows)
+    observe = None
+    if use_observation(sampler):
+        observe = observe_config(problem, config.window, max_crawl_rate=rho, total_crawl_rate=bw, tail=tail)
+    return dict(config=config, windows_per_round=windows, observe=observe)

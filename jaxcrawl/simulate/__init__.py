@@ -56,6 +56,10 @@ crawling from a cache state :math:`s`, is
 utility), as the lemma's derivation gives; the simulator reproduces it
 (``tests/test_simulate.py``).
 
+For learners that only read observations, :mod:`~jaxcrawl.simulate.observe`
+(:func:`observe_window`) draws the crawler's view alone -- crawl intervals and changed
+bits, change signals, the carried state -- with the same laws and no change events.
+
 Layout: :mod:`~jaxcrawl.simulate.schedules` (what the crawler does),
 :mod:`~jaxcrawl.simulate.state` (what carries over, capacities),
 :mod:`~jaxcrawl.simulate.window` (one window), :mod:`~jaxcrawl.simulate.runs` (many
@@ -76,6 +80,11 @@ from .drift import simulate_drift as simulate_drift
 from .evaluation import Evaluation as Evaluation
 from .evaluation import evaluate as evaluate
 from .evaluation import monte_carlo as monte_carlo
+from .observe import ObserveConfig as ObserveConfig
+from .observe import Observed as Observed
+from .observe import observe_config as observe_config
+from .observe import observe_window as observe_window
+from .observe import padded_observations as padded_observations
 from .runs import Totals as Totals
 from .runs import history as history
 from .runs import simulate as simulate
@@ -133,4 +142,9 @@ __all__ = [
     "DriftTotals",
     "simulate_drift",
     "periodic_drift_costs",
+    "ObserveConfig",
+    "Observed",
+    "observe_config",
+    "observe_window",
+    "padded_observations",
 ]
