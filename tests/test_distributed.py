@@ -413,3 +413,16 @@ def test_cli_requests_a_job_from_flags_or_cluster_environment(monkeypatch):
         monkeypatch.setenv(var, "1")
         assert not multiprocess.requested(ns)
     assert multiprocess.part_path("out/plan.csv", 1, 3) == "out/plan.part00001-of-00003.csv"
+
+
+def test_multiprocess_solve_refuses_options_it_does_not_implement():
+    """The multi-process `jaxcrawl solve` path does not take revisit bounds, crawl delays,
+    real time or crawler outputs yet: it refuses them by name instead of ignoring them."""
+    from jaxcrawl.cli import build_parser, multiprocess
+
+    base = ["solve", "--num-processes", "2", "--process-id", "0", "--coordinator", "127.0.0.1:1"]
+    for extra, flag in ((["--min-interval", "1h"], "--min-interval"), (["--time-unit", "hours"], "--time-unit"),
+                        (["--nutch", "seeds.txt"], "--nutch")):
+        args = build_parser().parse_args(base + extra)
+        with pytest.raises(ValueError, match=flag):
+            multiprocess.run_solve(args)

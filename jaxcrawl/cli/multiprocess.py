@@ -108,6 +108,16 @@ def run_solve(args: argparse.Namespace) -> int:
     from jaxcrawl import distributed as dist
     from jaxcrawl._src.rootfind import default_rtol
 
+    # Options of the single-process solve that this path does not implement yet: refuse them
+    # rather than write a plan that silently ignores them.
+    unsupported = [flag for flag, attr, default in (
+        ("--min-interval", "min_interval", None), ("--max-interval", "max_interval", None),
+        ("--hosts", "hosts", None), ("--crawl-delays", "crawl_delays", None), ("--robots", "robots", None),
+        ("--urlfrontier", "urlfrontier", None), ("--nutch", "nutch", None), ("--start", "start", None),
+        ("--time-unit", "time_unit", "days")) if getattr(args, attr, default) != default]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)}: not supported yet with several processes "
+                         "(run the solve in one process, or without these options)")
     if not join(args):
         raise ValueError("--num-processes/--distributed: this job has one process; run without them")
     pid, nproc = jax.process_index(), jax.process_count()
