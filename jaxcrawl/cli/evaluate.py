@@ -155,13 +155,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be >= 2 (standard errors need two); got {args.seeds}")
     page_id, imp, lam, comp, source = _load(args)
     n = len(page_id)
-    if args.bandwidth is not None:
-        bandwidth = args.bandwidth
-    else:
-        frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
-        if not frac > 0:
-            raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
-        bandwidth = frac * n
+    from .solve import bandwidth_from_args
+
+    bandwidth = bandwidth_from_args(args, n)
     dtype = jnp.float64 if args.x64 else jnp.float32
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth, jnp.asarray(comp))
     key = jax.random.PRNGKey(args.mc_seed)

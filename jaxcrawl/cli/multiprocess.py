@@ -147,13 +147,9 @@ def run_solve(args: argparse.Namespace) -> int:
             imp, lam, comp = (np.asarray(a)[s:e] for a in (syn.importance, syn.change_rate, syn.complete))
         source, table_fp = f"synthetic(seed={args.seed}, num_pages={n})", None
     num_pages = int(dist.allreduce_sum([len(imp)])[0])
-    if args.bandwidth is not None:
-        bandwidth = float(args.bandwidth)
-    else:
-        frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
-        if not frac > 0:
-            raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
-        bandwidth = frac * num_pages
+    from .solve import bandwidth_from_args
+
+    bandwidth = float(bandwidth_from_args(args, num_pages))
     host_id = host_cap = None
     if args.host_caps:
         error = None

@@ -82,6 +82,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+
+def bandwidth_from_args(args: argparse.Namespace, num_pages: int) -> float:
+    """``--bandwidth``, else ``--bandwidth-fraction`` (default 0.2) times the number of pages."""
+    if args.bandwidth is not None:
+        return args.bandwidth
+    frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
+    if not frac > 0:
+        raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
+    return frac * num_pages
+
 def add_time_arguments(p: argparse.ArgumentParser) -> None:
     """``--time-unit`` and ``--start`` (shared by solve and schedule)."""
     from jaxcrawl.io.crawler import TIME_UNITS
@@ -221,13 +231,7 @@ def run(args: argparse.Namespace) -> int:
     read_seconds = time.perf_counter() - t_read
     page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
     n = len(page_id)
-    if args.bandwidth is not None:
-        bandwidth = args.bandwidth
-    else:
-        frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
-        if not frac > 0:
-            raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
-        bandwidth = frac * n
+    bandwidth = bandwidth_from_args(args, n)
     # revisit bounds: the file's columns and the arguments, the tighter of each applies
     bounded = any(v is not None for v in (rows.min_interval, rows.max_interval, min_iv, max_iv))
     lo = hi = None

@@ -61,13 +61,9 @@ def run(args: argparse.Namespace) -> int:
     if args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1; got {args.chunk_size}")
     table = PageTable(args.table)
-    if args.bandwidth is not None:
-        bandwidth = args.bandwidth
-    else:
-        frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
-        if not frac > 0:
-            raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
-        bandwidth = frac * table.num_pages
+    from .solve import bandwidth_from_args
+
+    bandwidth = bandwidth_from_args(args, table.num_pages)
     objective, epsilon = ("binary", args.epsilon) if args.objective == "binary-epsilon" else (args.objective, 0.0)
     t0 = time.perf_counter()
     res = stream_solve(table, float(bandwidth), objective=objective, epsilon=epsilon, chunk_size=args.chunk_size,
