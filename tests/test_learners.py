@@ -105,7 +105,7 @@ def test_lemma1_phase_length():
 ETC_NMAX = 1500   # exploration rounds simulated (τ up to 1500 · m/R)
 ETC_SEEDS = 48
 EPS_PHASES = 200  # phases of the ε-greedy runs
-EPS_SEEDS = 8
+EPS_SEEDS = 16
 
 
 def rtol_for(x, t64):
