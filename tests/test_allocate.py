@@ -110,6 +110,7 @@ def _fd_check(f, args, argnum, h=1e-6, rtol=1e-6, atol=1e-9):
         np.testing.assert_allclose(np.asarray(g)[..., i] if x.ndim else g, fd, rtol=rtol, atol=atol)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_derivatives_with_active_bounds_match_finite_differences():
     rng = np.random.default_rng(4)

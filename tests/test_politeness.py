@@ -246,6 +246,7 @@ def test_beats_every_random_feasible_point():
 
 
 # ----------------------------------------------------------------- derivatives, jit, vmap
+@pytest.mark.long
 @pytest.mark.x64
 def test_envelope_and_implicit_derivatives():
     """Reverse mode through the custom JVP: the envelope theorem for the cost
@@ -308,7 +309,8 @@ def test_jit_and_vmap_match_loop():
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize("objective", ["uniform", pytest.param("delay", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("objective", [pytest.param("uniform", marks=pytest.mark.long),
+                                       pytest.param("delay", marks=pytest.mark.slow)])
 def test_other_objectives_meet_caps(objective):
     p, host, _, _ = make_instance(2)
     free = (jaxcrawl.accumulated_delay_crawl if objective == "delay"
