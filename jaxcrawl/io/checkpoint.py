@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["atomic_write", "write_json", "save_tree", "load_tree", "CheckpointStore"]
+__all__ = ["atomic_write", "same_file", "write_json", "save_tree", "load_tree", "CheckpointStore"]
 
 PathLike = str | os.PathLike
 
@@ -32,6 +32,15 @@ def _new_file_mode(path: str) -> int:
         mask = os.umask(0)
         os.umask(mask)
         return 0o666 & ~mask
+
+
+def same_file(a: PathLike, b: PathLike) -> bool:
+    """Whether two paths name one file: the same path, another spelling, a symlink or a
+    hard link (the last only when both exist)."""
+    a, b = os.fspath(a), os.fspath(b)
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
 
 
 def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
@@ -47,14 +56,8 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
     """
     path = os.fspath(path)
     for inp in inputs:
-        if inp is None:
-            continue
-        inp = os.fspath(inp)
-        same = os.path.realpath(path) == os.path.realpath(inp)
-        if not same and os.path.exists(path) and os.path.exists(inp):
-            same = os.path.samefile(path, inp)
-        if same:
-            raise ValueError(f"{path}: the output is the input file {inp}; refusing to overwrite it")
+        if inp is not None and same_file(path, inp):
+            raise ValueError(f"{path}: the output is the input file {os.fspath(inp)}; refusing to overwrite it")
     d = os.path.dirname(path) or "."
     mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])

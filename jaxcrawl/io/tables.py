@@ -36,7 +36,7 @@ from typing import IO, Any, NamedTuple, Union
 import numpy as np
 from jax.typing import ArrayLike
 
-from .checkpoint import atomic_write
+from .checkpoint import atomic_write, same_file
 from .formats import file_format, read_arrow, write_columns
 
 __all__ = [
@@ -847,14 +847,8 @@ def check_output(output: PathLike | None, *inputs: PathLike | None) -> None:
     if os.path.isdir(out):
         raise ValueError(f"{out}: the output is a directory")
     for inp in inputs:
-        if inp is None:
-            continue
-        inp = os.fspath(inp)
-        same = os.path.realpath(out) == os.path.realpath(inp)
-        if not same and os.path.exists(out) and os.path.exists(inp):
-            same = os.path.samefile(out, inp)
-        if same:
-            raise ValueError(f"{out}: the output is the input file {inp}; refusing to overwrite it "
+        if inp is not None and same_file(out, inp):
+            raise ValueError(f"{out}: the output is the input file {os.fspath(inp)}; refusing to overwrite it "
                              "(choose another output path)")
 
 
