@@ -323,7 +323,7 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
     cell pyarrow cannot convert).  Malformed rows go through ``log.bad`` (raise, or count
     and skip) with the messages of :meth:`jaxcrawl.io.tables.Column.parse`.
     """
-    from .tables import RowError, TableError, _check_groups
+    from .tables import RowError, TableError, check_groups
 
     fmt, _ = file_format(path)
     if fmt == "csv":
@@ -388,7 +388,7 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
         if c.same_within is not None and c.name in cols and c.same_within in cols:
             needs_exact |= not _same_within_ok(cols[c.same_within], cols[c.name], ok)
     if needs_exact:
-        _check_groups(schema, cols, lines, ok, {}, bad_rows, unit=log.unit)
+        check_groups(schema, cols, lines, ok, {}, bad_rows, unit=log.unit)
     for line, err in sorted(bad_rows, key=lambda e: e[0]):
         log.bad(line, err)
     log.rows_read += int(ok.sum())

@@ -620,7 +620,7 @@ class Table:
         return int(self.line.shape[0])
 
 
-def _check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray, ok: np.ndarray,
+def check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray, ok: np.ndarray,
                   firsts: dict[str, dict], errors: list[tuple[int, RowError]], unit: str = "line") -> None:
     """Key uniqueness and constant-within-group columns, in row order (updates ``ok``)."""
     checks = []
@@ -733,7 +733,7 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
                     else:  # pragma: no cover - parse and parse_many always agree
                         raise AssertionError(f"{c.name}: parse accepted {raw[i]!r}")
                 ok &= ~bad
-            _check_groups(schema, cols, batch.lines, ok, firsts, bad_rows)
+            check_groups(schema, cols, batch.lines, ok, firsts, bad_rows)
             for line, err in sorted(bad_rows, key=lambda e: e[0]):
                 log.bad(line, err)
             log.rows_read += int(ok.sum())
