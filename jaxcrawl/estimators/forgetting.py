@@ -130,15 +130,20 @@ def weighted_mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | Non
         wt = np.asarray(weights, float)
         if np.any(~np.isfinite(wt)) or np.any(wt < 0):
             raise ValueError("weights must be finite and >= 0 for every observation")
+    _check_smoothing_and_steps(smoothing, max_steps)
+    est = _weighted_impl(intervals, changed, mask, weights, smoothing, min_rate, max_rate,
+                         max_steps=int(max_steps))
+    return est if return_info else est.rate
+
+
+def _check_smoothing_and_steps(smoothing, max_steps) -> None:
+    """Shared argument checks of :func:`weighted_mle` and :func:`discounted_mle`."""
     if is_concrete(smoothing):
         s = np.asarray(smoothing, float)
         if np.any(~np.isfinite(s)) or np.any(s < 0):
             raise ValueError(f"smoothing must be finite and >= 0; got {smoothing!r}")
     if int(max_steps) < 1:
         raise ValueError(f"max_steps must be >= 1; got {max_steps}")
-    est = _weighted_impl(intervals, changed, mask, weights, smoothing, min_rate, max_rate,
-                         max_steps=int(max_steps))
-    return est if return_info else est.rate
 
 
 def discounted_mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
@@ -166,12 +171,7 @@ def discounted_mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | N
     _check_half_life(half_life)
     validate_history(intervals, changed, mask)
     validate_bounds(min_rate, max_rate)
-    if is_concrete(smoothing):
-        s = np.asarray(smoothing, float)
-        if np.any(~np.isfinite(s)) or np.any(s < 0):
-            raise ValueError(f"smoothing must be finite and >= 0; got {smoothing!r}")
-    if int(max_steps) < 1:
-        raise ValueError(f"max_steps must be >= 1; got {max_steps}")
+    _check_smoothing_and_steps(smoothing, max_steps)
     est = _discounted_impl(intervals, changed, mask, half_life, time, offset, smoothing, min_rate, max_rate,
                            max_steps=int(max_steps))
     return est if return_info else est.rate
