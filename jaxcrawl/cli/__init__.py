@@ -36,9 +36,10 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED",
-           "compile_cache_dir", "setup_compile_cache"]
+           "compile_cache_dir", "setup_compile_cache", "check_result"]
 
 #: The subcommands, each a module ``jaxcrawl.cli.<name>``.
 COMMANDS = ("solve", "estimate", "schedule", "reproduce", "evaluate")
@@ -47,6 +48,49 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NOT_CONVERGED = 3
 EXIT_INTERRUPTED = 130
+
+
+def check_result(values: dict, page_id: Any, *, converged: bool = True, num_steps: int | None = None,
+                 residual_before: float | None = None, bandwidth: float | None = None, total: float | None = None,
+                 tolerance: float | None = None, dtype: Any = None, what: str = "the solve") -> str | None:
+    """The final guard of every command that writes rates or estimates: why its result must
+    not be written, or None when it may be.
+
+    ``values`` maps a column name (``"rate"``, ``"prob"``, ``"change_rate"``, ...) to one
+    value per page of ``page_id``.  A failure is, in this order: ``converged`` false (a
+    root-find stopped by its step cap after ``num_steps`` with the budget off by
+    ``residual_before``); a non-finite value in any column (the message gives how many
+    pages and the first page id); rates summing (``total``, default the float64 sum of
+    ``values["rate"]``) off ``bandwidth`` by more than ``tolerance``.  When ``dtype`` is a
+    32-bit float and the failure is one that more precision or range can cure (non-finite
+    values, a missed budget), the message suggests ``--x64``.
+    """
+    import numpy as np
+
+    hint = ""
+    if dtype is not None and np.dtype(dtype).itemsize < 8:
+        hint = "; --x64 (float64) may help"
+    if not converged:
+        off = "" if residual_before is None else f" with the budget off by {residual_before:.3g}" + (
+            f" ({abs(residual_before) / bandwidth:.2g} of the bandwidth)" if bandwidth else "")
+        steps = "" if num_steps is None else f" after {num_steps} steps"
+        return (f"{what} did not converge: the root-find stopped{steps}{off} before its closing correction; "
+                "raise --max-steps (or --rtol) or check the input")
+    for name, v in values.items():
+        v = np.asarray(v)
+        bad = ~np.isfinite(v)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            return (f"{what} produced non-finite {name} for {int(bad.sum())} of {v.size} pages (first: page "
+                    f"{page_id[i]!r}, {name} {float(v[i])!r}){hint}; check the input")
+    if bandwidth is not None and tolerance is not None:
+        if total is None:
+            total = float(np.sum(np.asarray(values["rate"]), dtype=np.float64))
+        off = total - bandwidth
+        if not abs(off) <= tolerance:
+            return (f"the plan's rates sum to {total:.10g}, off the bandwidth {bandwidth:.10g} by {off:.3g} "
+                    f"(tolerance {tolerance:.3g}){hint}")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:

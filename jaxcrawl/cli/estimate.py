@@ -173,6 +173,11 @@ def run(args: argparse.Namespace) -> int:
     est_seconds = time.perf_counter() - t0
     nobs = h.mask.sum(axis=1)
     left_out = 0
+    from . import check_result  # the final guard shared by every command
+
+    failure = check_result({"change_rate": rates}, h.page_id, dtype=dtype, what="the estimator")
+    if failure is not None:
+        raise ValueError(failure + ("; no estimates written" if args.output else ""))
     if args.output:
         if args.columns == "problem":
             keep = h.importance > 0

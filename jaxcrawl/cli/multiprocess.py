@@ -170,14 +170,16 @@ def run_solve(args: argparse.Namespace) -> int:
     total = float(dist.allreduce_sum([np.sum(sol.rate, dtype=np.float64)])[0])
     eps = float(np.finfo(dtype).eps)
     tolerance = max(args.rtol or default_rtol(dtype), 32 * eps) * bandwidth
-    failure = None
-    if not sol.converged:
-        failure = (f"the solve did not converge: the root-find stopped after {sol.num_steps} steps with the "
-                   f"budget off by {sol.residual:.3g} before its closing correction")
-    elif not abs(total - bandwidth) <= tolerance:
-        failure = f"the plan's rates sum to {total:.10g}, off the bandwidth {bandwidth:.10g}"
-    bad = ~np.isfinite(sol.rate)
-    failure = failure or (f"non-finite rates on {int(bad.sum())} pages of process {pid}" if bad.any() else None)
+    # the final guard (jaxcrawl.cli.check_result), on the same verdict in every process: the
+    # non-finite count is summed over processes so that none writes while another refuses
+    from . import check_result
+
+    bad_total = int(dist.allreduce_sum([float(np.sum(~np.isfinite(sol.rate)) + np.sum(~np.isfinite(sol.prob)))])[0])
+    failure = check_result({"rate": sol.rate, "prob": sol.prob}, page_id, converged=sol.converged,
+                           num_steps=sol.num_steps, residual_before=sol.residual, bandwidth=bandwidth,
+                           total=total, tolerance=tolerance, dtype=dtype, what=f"the solve (process {pid})")
+    if failure is None and bad_total:
+        failure = f"the solve produced non-finite rates for {bad_total} pages in other processes"
     summary = dict(source=source, num_pages=num_pages, bandwidth=bandwidth, objective=args.objective,
                    converged=sol.converged, dual=sol.dual, residual_before_correction=sol.residual,
                    budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,

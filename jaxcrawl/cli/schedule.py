@@ -127,6 +127,12 @@ def run(args: argparse.Namespace) -> int:
     rate = np.where(left_out, 0.0, plan.rate)
     dtype = jnp.float64 if args.x64 else jnp.float32
     rate_j = jnp.asarray(rate, dtype)
+    from . import check_result  # the final guard shared by every command: rates valid in the working dtype
+
+    failure = check_result({"rate": np.asarray(rate_j)}, plan.page_id, dtype=dtype,
+                           what=f"the plan {args.plan} in {jnp.dtype(dtype).name}")
+    if failure is not None:
+        raise ValueError(failure + "; no timetable written")
     if args.phase == "golden":
         phase = tt.golden_phase(len(rate), dtype=dtype)
     elif args.phase == "hash":
@@ -147,6 +153,10 @@ def run(args: argparse.Namespace) -> int:
     mask = np.asarray(table.mask)
     times = np.asarray(table.time)[mask].astype(np.float64)
     pages = np.asarray(table.page)[mask]
+    failure = check_result({"time": times}, plan.page_id[pages] if pages.size else plan.page_id,
+                           dtype=dtype, what="the timetable")
+    if failure is not None:
+        raise ValueError(failure + "; no timetable written")
     counts = np.bincount(pages, minlength=len(rate))
     dev = np.abs(counts - rate * horizon)
     summary = {

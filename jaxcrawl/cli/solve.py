@@ -148,26 +148,19 @@ def _number(x: Any) -> float | None:
 
 
 def check_plan(rate: np.ndarray, prob: np.ndarray, bandwidth: float, converged: bool,
-               residual_before: float, num_steps: int, tolerance: float, page_id: np.ndarray) -> str | None:
+               residual_before: float, num_steps: int, tolerance: float, page_id: np.ndarray,
+               dtype: Any = None) -> str | None:
     """Why a solved plan must not be written (None when it may be).
 
     Rejects a root-find that did not converge, non-finite rates or probabilities, and a
-    plan whose rates (summed in float64) miss ``bandwidth`` by more than ``tolerance``.
+    plan whose rates (summed in float64) miss ``bandwidth`` by more than ``tolerance``
+    (:func:`jaxcrawl.cli.check_result`, the guard every command shares).
     """
-    if not converged:
-        return (f"the solve did not converge: the root-find stopped after {num_steps} steps with the "
-                f"budget off by {residual_before:.3g} ({abs(residual_before) / bandwidth:.2g} of the "
-                "bandwidth) before its closing correction; raise --max-steps (or --rtol) or check the input")
-    bad = ~(np.isfinite(rate) & np.isfinite(prob))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        return (f"the solve produced non-finite rates for {int(bad.sum())} pages (first: page "
-                f"{page_id[i]!r}, rate {rate[i]!r}); check the input")
-    off = float(np.sum(rate, dtype=np.float64)) - bandwidth
-    if not abs(off) <= tolerance:
-        return (f"the plan's rates sum to {bandwidth + off:.10g}, off the bandwidth {bandwidth:.10g} by "
-                f"{off:.3g} (tolerance {tolerance:.3g})")
-    return None
+    from . import check_result
+
+    return check_result({"rate": rate, "prob": prob}, page_id, converged=converged, num_steps=num_steps,
+                        residual_before=residual_before, bandwidth=bandwidth, tolerance=tolerance,
+                        dtype=dtype)
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, str]:
@@ -283,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     tolerance = max(args.rtol or default_rtol(problem.dtype), 32 * eps) * float(bandwidth)
     residual = float(np.sum(rate, dtype=np.float64)) - float(bandwidth)
     failure = check_plan(rate, prob, float(bandwidth), converged, float(policy.residual),
-                         int(policy.num_steps), tolerance, page_id)
+                         int(policy.num_steps), tolerance, page_id, dtype=problem.dtype)
     if failure is None and bounded:
         slack = 8 * eps
         off = np.flatnonzero((rate < lo * (1 - slack)) | (rate > hi * (1 + slack)))

@@ -65,20 +65,66 @@ def run(args: argparse.Namespace) -> int:
 
     bandwidth = bandwidth_from_args(args, table.num_pages)
     objective, epsilon = ("binary", args.epsilon) if args.objective == "binary-epsilon" else (args.objective, 0.0)
+    # the rates go to a temporary file next to the output (one name, every process writes its
+    # rows); only a result that passes the final guard is renamed over the output
+    import os
+
+    import numpy as np
+
+    from jaxcrawl import distributed as dist
+
+    from . import check_result
+
+    if args.output:
+        from jaxcrawl.io import check_output
+
+        check_output(args.output, args.table)
+    partial = args.output + ".partial.npy" if args.output else None
+    dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
-    res = stream_solve(table, float(bandwidth), objective=objective, epsilon=epsilon, chunk_size=args.chunk_size,
-                       dtype="float64" if args.x64 else "float32", out_path=args.output,
-                       max_steps=args.max_steps, rtol=args.rtol)
-    seconds = time.perf_counter() - t0
+    try:
+        res = stream_solve(table, float(bandwidth), objective=objective, epsilon=epsilon, chunk_size=args.chunk_size,
+                           dtype=np.dtype(dtype).name, out_path=partial, max_steps=args.max_steps, rtol=args.rtol)
+        seconds = time.perf_counter() - t0
+        rate = np.asarray(res.rate)
+        multi = jax.process_count() > 1
+        local = [float(np.sum(rate, dtype=np.float64)), float(np.sum(~np.isfinite(rate)))]
+        total, bad_total = (dist.allreduce_sum(local) if multi else local)
+        eps = float(np.finfo(dtype).eps)
+        from jaxcrawl._src.rootfind import default_rtol
+
+        tolerance = max(args.rtol or default_rtol(dtype), 32 * eps) * float(bandwidth)
+        failure = check_result({"rate": rate}, np.arange(res.start, res.start + len(rate)), converged=res.converged,
+                               num_steps=res.num_steps, residual_before=res.residual, bandwidth=float(bandwidth),
+                               total=float(total), tolerance=tolerance, dtype=dtype, what="the streamed solve")
+        if failure is None and bad_total:
+            failure = f"the streamed solve produced non-finite rates for {int(bad_total)} pages in other processes"
+        nrows = int(len(rate))
+        del rate
+        res = res._replace(rate=None)  # the memory map is closed before the rename
+        if multi:
+            dist.barrier("jaxcrawl.stream.written")
+        if partial and jax.process_index() == 0:
+            if failure is None:
+                os.replace(partial, args.output)
+            else:
+                os.unlink(partial)
+        if multi:
+            dist.barrier("jaxcrawl.stream.renamed")
+    finally:
+        if partial and jax.process_index() == 0 and os.path.exists(partial):
+            os.unlink(partial)
     summary = dict(table=args.table, num_pages=table.num_pages, bandwidth=float(bandwidth), objective=args.objective,
                    converged=res.converged, dual=res.dual if math.isfinite(res.dual) else None,
                    residual_before_correction=res.residual, root_steps=res.num_steps, passes=res.num_passes,
                    solve_seconds=seconds, process=jax.process_index(), num_processes=jax.process_count(),
-                   rows=[res.start, int(len(res.rate))], output=args.output)
+                   rows=[res.start, nrows],
+                   output=args.output if failure is None else None)
+    if failure is not None:
+        summary["error"] = failure
     print(f"stream       {table.num_pages} pages, dual {res.dual:.10g}, {res.num_steps} root-finding steps, "
           f"{res.num_passes} passes, {seconds:.2f} s, converged: {res.converged}")
     print(json.dumps(summary))
-    if not res.converged:
-        raise jaxcrawl.NonConvergenceError(f"the streamed solve did not converge after {res.num_steps} steps "
-                                           f"(residual {res.residual:.3g}); raise --max-steps")
+    if failure is not None:
+        raise jaxcrawl.NonConvergenceError(failure + ("; no rates written" if args.output else ""))
     return 0
