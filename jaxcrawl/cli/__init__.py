@@ -17,7 +17,11 @@ Each module has ``register(subparsers)`` (adds its subcommand) and ``run(args) -
 Exit status: 0 success; 1 a reproduced claim without its expected outcome; 2 bad
 arguments or a malformed input file (the message names the file and line); 3 a solve that
 did not converge, produced non-finite rates or missed the budget (no output written);
-130 interrupted.
+130 interrupted by SIGINT (Ctrl-C), 143 terminated by SIGTERM (128 + the signal number, the
+POSIX shell convention).  Either signal ends the command cleanly (:func:`main`): the
+temporary file of an unfinished write is removed, an existing output is left as it was,
+finished checkpoints are kept; run as a program, the process then ends with ``os._exit``
+without tearing down the interpreter under JAX's running threads.
 
 Compilation cache: run as a program (``jaxcrawl ...``, ``python -m jaxcrawl.cli ...``),
 the command line keeps JAX's compiled programs in a persistent cache in the user's cache
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED",
+           "EXIT_TERMINATED", "Terminated",
            "compile_cache_dir", "setup_compile_cache", "check_result"]
 
 #: The subcommands, each a module ``jaxcrawl.cli.<name>``.
@@ -48,6 +53,42 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NOT_CONVERGED = 3
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM arrives during a command (exit status 143).
+
+    A ``KeyboardInterrupt`` so that every clean-up that handles Ctrl-C (atomic writes,
+    checkpoint stores, ``reproduce``'s resumable chunks) handles SIGTERM the same way."""
+
+
+@contextlib.contextmanager
+def _interrupt_handlers():
+    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated` in the main thread
+    (the context yields the list of signals received), the first time only: a second signal while the first unwinds (removing a temporary
+    file, say) is ignored so the clean-up finishes.  Previous handlers are restored on exit.
+    Outside the main thread (where handlers cannot be installed) nothing is changed."""
+    import signal
+    import threading
+
+    fired: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield fired
+        return
+
+    def handler(signum, frame):
+        if fired:
+            return
+        fired.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield fired
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def check_result(values: dict, page_id: Any, *, converged: bool = True, num_steps: int | None = None,
@@ -149,27 +190,50 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     ``compile_cache`` (default: on when ``argv`` is None, i.e. run as a program) uses
     :func:`setup_compile_cache` unless ``--no-compile-cache`` is given.
     """
-    import jax
+    with _interrupt_handlers() as fired:
+        status = _main(argv, compile_cache, fired)
+    if argv is None and status in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        # run as a program and interrupted: end here, without the interpreter's teardown
+        # racing JAX's/XLA's threads (which crashed with SIGSEGV after Ctrl-C)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+    return status
+
+
+def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[int]) -> int:
+    """:func:`main` under the interrupt handlers: parse, run, map errors to exit statuses."""
+    import signal
 
     from jaxcrawl import NonConvergenceError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return EXIT_USAGE
-    if (argv is None if compile_cache is None else compile_cache) and args.compile_cache:
-        setup_compile_cache()
-    scope = jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext()
+    command = "?"
     try:
-        with scope:
-            return int(args.func(args) or 0)
+        import jax
+
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = getattr(args, "command", None) or "?"
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        if (argv is None if compile_cache is None else compile_cache) and args.compile_cache:
+            setup_compile_cache()
+        with jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext():
+            status = int(args.func(args) or 0)
+        if status == EXIT_INTERRUPTED and fired and fired[0] == signal.SIGTERM:
+            status = EXIT_TERMINATED  # a command that handles the interrupt itself (reproduce)
+        return status
     except NonConvergenceError as err:
-        print(f"jaxcrawl {args.command}: error: {err}", file=sys.stderr)
+        print(f"jaxcrawl {command}: error: {err}", file=sys.stderr)
         return EXIT_NOT_CONVERGED
     except (ValueError, OSError) as err:
-        print(f"jaxcrawl {args.command}: error: {err}", file=sys.stderr)
+        print(f"jaxcrawl {command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except Terminated:
+        print(f"jaxcrawl {command}: terminated (SIGTERM)", file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
-        print(f"jaxcrawl {args.command}: interrupted", file=sys.stderr)
+        print(f"jaxcrawl {command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
