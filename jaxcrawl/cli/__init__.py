@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(sub)
+        sub.choices[name].add_argument(
+            "--check", action="store_true",
+            help="debug mode: stop at the first NaN any JAX operation produces (jax_debug_nans) and check the "
+                 "solve's inputs and rates inside jit (jaxcrawl.debug.checked); the error names the problem "
+                 "and page")
     return parser
 
 
@@ -188,7 +193,11 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     not converge (:class:`jaxcrawl.NonConvergenceError`).  ``--x64`` runs the command
     inside ``jax.enable_x64(True)`` (the process-wide setting is left unchanged).
     ``compile_cache`` (default: on when ``argv`` is None, i.e. run as a program) uses
-    :func:`setup_compile_cache` unless ``--no-compile-cache`` is given.
+    :func:`setup_compile_cache` unless ``--no-compile-cache`` is given.  ``--check`` (every
+    command) runs it with ``jax_debug_nans`` (a NaN produced by any operation: status 3)
+    and, in ``solve``, the solve under :func:`jaxcrawl.debug.checked` (a bad value by
+    problem and page: status 2).  SIGINT returns 130 and SIGTERM 143 (see the module
+    documentation).
     """
     with _interrupt_handlers() as fired:
         status = _main(argv, compile_cache, fired)
@@ -220,13 +229,19 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
             return EXIT_USAGE
         if (argv is None if compile_cache is None else compile_cache) and args.compile_cache:
             setup_compile_cache()
-        with jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext():
+        check = bool(getattr(args, "check", False))
+        with (jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext(),
+              jax.debug_nans(True) if check else contextlib.nullcontext()):
             status = int(args.func(args) or 0)
         if status == EXIT_INTERRUPTED and fired and fired[0] == signal.SIGTERM:
             status = EXIT_TERMINATED  # a command that handles the interrupt itself (reproduce)
         return status
     except NonConvergenceError as err:
         print(f"jaxcrawl {command}: error: {err}", file=sys.stderr)
+        return EXIT_NOT_CONVERGED
+    except FloatingPointError as err:  # --check: jax_debug_nans found an operation producing NaN
+        first = str(err).splitlines()[0] if str(err) else "a NaN"
+        print(f"jaxcrawl {command}: error: --check: {first}", file=sys.stderr)
         return EXIT_NOT_CONVERGED
     except (ValueError, OSError) as err:
         print(f"jaxcrawl {command}: error: {err}", file=sys.stderr)

@@ -264,6 +264,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         solve = jax.jit(lambda pr, b: jaxcrawl.solve(pr, utility, max_steps=args.max_steps, rtol=args.rtol, **b))
         solve = functools.partial(solve, b=bounds)
+    if getattr(args, "check", False):  # debug mode: inputs and rates checked by page (jaxcrawl.debug)
+        from jaxcrawl.debug import checked
+
+        solve = checked(solve)
     t0 = time.perf_counter()
     with progress_bar(None, "solving", quiet=args.quiet, unit="pass"):
         policy = jax.block_until_ready(solve(problem))
