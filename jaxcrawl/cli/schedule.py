@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(failure + "; no timetable written")
     counts = np.bincount(pages, minlength=len(rate))
     dev = np.abs(counts - rate * horizon)
+    if spaced is None:
+        _check_periodic(times, pages, rate, np.asarray(phase, np.float64), start, horizon, dtype, plan.page_id)
     summary = {
         "plan": args.plan,
         "num_pages": int(len(rate)),
@@ -232,3 +234,43 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key:<12} {summary[key]['num_urls']} URLs written to {summary[key]['path']}")
     print(json.dumps(summary))
     return 0
+
+
+def _check_periodic(times, pages, rate, phase, start, horizon, dtype, page_id) -> None:
+    """The final guard of a periodic timetable (no crawl-delay spacing), recomputed in float64:
+    every crawl in ``[start, start + horizon)`` on its page's grid ``(k + phase) / rate``, and
+    each page's count ``ceil(rate (start + horizon) - phase) - ceil(rate start - phase)``
+    (pages whose window ends fall within the working dtype's rounding -- over the window's
+    length, not the absolute time -- of a grid point are not counted).  ``ValueError`` naming the first bad page, suggesting ``--x64`` in float32."""
+    eps = float(np.finfo(dtype).eps)
+    hint = "; --x64 (float64) may help" if np.dtype(dtype).itemsize < 8 else ""
+    end = start + horizon
+    outside = (times < start - 4 * eps * abs(start)) | (times >= end + 4 * eps * abs(end))
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise ValueError(f"the timetable has {int(outside.sum())} crawls outside [{start:g}, {end:g}) (first: page "
+                         f"{page_id[pages[i]]!r} at {times[i]:.17g}){hint}; no timetable written")
+    r = rate[pages]
+    x = times * r - phase[pages]
+    off = np.abs(x - np.round(x))
+    # a thousandth of the crawl interval, or the dtype's rounding over the window (not over
+    # the absolute time: a --start far from 0 must not excuse a coarse grid)
+    tol = 1e-3 + 16 * eps * (1 + r * horizon)
+    bad = off > tol
+    if bad.any():
+        i = int(np.argmax(np.where(bad, off, -1.0)))
+        raise ValueError(f"the timetable's crawl times of {int(np.unique(pages[bad]).size)} pages are off their "
+                         f"period (first: page {page_id[pages[i]]!r}, {off[i]:.3g} of its crawl interval off) "
+                         f"-- the working dtype cannot resolve times near --start {start:g}{hint}; "
+                         "no timetable written")
+    counts = np.bincount(pages, minlength=len(rate))
+    hi, lo = rate * end - phase, rate * start - phase
+    exact = np.ceil(hi) - np.ceil(lo)
+    slack = 16 * eps * (1 + rate * horizon) + 4 * np.finfo(np.float64).eps * np.maximum(np.abs(hi), np.abs(lo))
+    clear = (np.abs(hi - np.round(hi)) > slack) & (np.abs(lo - np.round(lo)) > slack)
+    wrong = clear & (counts != exact) & (rate > 0)
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        raise ValueError(f"the timetable gives {int(wrong.sum())} pages the wrong number of crawls (first: page "
+                         f"{page_id[i]!r}, {int(counts[i])} crawls where its period gives {int(exact[i])}){hint}; "
+                         "no timetable written")

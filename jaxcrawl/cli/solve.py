@@ -86,10 +86,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def bandwidth_from_args(args: argparse.Namespace, num_pages: int) -> float:
     """``--bandwidth``, else ``--bandwidth-fraction`` (default 0.2) times the number of pages."""
     if args.bandwidth is not None:
+        if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
+            raise ValueError(f"--bandwidth must be finite and > 0; got {args.bandwidth}")
         return args.bandwidth
     frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
-    if not frac > 0:
-        raise ValueError(f"--bandwidth-fraction must be > 0; got {frac}")
+    if not (math.isfinite(frac) and frac > 0):
+        raise ValueError(f"--bandwidth-fraction must be finite and > 0; got {frac}")
     return frac * num_pages
 
 def add_time_arguments(p: argparse.ArgumentParser) -> None:
