@@ -97,12 +97,12 @@ def check_result(values: dict, page_id: Any, *, converged: bool = True, num_step
     """The final guard of every command that writes rates or estimates: why its result must
     not be written, or None when it may be.
 
-    ``values`` maps a column name (``"rate"``, ``"prob"``, ``"change_rate"``, ...) to one
-    value per page of ``page_id``.  A failure is, in this order: ``converged`` false (a
+    ``values`` maps a plural noun for the message (``"rates"``, ``"probabilities"``,
+    ``"change rates"``, ...) to one value per page of ``page_id``.  A failure is, in this order: ``converged`` false (a
     root-find stopped by its step cap after ``num_steps`` with the budget off by
     ``residual_before``); a non-finite value in any column (the message gives how many
     pages and the first page id); rates summing (``total``, default the float64 sum of
-    ``values["rate"]``) off ``bandwidth`` by more than ``tolerance``.  When ``dtype`` is a
+    ``values["rates"]``) off ``bandwidth`` by more than ``tolerance``.  When ``dtype`` is a
     32-bit float and the failure is one that more precision or range can cure (non-finite
     values, a missed budget), the message suggests ``--x64``.
     """
@@ -122,11 +122,11 @@ def check_result(values: dict, page_id: Any, *, converged: bool = True, num_step
         bad = ~np.isfinite(v)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            return (f"{what} produced non-finite {name} for {int(bad.sum())} of {v.size} pages (first: page "
-                    f"{page_id[i]!r}, {name} {float(v[i])!r}){hint}; check the input")
+            return (f"{what} produced non-finite {name} for {int(bad.sum())} pages (first: page "
+                    f"{page_id[i]!r}, value {float(v[i])!r}, of {v.size} pages){hint}; check the input")
     if bandwidth is not None and tolerance is not None:
         if total is None:
-            total = float(np.sum(np.asarray(values["rate"]), dtype=np.float64))
+            total = float(np.sum(np.asarray(values["rates"]), dtype=np.float64))
         off = total - bandwidth
         if not abs(off) <= tolerance:
             return (f"the plan's rates sum to {total:.10g}, off the bandwidth {bandwidth:.10g} by {off:.3g} "

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     left_out = 0
     from . import check_result  # the final guard shared by every command
 
-    failure = check_result({"change_rate": rates}, h.page_id, dtype=dtype, what="the estimator")
+    failure = check_result({"change rates": rates}, h.page_id, dtype=dtype, what="the estimator")
     if failure is not None:
         raise ValueError(failure + ("; no estimates written" if args.output else ""))
     if args.output:

@@ -175,7 +175,7 @@ def run_solve(args: argparse.Namespace) -> int:
     from . import check_result
 
     bad_total = int(dist.allreduce_sum([float(np.sum(~np.isfinite(sol.rate)) + np.sum(~np.isfinite(sol.prob)))])[0])
-    failure = check_result({"rate": sol.rate, "prob": sol.prob}, page_id, converged=sol.converged,
+    failure = check_result({"rates": sol.rate, "probabilities": sol.prob}, page_id, converged=sol.converged,
                            num_steps=sol.num_steps, residual_before=sol.residual, bandwidth=bandwidth,
                            total=total, tolerance=tolerance, dtype=dtype, what=f"the solve (process {pid})")
     if failure is None and bad_total:

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     rate_j = jnp.asarray(rate, dtype)
     from . import check_result  # the final guard shared by every command: rates valid in the working dtype
 
-    failure = check_result({"rate": np.asarray(rate_j)}, plan.page_id, dtype=dtype,
+    failure = check_result({"rates": np.asarray(rate_j)}, plan.page_id, dtype=dtype,
                            what=f"the plan {args.plan} in {jnp.dtype(dtype).name}")
     if failure is not None:
         raise ValueError(failure + "; no timetable written")
@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     mask = np.asarray(table.mask)
     times = np.asarray(table.time)[mask].astype(np.float64)
     pages = np.asarray(table.page)[mask]
-    failure = check_result({"time": times}, plan.page_id[pages] if pages.size else plan.page_id,
+    failure = check_result({"crawl times": times}, plan.page_id[pages] if pages.size else plan.page_id,
                            dtype=dtype, what="the timetable")
     if failure is not None:
         raise ValueError(failure + "; no timetable written")

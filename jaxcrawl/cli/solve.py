@@ -160,7 +160,7 @@ def check_plan(rate: np.ndarray, prob: np.ndarray, bandwidth: float, converged: 
     """
     from . import check_result
 
-    return check_result({"rate": rate, "prob": prob}, page_id, converged=converged, num_steps=num_steps,
+    return check_result({"rates": rate, "probabilities": prob}, page_id, converged=converged, num_steps=num_steps,
                         residual_before=residual_before, bandwidth=bandwidth, tolerance=tolerance,
                         dtype=dtype)
 

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         from jaxcrawl._src.rootfind import default_rtol
 
         tolerance = max(args.rtol or default_rtol(dtype), 32 * eps) * float(bandwidth)
-        failure = check_result({"rate": rate}, np.arange(res.start, res.start + len(rate)), converged=res.converged,
+        failure = check_result({"rates": rate}, np.arange(res.start, res.start + len(rate)), converged=res.converged,
                                num_steps=res.num_steps, residual_before=res.residual, bandwidth=float(bandwidth),
                                total=float(total), tolerance=tolerance, dtype=dtype, what="the streamed solve")
         if failure is None and bad_total:
