@@ -147,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(f"{__name__}.{name}").register(sub)
         sub.choices[name].add_argument(
             "--check", action="store_true",
-            help="debug mode: stop at the first NaN any JAX operation produces (jax_debug_nans) and check the "
-                 "solve's inputs and rates inside jit (jaxcrawl.debug.checked); the error names the problem "
-                 "and page")
+            help="debug mode: solve: check the inputs and rates inside jit and name the problem and page of "
+                 "the first bad value (jaxcrawl.debug.checked); other commands: stop at the first NaN any JAX "
+                 "operation produces (jax_debug_nans)")
     return parser
 
 
@@ -194,9 +194,9 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     inside ``jax.enable_x64(True)`` (the process-wide setting is left unchanged).
     ``compile_cache`` (default: on when ``argv`` is None, i.e. run as a program) uses
     :func:`setup_compile_cache` unless ``--no-compile-cache`` is given.  ``--check`` (every
-    command) runs it with ``jax_debug_nans`` (a NaN produced by any operation: status 3)
-    and, in ``solve``, the solve under :func:`jaxcrawl.debug.checked` (a bad value by
-    problem and page: status 2).  SIGINT returns 130 and SIGTERM 143 (see the module
+    command) runs ``solve``'s solve under :func:`jaxcrawl.debug.checked` (a bad value by
+    problem and page: status 2) and the other commands with ``jax_debug_nans`` (a NaN
+    produced by any operation: status 3).  SIGINT returns 130 and SIGTERM 143 (see the module
     documentation).
     """
     with _interrupt_handlers() as fired:
@@ -231,7 +231,7 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
             setup_compile_cache()
         check = bool(getattr(args, "check", False))
         with (jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext(),
-              jax.debug_nans(True) if check else contextlib.nullcontext()):
+              jax.debug_nans(True) if check and command != "solve" else contextlib.nullcontext()):
             status = int(args.func(args) or 0)
         if status == EXIT_INTERRUPTED and fired and fired[0] == signal.SIGTERM:
             status = EXIT_TERMINATED  # a command that handles the interrupt itself (reproduce)
