@@ -180,7 +180,7 @@ def test_schedule_rate_beyond_float32_is_refused_in_float32_and_timetabled_in_fl
                  2, "non-finite rates for 1 pages (first: page 'a'", "--x64")
 
 
-@pytest.mark.parametrize("start", ["1e6", "1.7e9"])
+@pytest.mark.parametrize("start", [pytest.param("1e6", marks=pytest.mark.long), "1.7e9"])
 def test_schedule_epoch_seconds_start_in_float32_is_right_or_refused(files, start):
     """``--start`` in epoch seconds: float32 cannot place crawls there; the guard must refuse
     (suggesting --x64) unless the timetable is right -- the same crawls as --start 0, shifted."""
@@ -198,6 +198,7 @@ def test_schedule_epoch_seconds_start_in_float32_is_right_or_refused(files, star
         assert snapshot(files) == before
 
 
+@pytest.mark.long
 def test_schedule_epoch_seconds_start_in_float64_is_the_shifted_timetable(files):
     argv = ["schedule", "-p", files / "plan.csv", "--horizon", 4, "--phase", "zero", "-q", "--x64"]
     assert run(argv + ["-o", files / "t0.csv"])[0] == 0
@@ -233,12 +234,14 @@ def test_guard_refuses_non_finite_rates(files, monkeypatch):
     assert "--x64 (float64) may help" not in err  # already in float64
 
 
+@pytest.mark.long
 def test_check_names_the_page_of_a_bad_rate(files, monkeypatch):
     _broken_solve(monkeypatch, where=2)
     expect_error(files, ["solve", "-i", files / "pages.csv", "--bandwidth", 2, "-o", files / "out.csv", "-q",
                          "--check"], 2, "result.rate must be finite and >= 0: page 2, value nan")
 
 
+@pytest.mark.long
 def test_guard_refuses_a_solve_stopped_by_its_step_cap(files):
     rng = np.random.default_rng(0)
     imp, lam = rng.lognormal(size=(2, 200)) * [[1], [1e3]]
@@ -248,7 +251,8 @@ def test_guard_refuses_a_solve_stopped_by_its_step_cap(files):
                          "-o", files / "out.csv", "-q"], 3, "did not converge", "raise --max-steps")
 
 
-@pytest.mark.parametrize("bandwidth", ["1e-20", "1e15", "1e30"])
+@pytest.mark.parametrize("bandwidth", [pytest.param("1e-20", marks=pytest.mark.long), "1e15",
+                                       pytest.param("1e30", marks=pytest.mark.long)])
 def test_extreme_bandwidth_is_solved_or_refused(files, bandwidth):
     """A bandwidth far from the page count: the plan is right (finite, budget met) or refused."""
     before = snapshot(files)
@@ -263,6 +267,7 @@ def test_extreme_bandwidth_is_solved_or_refused(files, bandwidth):
         assert snapshot(files) == before
 
 
+@pytest.mark.long
 def test_stream_guard_writes_nothing_on_failure(files):
     from jaxcrawl.scale import write_page_table
 
@@ -304,6 +309,7 @@ def test_quoted_ids_round_trip_solve_to_schedule(tmp_path):
     assert seen == set(IDS)
 
 
+@pytest.mark.long
 def test_quoted_ids_round_trip_estimate_to_solve(tmp_path):
     import csv
 

@@ -38,6 +38,7 @@ def _problem(imp, lam, bw):
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(good), [imp, lam, bw, leaves[3]])
 
 
+@pytest.mark.long
 def test_clean_batch_passes_unchanged():
     imp, lam, bw = _batch()
     ref = solve_arrays(imp, lam, bw)
@@ -72,12 +73,14 @@ def test_problem_rules_by_problem_and_page(field, value, rule):
         checked(solve_problems)(_problem(arrays["importance"], arrays["change_rate"], bw))
 
 
+@pytest.mark.long
 def test_bandwidth_reported_by_problem():
     imp, lam, bw = _batch()
     with pytest.raises(CheckError, match=r"argument 0: bandwidth must be finite and > 0: problem 2, value -1"):
         checked(solve_problems)(_problem(imp, lam, bw.at[2].set(-1.0)))
 
 
+@pytest.mark.long
 def test_bad_result_rate_reported():
     imp, lam, bw = _batch()
 

@@ -70,6 +70,7 @@ def test_signal_while_writing_a_plan_keeps_the_old_plan(tmp_path, monkeypatch, s
     assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
 
 
+@pytest.mark.long
 def test_second_signal_during_cleanup_is_ignored(tmp_path, monkeypatch):
     """A second Ctrl-C while the first unwinds must not interrupt the temporary file's removal."""
     from jaxcrawl.io import checkpoint, formats
