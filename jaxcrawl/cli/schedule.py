@@ -126,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
     left_out = signal & ~args.include_signal_pages
     rate = np.where(left_out, 0.0, plan.rate)
     dtype = jnp.float64 if args.x64 else jnp.float32
-    rate_j = jnp.asarray(rate, dtype)
+    with np.errstate(over="ignore"):  # a rate beyond the dtype's range becomes inf: the guard below names it
+        rate_j = jnp.asarray(np.asarray(rate).astype(jnp.dtype(dtype)))
     from . import check_result  # the final guard shared by every command: rates valid in the working dtype
 
     failure = check_result({"rates": np.asarray(rate_j)}, plan.page_id, dtype=dtype,
