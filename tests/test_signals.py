@@ -287,3 +287,29 @@ def test_reproduce_signalled_resumes_to_identical_results(tmp_path, sig):
                           timeout=300)
     assert full.returncode == 0, full.stderr[-3000:]
     assert json.loads((fresh / "slow_chunks.json").read_text())["results"] == record["results"]
+
+
+def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
+    """nohup / a background job of a non-interactive shell: SIGINT is SIG_IGN and the command
+    must not start honouring it (Python's own rule for SIGINT)."""
+    from jaxcrawl.io import formats
+
+    real = formats.atomic_write
+
+    def write_then_signal(path, write_fn, **kw):
+        def fill(tmp):
+            write_fn(tmp)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(path, fill, **kw)
+
+    monkeypatch.setattr(formats, "atomic_write", write_then_signal)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        out = tmp_path / "plan.csv"
+        code, err = _quiet_main(["solve", "--num-pages", "64", "-q", "-o", str(out)])
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert code == 0, err
+    assert out.read_text().startswith("page_id,rate,prob\n") and len(out.read_text().splitlines()) == 65
+    assert _leftovers(tmp_path) == []

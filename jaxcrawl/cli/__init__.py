@@ -83,7 +83,10 @@ def _interrupt_handlers():
         fired.append(signum)
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # a signal the parent set to be ignored (nohup, a background job of a non-interactive
+    # shell) stays ignored, as Python itself does for SIGINT
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     try:
         yield fired
     finally:
