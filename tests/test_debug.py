@@ -62,7 +62,8 @@ def test_nan_importance_array_reported_by_problem_and_page(where):
 
 
 @pytest.mark.parametrize("field,value,rule", [("importance", -1.0, "finite and > 0"),
-                                              ("change_rate", 0.0, "finite and > 0"),
+                                              pytest.param("change_rate", 0.0, "finite and > 0",
+                                                           marks=pytest.mark.long),
                                               pytest.param("change_rate", jnp.inf, "finite and > 0",
                                                            marks=pytest.mark.long)])
 def test_problem_rules_by_problem_and_page(field, value, rule):

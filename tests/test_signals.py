@@ -40,7 +40,7 @@ def _quiet_main(argv):
     return code, err.getvalue()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_signal_while_writing_a_plan_keeps_the_old_plan(tmp_path, monkeypatch, sig):
     from jaxcrawl.io import formats
 
@@ -289,6 +289,7 @@ def test_reproduce_signalled_resumes_to_identical_results(tmp_path, sig):
     assert json.loads((fresh / "slow_chunks.json").read_text())["results"] == record["results"]
 
 
+@pytest.mark.long
 def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
     """nohup / a background job of a non-interactive shell: SIGINT is SIG_IGN and the command
     must not start honouring it (Python's own rule for SIGINT)."""
