@@ -37,8 +37,9 @@ axes, flattened, number the problems of a batch):
   produces on purpose and masks).
 
 The checks cost one pass over the inputs and outputs; they are for debugging, not for
-production runs.  On the command line, ``jaxcrawl COMMAND --check`` runs the command's
-solve under :func:`checked` and with JAX's ``jax_debug_nans`` / ``jax_debug_infs``.
+production runs.  On the command line, ``jaxcrawl solve --check`` runs its solve under
+:func:`checked`; ``--check`` on the other commands runs them with JAX's ``jax_debug_nans``
+(the first operation that produces a NaN).
 """
 from __future__ import annotations
 

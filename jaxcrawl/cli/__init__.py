@@ -96,7 +96,8 @@ def _interrupt_handlers():
 
 def check_result(values: dict, page_id: Any, *, converged: bool = True, num_steps: int | None = None,
                  residual_before: float | None = None, bandwidth: float | None = None, total: float | None = None,
-                 tolerance: float | None = None, dtype: Any = None, what: str = "the solve") -> str | None:
+                 tolerance: float | None = None, dtype: Any = None, what: str = "the solve",
+                 nonfinite_total: int = 0) -> str | None:
     """The final guard of every command that writes rates or estimates: why its result must
     not be written, or None when it may be.
 
@@ -107,7 +108,9 @@ def check_result(values: dict, page_id: Any, *, converged: bool = True, num_step
     pages and the first page id); rates summing (``total``, default the float64 sum of
     ``values["rates"]``) off ``bandwidth`` by more than ``tolerance``.  When ``dtype`` is a
     32-bit float and the failure is one that more precision or range can cure (non-finite
-    values, a missed budget), the message suggests ``--x64``.
+    values, a missed budget), the message suggests ``--x64``.  In a job of several processes,
+    ``nonfinite_total`` is the non-finite count summed over every process (so that all reach
+    the same verdict): a process whose own values are finite still fails when it is not 0.
     """
     import numpy as np
 
@@ -127,6 +130,8 @@ def check_result(values: dict, page_id: Any, *, converged: bool = True, num_step
             i = int(np.flatnonzero(bad)[0])
             return (f"{what} produced non-finite {name} for {int(bad.sum())} pages (first: page "
                     f"{page_id[i]!r}, value {float(v[i])!r}, of {v.size} pages){hint}; check the input")
+    if nonfinite_total:
+        return f"{what} produced non-finite values for {int(nonfinite_total)} pages in other processes{hint}"
     if bandwidth is not None and tolerance is not None:
         if total is None:
             total = float(np.sum(np.asarray(values["rates"]), dtype=np.float64))

@@ -94,6 +94,14 @@ def bandwidth_from_args(args: argparse.Namespace, num_pages: int) -> float:
         raise ValueError(f"--bandwidth-fraction must be finite and > 0; got {frac}")
     return frac * num_pages
 
+
+def budget_tolerance(rtol: float | None, dtype: Any, bandwidth: float) -> float:
+    """The absolute budget tolerance of the final guard: ``bandwidth`` times the solve's
+    relative tolerance (``--rtol``, else the dtype's default), at least 32 ulps of the dtype."""
+    from jaxcrawl._src.rootfind import default_rtol
+
+    return max(rtol or default_rtol(dtype), 32 * float(np.finfo(dtype).eps)) * float(bandwidth)
+
 def add_time_arguments(p: argparse.ArgumentParser) -> None:
     """``--time-unit`` and ``--start`` (shared by solve and schedule)."""
     from jaxcrawl.io.crawler import TIME_UNITS
@@ -190,7 +198,6 @@ def run(args: argparse.Namespace) -> int:
 
     import jaxcrawl
     from jaxcrawl import objectives
-    from jaxcrawl._src.rootfind import default_rtol
     from jaxcrawl.bounds import check_rate_bounds, rate_bounds
     from jaxcrawl.io import check_output, read_host_caps, write_plan
     from jaxcrawl.io.crawler import parse_duration, unit_seconds
@@ -279,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
     prob = np.asarray(policy.prob, np.float64)
     converged = bool(np.all(np.asarray(policy.converged)))
     eps = float(jnp.finfo(problem.dtype).eps)
-    tolerance = max(args.rtol or default_rtol(problem.dtype), 32 * eps) * float(bandwidth)
+    tolerance = budget_tolerance(args.rtol, problem.dtype, float(bandwidth))
     residual = float(np.sum(rate, dtype=np.float64)) - float(bandwidth)
     failure = check_plan(rate, prob, float(bandwidth), converged, float(policy.residual),
                          int(policy.num_steps), tolerance, page_id, dtype=problem.dtype)

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1; got {args.chunk_size}")
     table = PageTable(args.table)
-    from .solve import bandwidth_from_args
+    from .solve import bandwidth_from_args, budget_tolerance
 
     bandwidth = bandwidth_from_args(args, table.num_pages)
     objective, epsilon = ("binary", args.epsilon) if args.objective == "binary-epsilon" else (args.objective, 0.0)
@@ -90,15 +90,10 @@ def run(args: argparse.Namespace) -> int:
         multi = jax.process_count() > 1
         local = [float(np.sum(rate, dtype=np.float64)), float(np.sum(~np.isfinite(rate)))]
         total, bad_total = (dist.allreduce_sum(local) if multi else local)
-        eps = float(np.finfo(dtype).eps)
-        from jaxcrawl._src.rootfind import default_rtol
-
-        tolerance = max(args.rtol or default_rtol(dtype), 32 * eps) * float(bandwidth)
         failure = check_result({"rates": rate}, np.arange(res.start, res.start + len(rate)), converged=res.converged,
                                num_steps=res.num_steps, residual_before=res.residual, bandwidth=float(bandwidth),
-                               total=float(total), tolerance=tolerance, dtype=dtype, what="the streamed solve")
-        if failure is None and bad_total:
-            failure = f"the streamed solve produced non-finite rates for {int(bad_total)} pages in other processes"
+                               total=float(total), tolerance=budget_tolerance(args.rtol, dtype, float(bandwidth)),
+                               dtype=dtype, what="the streamed solve", nonfinite_total=int(bad_total))
         nrows = int(len(rate))
         del rate
         res = res._replace(rate=None)  # the memory map is closed before the rename
