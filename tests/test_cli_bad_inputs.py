@@ -329,3 +329,27 @@ def test_quoted_ids_round_trip_estimate_to_solve(tmp_path):
     assert run(["solve", "-i", tmp_path / "est.csv", "--bandwidth", 3, "-o", tmp_path / "plan.csv", "-q"])[0] == 0
     with open(tmp_path / "plan.csv", newline="") as fh:
         assert [r["page_id"] for r in csv.DictReader(fh)] == IDS
+
+
+def test_check_result_verdicts_in_order():
+    """The one final guard: not converged beats non-finite values, which beat another
+    process's non-finite count, which beats a missed budget; a finite plan within tolerance
+    passes; --x64 is suggested only in float32 and only where precision can help."""
+    from jaxcrawl.cli import check_result
+
+    ids = np.array(["a", "b", "c"])
+    good = np.array([1.0, 2.0, 3.0])
+    bad = np.array([1.0, np.nan, np.inf])
+    kw = dict(bandwidth=6.0, tolerance=1e-6, dtype=np.float32)
+    assert check_result({"rates": good}, ids, **kw) is None
+    msg = check_result({"rates": bad}, ids, converged=False, num_steps=4, residual_before=3.0, **kw)
+    assert "did not converge" in msg and "after 4 steps" in msg and "0.5 of the bandwidth" in msg
+    assert "--x64" not in msg  # more steps, not more precision
+    msg = check_result({"rates": bad}, ids, nonfinite_total=5, **kw)
+    assert "non-finite rates for 2 pages (first: page 'b', value nan" in msg and "--x64" in msg
+    msg = check_result({"rates": good}, ids, nonfinite_total=5, what="the solve (process 1)", **kw)
+    assert msg.startswith("the solve (process 1) produced non-finite values for 5 pages in other processes")
+    msg = check_result({"rates": good + 1e-3}, ids, **kw)
+    assert "off the bandwidth 6 by 0.003" in msg and "--x64" in msg
+    assert check_result({"rates": good + 1e-3}, ids, bandwidth=6.0, tolerance=1e-2, dtype=np.float64) is None
+    assert "--x64" not in check_result({"rates": good + 1e-3}, ids, bandwidth=6.0, tolerance=1e-6, dtype=np.float64)

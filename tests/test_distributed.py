@@ -394,6 +394,28 @@ def test_cli_launch_solve_stream_sweep(inputs, tmp_path, capsys):
         assert t["num_processes"] == 2
 
 
+@pytest.mark.long
+def test_multiprocess_solve_failing_the_guard_writes_nothing(tmp_path):
+    """A multi-process solve that fails the final guard (here: one root-finding step, so
+    ``converged`` is False in every process) exits non-zero in every process with the
+    guard's message, writes no part file and leaves an existing plan byte-identical."""
+    plan = tmp_path / "plan.csv"
+    plan.write_text("page_id,rate,prob\n0,1.0,1.0\n")
+    before = plan.read_bytes()
+    cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", "2", "--timeout", str(TIMEOUT), "--",
+           "solve", "--num-pages", "2000", "--max-steps", "1", "--output", str(plan), "--gather-output"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT + 30)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out[-3000:]
+    for pid in (0, 1):
+        assert f"the solve (process {pid}) did not converge" in out, out[-3000:]
+    summaries = [json.loads(ln.split("] ", 1)[1]) for ln in proc.stdout.splitlines() if ln[3:5] == " {"]
+    assert len(summaries) == 2 and not any(s["converged"] for s in summaries)
+    assert all("error" in s and "output" not in s for s in summaries)
+    assert plan.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.csv"]  # no part, no temporary file
+
+
 def test_cli_requests_a_job_from_flags_or_cluster_environment(monkeypatch):
     """srun / mpirun launches need no flag; one process never joins a job."""
     import argparse

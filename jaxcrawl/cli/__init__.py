@@ -128,8 +128,9 @@ def check_result(values: dict, page_id: Any, *, converged: bool = True, num_step
         bad = ~np.isfinite(v)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            first = page_id[i].item() if hasattr(page_id[i], "item") else page_id[i]  # 'b', not np.str_('b')
             return (f"{what} produced non-finite {name} for {int(bad.sum())} pages (first: page "
-                    f"{page_id[i]!r}, value {float(v[i])!r}, of {v.size} pages){hint}; check the input")
+                    f"{first!r}, value {float(v[i])!r}, of {v.size} pages){hint}; check the input")
     if nonfinite_total:
         return f"{what} produced non-finite values for {int(nonfinite_total)} pages in other processes{hint}"
     if bandwidth is not None and tolerance is not None:
