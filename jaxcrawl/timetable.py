@@ -292,14 +292,34 @@ def _sorted_events(time, page, valid):
     return time, jnp.where(mask, page, -1), mask
 
 
-@functools.partial(jax.jit, static_argnames=("capacity",))
-def _timetable_impl(rate, phase, start, horizon, *, capacity):
-    _, delta, count = _window_first(rate, phase, start, horizon)
+def _window_first_host(rate, phase, start, horizon, dtype):
+    """:func:`_window_first`'s offset and count computed on the host in float64 (eager
+    calls): the window's start enters only through ``start * rate - phase``, which float64
+    resolves to a fraction of a period even for epoch-second starts, while the working dtype
+    (float32: 128 s apart near 1.7e9) cannot.  The count is ``ceil(horizon * rate - delta)``
+    (equal to ``ceil(x1) - ceil(x0)``), so it depends on the window's length, not on its
+    absolute position."""
+    r = np.asarray(rate, np.float64)
+    pos = r > 0
+    r = np.where(pos, r, 1.0)
+    x0 = float(start) * r - np.asarray(phase, np.float64)
+    delta = np.ceil(x0) - x0  # [0, 1)
+    count = np.where(pos, np.ceil(float(horizon) * r - delta), 0.0)
+    below_one = np.nextafter(np.asarray(1.0, dtype), np.asarray(0.0, dtype))  # never round up to a whole period
+    delta = np.minimum(delta.astype(dtype), below_one)
+    return jnp.asarray(delta, dtype), jnp.asarray(count.astype(np.int32))
+
+
+@functools.partial(jax.jit, static_argnames=("capacity", "relative"))
+def _timetable_impl(rate, phase, start, horizon, *, capacity, relative=False, delta=None, count=None):
+    if delta is None:
+        _, delta, count = _window_first(rate, phase, start, horizon)
     page, j, valid, total = _expand(count, capacity)
     r = jnp.where(rate > 0, rate, 1.0)
     rel = (j.astype(rate.dtype) + delta[page]) / r[page]  # >= 0: time since start
     time, page, mask = _sort_by_rank(rel, page, valid)
-    time = start + time
+    if not relative:
+        time = start + time
     overflow = jnp.maximum(total - capacity, 0).astype(jnp.int32)
     return Timetable(time, page, mask, total.astype(jnp.int32), overflow)
 
@@ -372,6 +392,7 @@ def timetable(
     start: ArrayLike = 0.0,
     phase: ArrayLike | str | None = None,
     capacity: int | None = None,
+    relative: bool = False,
 ) -> Timetable:
     r"""Every crawl in ``[start, start + horizon)``, page ``i`` at ``(k + phase_i) / rate_i``.
 
@@ -391,35 +412,54 @@ def timetable(
         or ``"zero"``.
       capacity: buffer size (static).  Default (eager only): the exact number of crawls,
         rounded up to a size bucket (<= 12.5% padding).
+      relative: ``time`` holds each crawl's time since ``start`` (in ``[0, horizon)``)
+        instead of its absolute time.
 
     Returns:
       :class:`Timetable`.  Warns (``RuntimeWarning``) eagerly if crawls did not fit.
+
+    Absolute time.  Called eagerly, the window's position on each page's grid
+    (``start * rate_i - phase_i``) is computed in float64 on the host whatever the working
+    dtype, so the crawls are those of the exact grid even for a ``start`` in epoch seconds
+    (pass it as a Python float: a float32 array has already rounded it to 128 s near 1.7e9).
+    The times within the window are then exact to the working dtype's precision over the
+    window's length; with ``relative=True`` they stay that exact, and ``start + time`` in
+    float64 gives absolute times (what ``jaxcrawl schedule`` writes).  With
+    ``relative=False`` the returned absolute times are rounded to the working dtype near
+    ``start``.  Under ``jit`` the position is computed in the working dtype.
     """
     rate = _as_rate(rate)
     phase = _resolve_phase(phase, rate)
     _check_rate_phase(rate, phase)
+    concrete = is_concrete(rate, phase, start, horizon)
+    start64 = float(np.asarray(start, np.float64)) if concrete else None  # before any rounding
+    horizon64 = float(np.asarray(horizon, np.float64)) if concrete else None
     start = jnp.asarray(start, rate.dtype)
     horizon = jnp.asarray(horizon, rate.dtype)
-    concrete = is_concrete(rate, phase, start, horizon)
     if concrete:
         h = float(horizon)
         if not (math.isfinite(h) and h > 0):
             raise ValueError(f"horizon must be finite and > 0; got {h}")
-        if not math.isfinite(float(start)):
-            raise ValueError(f"start must be finite; got {float(start)}")
+        if not math.isfinite(start64):
+            raise ValueError(f"start must be finite; got {start64}")
     if capacity is None:
         if not concrete:
             raise ValueError("timetable under jit needs a static capacity= (the buffer size)")
         if float(np.max(np.asarray(rate, np.float64))) * h >= 2 ** 30:
             raise ValueError("rate * horizon must be < 2**30 for every page (int32 crawl counts)")
-        total = int(np.asarray(_counts(rate, phase, start, horizon)).astype(np.int64).sum())
+    window = {}
+    if concrete:
+        delta, count = _window_first_host(rate, phase, start64, horizon64, rate.dtype)
+        window = dict(delta=delta, count=count)
+    if capacity is None:
+        total = int(np.asarray(count).astype(np.int64).sum())
         if total >= 2 ** 31 - 1:
             raise ValueError(f"the timetable has {total} crawls, more than an int32 buffer holds")
         capacity = _bucket(total)
     capacity = int(capacity)
     if capacity < 1:
         raise ValueError(f"capacity must be >= 1; got {capacity}")
-    out = _timetable_impl(rate, phase, start, horizon, capacity=capacity)
+    out = _timetable_impl(rate, phase, start, horizon, capacity=capacity, relative=bool(relative), **window)
     if concrete and int(out.overflow) > 0:
         warnings.warn(
             f"timetable: {int(out.overflow)} of {int(out.num_crawls)} crawls did not fit in "
@@ -433,7 +473,7 @@ def timetable(
 def timetable_from_policy(policy: Policy, horizon: ArrayLike, *, start: ArrayLike = 0.0,
                           phase: ArrayLike | str | None = None,
                           include_signal_pages: bool = False,
-                          capacity: int | None = None) -> Timetable:
+                          capacity: int | None = None, relative: bool = False) -> Timetable:
     """Timetable of a solver's :class:`~jaxcrawl.problem.Policy` (one problem, ``(n,)`` rates).
 
     Pages crawled on change signals (``policy.on_signal``, NeurIPS-19 Π°) are crawled when
@@ -443,7 +483,7 @@ def timetable_from_policy(policy: Policy, horizon: ArrayLike, *, start: ArrayLik
     rate = jnp.asarray(policy.rate)
     if not include_signal_pages:
         rate = jnp.where(policy.on_signal, jnp.zeros_like(rate), rate)
-    return timetable(rate, horizon, start=start, phase=phase, capacity=capacity)
+    return timetable(rate, horizon, start=start, phase=phase, capacity=capacity, relative=relative)
 
 
 # ------------------------------------------------------------------ politeness gaps

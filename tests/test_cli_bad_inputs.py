@@ -181,21 +181,23 @@ def test_schedule_rate_beyond_float32_is_refused_in_float32_and_timetabled_in_fl
 
 
 @pytest.mark.parametrize("start", [pytest.param("1e6", marks=pytest.mark.long), "1.7e9"])
-def test_schedule_epoch_seconds_start_in_float32_is_right_or_refused(files, start):
-    """``--start`` in epoch seconds: float32 cannot place crawls there; the guard must refuse
-    (suggesting --x64) unless the timetable is right -- the same crawls as --start 0, shifted."""
+def test_schedule_epoch_seconds_start_in_float32_is_the_float64_timetable(files, start):
+    """``--start`` in epoch seconds in float32 (the window's place on each page's grid is
+    computed in float64, times since the start in float32): the same crawls as --x64 -- the
+    same rows of pages, times within float32 rounding over the window -- and, on this plan
+    (periods dividing --start), the same crawls as --start 0."""
     argv = ["schedule", "-p", files / "plan.csv", "--horizon", 4, "--phase", "zero", "-q"]
-    code0, out0, _ = run(argv + ["-o", files / "t0.csv"])
-    assert code0 == 0
-    os.remove(files / "t0.csv")
-    before = snapshot(files)
-    code, out, err = run(argv + ["--start", start, "-o", files / "out.csv"])
-    if code == 0:  # a timetable that handles absolute time: the same crawls, shifted
-        s0, s1 = json.loads(out0.splitlines()[-1]), json.loads(out.splitlines()[-1])
-        assert s1["num_crawls"] == s0["num_crawls"] and s1["max_count_deviation"] < 1
-    else:
-        assert code == 2 and "--x64" in err and "no timetable written" in err, err
-        assert snapshot(files) == before
+    assert run(argv + ["-o", files / "t0.csv"])[0] == 0
+    code, out, err = run(argv + ["--start", start, "-o", files / "t32.csv"])
+    assert code == 0, err
+    assert run(argv + ["--start", start, "-o", files / "t64.csv", "--x64"])[0] == 0
+    rows = {k: [r.split(",") for r in (files / f"{k}.csv").read_text().splitlines()[1:]] for k in ("t0", "t32", "t64")}
+    assert [r[1] for r in rows["t32"]] == [r[1] for r in rows["t64"]]
+    t32, t64 = (np.array([float(r[0]) for r in rows[k]]) for k in ("t32", "t64"))
+    np.testing.assert_allclose(t32 - float(start), t64 - float(start), rtol=0, atol=4 * 4 * np.finfo(np.float32).eps)
+    assert sorted(r[1] for r in rows["t0"]) == sorted(r[1] for r in rows["t32"])
+    summary = json.loads(out.splitlines()[-1])
+    assert summary["max_count_deviation"] < 1
 
 
 @pytest.mark.long

@@ -587,3 +587,44 @@ def test_schedule_cli_keeps_robots_crawl_delays_in_absolute_time(tmp_path, capsy
     for h, d in delays.items():
         e = np.sort(epoch[[u.split("/")[2] == h for u in pid]])
         assert e.size > 10 and np.all(np.diff(e) >= d - 1e-3)
+
+
+@pytest.mark.parametrize("start", [1e6, 1.7e9, -3.3e8])
+def test_epoch_second_starts_place_crawls_on_the_exact_grid(start):
+    """A window far from 0 (epoch seconds) in the lane's dtype: the crawls are those of the
+    exact grid ``(k + phase_i) / rate_i`` in ``[start, start + horizon)`` -- the same pages
+    and counts as a float64 transcription, times since ``start`` within the dtype's rounding
+    over the window (not over the absolute time); absolute times from ``start + time``."""
+    rng = np.random.default_rng(3)
+    n, horizon = 50, 4.0
+    rate = np.exp(rng.uniform(np.log(0.05), np.log(20.0), n)).astype(float_dtype())
+    phase = rng.uniform(0, 1, n).astype(float_dtype())
+    tt = S.timetable(rate, horizon, start=start, phase=phase, relative=True)
+    m = np.asarray(tt.mask)
+    got_t, got_p = np.asarray(tt.time, np.float64)[m], np.asarray(tt.page)[m]
+    assert int(tt.overflow) == 0 and got_t.min() >= 0 and got_t.max() < horizon
+    # plain float64 reference, page by page
+    ref_t, ref_p = [], []
+    for i in range(n):
+        r, p = float(rate[i]), float(phase[i])
+        k = math.ceil(start * r - p)
+        while (k + p) / r - start < horizon:
+            ref_t.append((k + p) / r - start)
+            ref_p.append(i)
+            k += 1
+    ref_t, ref_p = np.asarray(ref_t), np.asarray(ref_p)
+    # float64 itself rounds (k + p) / r near |start|: allow that plus the lane's rounding over the window
+    tol = 8 * np.finfo(np.float64).eps * abs(start) + time_tol(horizon, 16)
+    near_edge = np.minimum(ref_t, horizon - ref_t) <= tol  # a crawl within rounding of an edge may go either way
+    assert abs(len(got_t) - len(ref_t)) <= int(near_edge.sum())
+    for i in range(n):
+        g, r = np.sort(got_t[got_p == i]), np.sort(ref_t[ref_p == i])
+        if len(g) == len(r):
+            np.testing.assert_allclose(g, r, rtol=0, atol=tol)
+        else:
+            assert abs(len(g) - len(r)) == 1 and near_edge[ref_p == i].any()
+    # relative=False is the same crawls at start + time (rounded to the dtype near start)
+    ab = S.timetable(rate, horizon, start=start, phase=phase)
+    np.testing.assert_array_equal(np.asarray(ab.page), np.asarray(tt.page))
+    np.testing.assert_allclose(np.asarray(ab.time, np.float64)[m], start + got_t, rtol=0,
+                               atol=float(np.spacing(np.asarray(abs(start) + horizon, float_dtype()))) + tol)
