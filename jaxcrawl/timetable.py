@@ -498,16 +498,22 @@ class SpacedTimetable(NamedTuple):
       deferred: crawls pushed to or past the window's end (int32): the next window takes
         them.
       max_delay: the largest move (in time units).
+      last_group: ``(H,)`` time of each group's last kept crawl (``-inf``: none yet): pass
+        it, shifted into the next window's time coordinates, as the next window's
+        ``last_group`` so that the gaps also hold across the windows' boundary.
+      last_page: ``(n,)`` the same for pages.
     """
 
     timetable: Timetable
     moved: jax.Array
     deferred: jax.Array
     max_delay: jax.Array
+    last_group: jax.Array
+    last_page: jax.Array
 
 
 @jax.jit
-def _space_impl(time, page, mask, group, group_gap, page_gap, end):
+def _space_impl(time, page, mask, group, group_gap, page_gap, end, last_group, last_page):
     n_groups = group_gap.shape[0]
     neg = jnp.asarray(-jnp.inf, time.dtype)
     slack = 2 * jnp.finfo(time.dtype).eps
@@ -525,18 +531,21 @@ def _space_impl(time, page, mask, group, group_gap, page_gap, end):
         from_g = jnp.where(has_g & (lg > neg), lg + group_gap[gi] + slack * (jnp.abs(lg0) + group_gap[gi]), neg)
         from_p = jnp.where(lp > neg, lp + page_gap[p] + slack * (jnp.abs(lp0) + page_gap[p]), neg)
         t2 = jnp.where(m, jnp.maximum(t, jnp.maximum(from_g, from_p)), t)
-        last_g = last_g.at[gi].set(jnp.where(m & has_g, t2, last_g[gi]))
-        last_p = last_p.at[p].set(jnp.where(m, t2, last_p[p]))
+        # only crawls kept in the window are remembered (one pushed to or past the end is
+        # dropped; every later crawl of its host is then at or past the end too)
+        kept = m & (t2 < end)
+        last_g = last_g.at[gi].set(jnp.where(kept & has_g, t2, last_g[gi]))
+        last_p = last_p.at[p].set(jnp.where(kept, t2, last_p[p]))
         return (last_g, last_p), t2
 
-    init = (jnp.full((max(n_groups, 1),), -jnp.inf, time.dtype), jnp.full(page_gap.shape, -jnp.inf, time.dtype))
-    _, new = jax.lax.scan(step, init, (time, page, mask))
+    init = (last_group, last_page)
+    (out_g, out_p), new = jax.lax.scan(step, init, (time, page, mask))
     moved = mask & (new > time)
     keep = mask & (new < end)
     deferred = jnp.sum(mask & ~keep).astype(jnp.int32)
     t_sorted, p_sorted, m_sorted = _sorted_events(new, page, keep)
     delay = jnp.max(jnp.where(mask, new - time, 0.0), initial=0.0)
-    return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay
+    return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay, out_g, out_p
 
 
 def _round_up(x, dtype):
@@ -549,7 +558,8 @@ def _round_up(x, dtype):
 
 
 def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
-                 page_gap: ArrayLike | None = None, end: ArrayLike = jnp.inf) -> SpacedTimetable:
+                 page_gap: ArrayLike | None = None, end: ArrayLike = jnp.inf,
+                 last_group: ArrayLike | None = None, last_page: ArrayLike | None = None) -> SpacedTimetable:
     r"""Move crawls later so that no group (host) is crawled twice within its gap.
 
     A crawler's politeness rule -- a host's ``Crawl-delay`` -- is a minimum time between
@@ -575,9 +585,16 @@ def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
       group_gap: ``(H,)`` minimum time between two crawls of a group, >= 0.
       page_gap: ``(n,)`` minimum time between two crawls of a page (default 0).
       end: the window's end (``start + horizon``).
+      last_group: ``(H,)`` time of each group's last crawl before this window, in this
+        window's time coordinates (``-inf``: none; default).  Consecutive windows keep the
+        gaps across their boundary when each passes the previous window's ``last_group``
+        (and ``last_page``), shifted by the window's length if the times are relative
+        (``timetable(..., relative=True)``): ``prev.last_group - horizon``.
+      last_page: ``(n,)`` the same for pages.
 
     Returns:
-      :class:`SpacedTimetable`.
+      :class:`SpacedTimetable`; its ``last_group`` / ``last_page`` are the times of each
+      group's / page's last crawl kept so far (this window's, else the ones passed in).
     """
     time = jnp.asarray(table.time)
     group = jnp.asarray(group, jnp.int32)
@@ -590,10 +607,23 @@ def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
             raise ValueError(f"group must be -1 or in [0, {gap.shape[0]}) for every page")
         if np.any(~(np.asarray(gap) >= 0)) or np.any(~(np.asarray(pg) >= 0)):
             raise ValueError("group_gap and page_gap must be >= 0 (and not NaN)")
-    t, p, m, moved, deferred, delay = _space_impl(time, jnp.asarray(table.page), jnp.asarray(table.mask),
-                                                 group, gap, pg, jnp.asarray(end, time.dtype))
+    n_groups = max(gap.shape[0], 1)
+    lg = (jnp.full((n_groups,), -jnp.inf, time.dtype) if last_group is None
+          else jnp.asarray(last_group, time.dtype))
+    lp = jnp.full((n,), -jnp.inf, time.dtype) if last_page is None else jnp.asarray(last_page, time.dtype)
+    if lp.shape != (n,):
+        raise ValueError(f"last_page must have one time per page, shape {(n,)}; got {lp.shape}")
+    if lg.shape != (n_groups,):
+        if gap.shape[0] == 0 and lg.shape == (0,):
+            lg = jnp.full((1,), -jnp.inf, time.dtype)
+        else:
+            raise ValueError(f"last_group must have one time per group, shape {(gap.shape[0],)}; got {lg.shape}")
+    if is_concrete(lg, lp) and (np.any(np.isnan(np.asarray(lg))) or np.any(np.isnan(np.asarray(lp)))):
+        raise ValueError("last_group and last_page must not be NaN (-inf: no earlier crawl)")
+    t, p, m, moved, deferred, delay, out_g, out_p = _space_impl(
+        time, jnp.asarray(table.page), jnp.asarray(table.mask), group, gap, pg, jnp.asarray(end, time.dtype), lg, lp)
     out = Timetable(t, p, m, table.num_crawls, table.overflow)
-    return SpacedTimetable(out, moved, deferred, delay)
+    return SpacedTimetable(out, moved, deferred, delay, out_g[:gap.shape[0]], out_p)
 
 
 # --------------------------------------------------------------------------- generator

@@ -241,3 +241,38 @@ def test_atomic_write_refuses_an_input_of_the_same_run(tmp_path):
     assert src.read_text() == "x\n" and sorted(os.listdir(tmp_path)) == ["in.csv", "link.csv"]
     atomic_write(tmp_path / "out.csv", lambda tmp: open(tmp, "w").write("y\n"), inputs=(str(src),))
     assert (tmp_path / "out.csv").read_text() == "y\n"
+
+
+def test_schedule_after_keeps_crawl_delays_across_windows(tmp_path, capsys):
+    """Two consecutive days scheduled separately, the second with ``--after`` the first's
+    timetable: joined, no host is fetched twice within its crawl delay, across midnight too
+    (without ``--after`` the boundary is violated on this plan: the test can fail);
+    ``--after`` without crawl delays, or with the other kind of --start, is refused."""
+    from jaxcrawl.cli import main
+    from jaxcrawl.io.plans import read_timetable
+
+    ids = [f"https://{h}.example/p{i}" for h in ("a", "b") for i in range(12)]
+    rate = np.linspace(1.0, 3.0, len(ids))  # per day: ~24 fetches a day per host
+    (tmp_path / "plan.csv").write_text("page_id,rate,prob\n" + "".join(f"{p},{float(r)!r},0\n" for p, r in zip(ids, rate)))
+    (tmp_path / "delays.csv").write_text("host,crawl_delay\na.example,3000\nb.example,2400\n")
+    delay = {"a": 3000.0, "b": 2400.0}
+    base = ["schedule", "-p", str(tmp_path / "plan.csv"), "--crawl-delays", str(tmp_path / "delays.csv"), "-q",
+            "--horizon", "1"]
+    assert main(base + ["--start", "2026-01-05T00:00:00Z", "-o", str(tmp_path / "d1.csv")]) == 0
+
+    def joined(*extra):
+        assert main(base + ["--start", "2026-01-06T00:00:00Z", "-o", str(tmp_path / "d2.csv"), *extra]) == 0
+        t1, p1, _ = read_timetable(tmp_path / "d1.csv")
+        t2, p2, _ = read_timetable(tmp_path / "d2.csv")
+        t, p = np.concatenate([t1, t2]), np.concatenate([p1, p2])
+        host = np.array([str(x)[8] for x in p])
+        return min(float(np.min(np.diff(np.sort(t[host == h]))) / delay[h]) for h in delay)
+
+    assert joined("--after", str(tmp_path / "d1.csv")) >= 1 - 1e-9
+    assert joined() < 1
+    capsys.readouterr()
+    assert main(["schedule", "-p", str(tmp_path / "plan.csv"), "-q", "--after", str(tmp_path / "d1.csv")]) == 2
+    assert "--after carries crawl-delay gaps" in capsys.readouterr().err
+    assert main(base + ["--start", "1", "--after", str(tmp_path / "d1.csv"), "-o", str(tmp_path / "x.csv")]) == 2
+    assert "same kind of --start" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()

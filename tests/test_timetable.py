@@ -628,3 +628,46 @@ def test_epoch_second_starts_place_crawls_on_the_exact_grid(start):
     np.testing.assert_array_equal(np.asarray(ab.page), np.asarray(tt.page))
     np.testing.assert_allclose(np.asarray(ab.time, np.float64)[m], start + got_t, rtol=0,
                                atol=float(np.spacing(np.asarray(abs(start) + horizon, float_dtype()))) + tol)
+
+
+def test_space_crawls_keeps_gaps_across_consecutive_windows():
+    """Three consecutive windows, each spaced on its own relative timetable and given the
+    previous window's last crawl times (shifted by the window's length): joined, no host is
+    crawled twice within its gap and no page within its page gap, across the boundaries
+    too; ``last_group`` / ``last_page`` are each host's / page's last kept crawl.  Without
+    the carry the boundaries are violated (the test can fail)."""
+    rng = np.random.default_rng(7)
+    n, H, horizon = 40, 4, 1.0
+    rate = jnp.asarray(rng.uniform(1.0, 6.0, n), jnp.float32)
+    host = rng.integers(0, H, n)
+    gap = rng.uniform(0.05, 0.15, H)
+    page_gap = 0.5 / np.asarray(rate, np.float64)
+
+    def run(carry):
+        times, pages, last_g, last_p = [], [], None, None
+        for w in range(3):
+            table = S.timetable(rate, horizon, start=w * horizon, relative=True)
+            out = S.space_crawls(table, host, gap, page_gap=page_gap, end=horizon,
+                                 last_group=None if last_g is None else last_g - horizon,
+                                 last_page=None if last_p is None else last_p - horizon)
+            if carry:
+                last_g, last_p = out.last_group, out.last_page
+            m = np.asarray(out.timetable.mask)
+            t = np.asarray(out.timetable.time, np.float64)[m]
+            p = np.asarray(out.timetable.page)[m]
+            for h in range(H):  # the carry is the last kept crawl
+                th = t[host[p] == h]
+                if th.size:
+                    assert float(out.last_group[h]) == th.max()
+            times.append(w * horizon + t)
+            pages.append(p)
+        t, p = np.concatenate(times), np.concatenate(pages)
+        eps32 = 4 * np.finfo(np.float32).eps * 3 * horizon  # float32 rounding of the window offsets
+        ok_host = all(np.all(np.diff(np.sort(t[host[p] == h])) >= gap[h] - eps32) for h in range(H))
+        ok_page = all(np.all(np.diff(np.sort(t[p == i])) >= page_gap[i] - eps32) for i in range(n))
+        return ok_host and ok_page
+
+    assert run(carry=True)
+    assert not run(carry=False)
+    with pytest.raises(ValueError, match="last_page"):
+        S.space_crawls(S.timetable(rate, horizon), host, gap, last_page=np.zeros(3))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 
 import numpy as np
@@ -65,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--include-signal-pages", action="store_true",
                    help="also timetable pages with prob > 0, periodically at their rate")
     add_host_arguments(p)
+    p.add_argument("--after", metavar="TIMETABLE",
+                   help="the previous window's timetable (what this command wrote for it): with crawl delays, "
+                        "its last fetch of each host is kept its delay apart from this window's first")
     p.add_argument("--urlfrontier", help="also write a URLFrontier JSON Lines file (each page's next fetch as "
                    "refetchable_from_date, epoch seconds; needs an ISO --start)")
     p.add_argument("--nutch", help="also write a Nutch injector seed list (url<TAB>nutch.fetchInterval=<s>)")
@@ -90,8 +94,6 @@ def _start(text: str | None) -> tuple[float, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl schedule``; returns the exit status."""
-    import os
-
     import jax
     import jax.numpy as jnp
 
@@ -141,6 +143,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         phase = jnp.zeros_like(rate_j)
     gaps = host_gaps(args, plan.page_id)
+    last_group = None
+    if args.after:
+        if gaps is None:
+            raise ValueError("--after carries crawl-delay gaps from the previous window; give --crawl-delays "
+                             "or --robots (without them the timetable does not depend on earlier windows)")
+        last_group = _last_host_fetch(args, gaps, epoch, start)
     t0 = time.perf_counter()
     with progress_bar(None, "timetable", quiet=args.quiet, unit="step"):
         # times since --start (exact in the working dtype over the window); the window's place
@@ -151,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         if gaps is not None:
             hidx, delay, _ = gaps
             gap = delay / unit_seconds(args.time_unit)
-            spaced = tt.space_crawls(table, hidx, gap, end=horizon)
+            spaced = tt.space_crawls(table, hidx, gap, end=horizon, last_group=last_group)
             table = jax.block_until_ready(spaced.timetable)
     seconds = time.perf_counter() - t0
     mask = np.asarray(table.mask)
@@ -238,6 +246,32 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key:<12} {summary[key]['num_urls']} URLs written to {summary[key]['path']}")
     print(json.dumps(summary))
     return 0
+
+
+def _last_host_fetch(args: argparse.Namespace, gaps, epoch: float | None, start: float) -> np.ndarray:
+    """Each crawl-delay host's last fetch in the ``--after`` timetable, in this window's
+    time coordinates (time since ``--start`` in the plan's unit; ``-inf``: none)."""
+    from jaxcrawl.io import hosts as io_hosts
+    from jaxcrawl.io.crawler import unit_seconds
+    from jaxcrawl.io.plans import read_timetable
+
+    if os.path.realpath(args.after) in {os.path.realpath(o) for o in (args.output, args.urlfrontier, args.nutch) if o}:
+        raise ValueError(f"--after {args.after} is also an output of this run; give the previous window's file")
+    time, page_id, absolute = read_timetable(args.after)
+    if absolute != (epoch is not None):
+        have, need = ("epoch_seconds", "plan-unit times") if absolute else ("plan-unit times", "epoch_seconds")
+        raise ValueError(f"--after {args.after} has {have} but this run's --start gives {need}; schedule both "
+                         "windows with the same kind of --start (ISO 8601 or a number)")
+    rel = (time - epoch) / unit_seconds(args.time_unit) if absolute else time - start
+    hidx, _, names = gaps
+    last = np.full(len(names), -np.inf)
+    if time.size and len(names):
+        where = {str(h): i for i, h in enumerate(names.tolist())}
+        ph = io_hosts.page_hosts(page_id, pages_path=args.hosts, unknown_pages="skip")
+        h = np.asarray([where.get(x.lower(), -1) if x is not None else -1 for x in ph], np.int64)
+        ok = h >= 0
+        np.maximum.at(last, h[ok], rel[ok])
+    return last
 
 
 def _check_periodic(times, pages, rate, phase, start, horizon, dtype, page_id) -> None:

@@ -18,8 +18,8 @@ from jax.typing import ArrayLike
 from .formats import write_columns
 from .tables import Column, Schema, read_table, write_csv
 
-__all__ = ["PLAN", "Plan", "read_plan", "write_plan", "write_timetable", "read_plan_csv", "write_plan_csv",
-           "write_timetable_csv", "page_keys"]
+__all__ = ["PLAN", "TIMETABLE", "Plan", "read_plan", "write_plan", "write_timetable", "read_timetable",
+           "read_plan_csv", "write_plan_csv", "write_timetable_csv", "page_keys"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -30,6 +30,17 @@ PLAN = Schema(
      Column("rate", "number", minimum=0.0),
      Column("prob", "number", minimum=0.0, maximum=1.0)),
     key="page_id", rows="pages",
+)
+
+
+#: Timetable: ``time,page_id`` (``time`` a number in the plan's unit) or
+#: ``time,epoch_seconds,page_id`` (``time`` ISO 8601 UTC), one crawl a row.
+TIMETABLE = Schema(
+    "timetable",
+    (Column("time"),
+     Column("epoch_seconds", "number", required=False, default=float("nan")),
+     Column("page_id")),
+    rows="crawls",
 )
 
 
@@ -97,6 +108,40 @@ def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: A
         epoch = float(start_epoch) + t * unit_seconds(unit)
         cols = {"time": iso_utc(epoch), "epoch_seconds": epoch, "page_id": pid}
     write_columns(path, cols, progress=progress)
+
+
+def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Read a timetable written by :func:`write_timetable`: ``(time, page_id, absolute)``.
+
+    ``time`` is float64: epoch seconds when the file has an ``epoch_seconds`` column
+    (``absolute`` True), else the ``time`` column in the plan's unit.  A malformed row (a
+    non-numeric time) is a :class:`~jaxcrawl.io.tables.TableError` naming the file.
+    """
+    from .tables import TableError
+
+    t = read_table(path, TIMETABLE, id_columns=("page_id",))
+    epoch = np.asarray(t["epoch_seconds"], np.float64)
+    if epoch.size and not np.isnan(epoch).all():
+        return epoch, t["page_id"], True
+    text = np.asarray(t["time"]).astype(str)
+    try:
+        time = text.astype(np.float64)
+    except ValueError:
+        bad = next(i for i, x in enumerate(text) if not _is_number(x))
+        raise TableError(f"{path}: row {bad + 1}: column 'time' must be a number (or give epoch_seconds); "
+                         f"got {text[bad]!r}") from None
+    if not np.isfinite(time).all():
+        bad = int(np.flatnonzero(~np.isfinite(time))[0])
+        raise TableError(f"{path}: row {bad + 1}: column 'time' must be finite; got {text[bad]!r}")
+    return time, t["page_id"], False
+
+
+def _is_number(x: str) -> bool:
+    try:
+        float(x)
+    except ValueError:
+        return False
+    return True
 
 
 def write_timetable_csv(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike,
