@@ -276,3 +276,46 @@ def test_schedule_after_keeps_crawl_delays_across_windows(tmp_path, capsys):
     assert main(base + ["--start", "1", "--after", str(tmp_path / "d1.csv"), "-o", str(tmp_path / "x.csv")]) == 2
     assert "same kind of --start" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_solve_with_host_caps_and_crawl_delays_takes_the_smaller_cap(tmp_path, capsys):
+    """``--host-caps`` together with ``--crawl-delays``: every host's cap is
+    min(file cap, seconds per unit / delay) -- the plan equals the one solved from a caps
+    file holding those minima (float64, 1e-9), each host's total rate is within it, and a
+    caps file that groups pages differently from the delays is refused naming the clash."""
+    import shutil
+
+    from jaxcrawl.cli import main
+    from jaxcrawl.io import read_plan
+
+    ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    for f in ("pages.csv", "caps.csv", "crawl_delays.csv"):
+        shutil.copy(os.path.join(ex, f), tmp_path / f)
+    caps = dict(line.split(",") for line in (tmp_path / "caps.csv").read_text().splitlines()[1:])
+    delays = dict(line.split(",") for line in (tmp_path / "crawl_delays.csv").read_text().splitlines()[1:])
+    merged = {h: min(float(caps.get(h, "inf")), 86400.0 / float(d)) for h, d in delays.items()}
+    merged.update({h: float(c) for h, c in caps.items() if h not in merged})
+    assert any(float(caps[h]) < merged[h] * 1.0001 for h in caps) and any(merged[h] < float(caps[h]) for h in caps)
+    (tmp_path / "merged.csv").write_text("host_id,cap\n" + "".join(f"{h},{c!r}\n" for h, c in merged.items()))
+    base = ["solve", "--input", str(tmp_path / "pages.csv"), "--x64", "-q"]
+    assert main(base + ["--host-caps", str(tmp_path / "caps.csv"), "--crawl-delays",
+                        str(tmp_path / "crawl_delays.csv"), "-o", str(tmp_path / "both.csv")]) == 0
+    assert main(base + ["--host-caps", str(tmp_path / "merged.csv"), "-o", str(tmp_path / "ref.csv")]) == 0
+    both, ref = read_plan(tmp_path / "both.csv"), read_plan(tmp_path / "ref.csv")
+    np.testing.assert_array_equal(both.page_id, ref.page_id)
+    np.testing.assert_allclose(both.rate, ref.rate, rtol=1e-9, atol=1e-12)
+    host = np.array([str(p).split("/")[2] for p in both.page_id])
+    for h, c in merged.items():
+        assert both.rate[host == h].sum() <= c * (1 + 1e-9)
+    # a caps file keyed by other host groups (two sites in one) clashes with the delays' hosts
+    (tmp_path / "map.csv").write_text("page_id,host_id\n" + "".join(
+        f"{p},{'pair' if h in ('www.site00.example', 'www.site01.example') else h}\n"
+        for p, h in zip(both.page_id, host)))
+    (tmp_path / "grouped.csv").write_text("# pages: map.csv\nhost_id,cap\npair,50\n")
+    capsys.readouterr()
+    assert main(base + ["--host-caps", str(tmp_path / "grouped.csv"), "--crawl-delays",
+                        str(tmp_path / "crawl_delays.csv"), "-o", str(tmp_path / "x.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "group the pages differently" in err and "has pages in 2 groups of the crawl delays' hosts" in err, err
+    assert "www.site00.example" in err and "www.site01.example" in err, err  # a page of each part
+    assert not (tmp_path / "x.csv").exists()

@@ -5,7 +5,7 @@ Reads ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]`
 :func:`jaxcrawl.synthetic.synthetic`, solves with :func:`jaxcrawl.solve` for the
 ``--objective`` (any name of :func:`jaxcrawl.utility_names`) under the revisit bounds
 (the file's interval columns and ``--min-interval``/``--max-interval``) and host caps
-(``--host-caps``, or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``), and writes
+(``--host-caps`` and/or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``: the smaller applies), and writes
 the plan ``page_id,rate,prob`` (:func:`jaxcrawl.io.write_plan`), optionally a URLFrontier
 JSON Lines file and a Nutch seed list (:mod:`jaxcrawl.io.crawler`).  A solve that did not converge,
 produced non-finite rates, or whose rates miss the bandwidth by more than the tolerance
@@ -213,8 +213,6 @@ def run(args: argparse.Namespace) -> int:
     capped = bool(args.host_caps or args.crawl_delays or args.robots)
     if capped and (args.max_steps != 100 or args.rtol is not None):
         raise ValueError("--max-steps and --rtol apply to solves without host caps")
-    if args.host_caps and (args.crawl_delays or args.robots):
-        raise ValueError("give --host-caps or crawl delays (--crawl-delays/--robots), not both")
     min_iv = None if args.min_interval is None else parse_duration(args.min_interval, args.time_unit,
                                                                    name="--min-interval")
     max_iv = None if args.max_interval is None else parse_duration(args.max_interval, args.time_unit,
@@ -253,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     bounds = dict(min_rate=jnp.asarray(lo, dtype), max_rate=jnp.asarray(hi, dtype)) if bounded else {}
     gaps = host_gaps(args, page_id)
     num_delay_hosts = 0
-    if args.host_caps:
+    if args.host_caps and gaps is None:
         from jaxcrawl import politeness
 
         solve = politeness.solver_from_caps_file(args.host_caps, page_id, args.objective, epsilon=args.epsilon,
@@ -261,10 +259,17 @@ def run(args: argparse.Namespace) -> int:
     elif gaps is not None:
         from jaxcrawl import politeness
 
-        hidx, delay, _ = gaps
+        hidx, delay, names = gaps
         num_delay_hosts = int(delay.size)
         with np.errstate(divide="ignore"):
             caps = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
+        if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
+            from jaxcrawl.io.hosts import load_host_caps, merge_host_caps
+
+            c_idx, c_cap = load_host_caps(args.host_caps, page_id)
+            hidx, caps = merge_host_caps(c_idx, c_cap, hidx, caps, page_id=page_id,
+                                         what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
+                                         names=(None, names))
         host_arr, cap_arr = jnp.asarray(hidx), jnp.asarray(caps, dtype)
 
         def solve(pr):

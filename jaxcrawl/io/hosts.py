@@ -25,6 +25,7 @@ __all__ = [
     "read_host_caps",
     "read_page_hosts",
     "host_index",
+    "merge_host_caps",
     "hosts_from_dataset",
     "url_host",
     "load_host_caps",
@@ -339,3 +340,51 @@ def host_delays(page_host: Sequence[str | None], hosts: ArrayLike,
             idx[i] = used.setdefault(h, len(used))
     names = np.asarray(list(used), object)
     return idx, np.asarray([delay_of[h] for h in used], np.float64), names
+
+
+def merge_host_caps(index_a: ArrayLike, cap_a: ArrayLike, index_b: ArrayLike, cap_b: ArrayLike, *,
+                    page_id: ArrayLike | None = None, what: tuple[str, str] = ("--host-caps", "crawl delays"),
+                    names: tuple[ArrayLike | None, ArrayLike | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One set of host caps from two that group the pages the same way: each host's cap is
+    the smaller of its two (e.g. a caps file's cap and ``1 / crawl-delay``).
+
+    ``index_a``/``index_b`` are ``(n,)`` host indices (``-1``: no host in that set) into
+    ``cap_a``/``cap_b``.  A page may have a host in one set only (its cap is that one).  The
+    two sets must not cut each other's hosts: a host of one set whose pages lie in two hosts
+    of the other (or partly in none) would be two nested constraints, which one cap per page
+    cannot express -- ``ValueError`` naming the host (``names``: each set's host names) and
+    a page of each part.
+
+    Returns:
+      ``(host_index, host_cap)``: ``(n,)`` int32 dense indices (``-1``: uncapped) and float64 caps.
+    """
+    a = np.asarray(index_a, np.int64)
+    b = np.asarray(index_b, np.int64)
+    ca, cb = np.asarray(cap_a, np.float64), np.asarray(cap_b, np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"host indices must be two (n,) arrays of one shape; got {a.shape} and {b.shape}")
+    ids = np.arange(a.size) if page_id is None else np.asarray(page_id)
+    some = (a >= 0) | (b >= 0)
+    pair = np.stack([a[some], b[some]], axis=1)
+    uniq, first = np.unique(pair, axis=0, return_index=True)
+    rows = np.flatnonzero(some)
+    for col, (this, other) in ((0, what), (1, what[::-1])):
+        keys, counts = np.unique(uniq[:, col], return_counts=True)
+        split = keys[(counts > 1) & (keys >= 0)]
+        if split.size:
+            h = split[0]
+            parts = uniq[uniq[:, col] == h]
+            pages = [ids[rows[first[np.flatnonzero((uniq == q).all(axis=1))[0]]]] for q in parts[:2]]
+            pages = [p.item() if hasattr(p, "item") else p for p in pages]
+            host = (f"#{int(h)}" if names is None or names[col] is None
+                    else repr(str(np.asarray(names[col], object)[h])))
+            raise ValueError(f"{this} and {other} group the pages differently: host {host} of {this} has pages "
+                             f"in {len(parts)} groups of {other} (e.g. pages {pages[0]!r} and {pages[1]!r}); "
+                             "map pages to hosts the same way for both (one --hosts file or URL page ids)")
+    inf = np.inf
+    cap = np.minimum(np.where(uniq[:, 0] >= 0, ca[np.maximum(uniq[:, 0], 0)] if ca.size else inf, inf),
+                     np.where(uniq[:, 1] >= 0, cb[np.maximum(uniq[:, 1], 0)] if cb.size else inf, inf))
+    index = np.full(a.size, -1, np.int32)
+    # each page's group: the row of its (a, b) pair among the unique pairs
+    index[rows] = np.unique(pair, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int32)
+    return index, cap
