@@ -171,7 +171,7 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
                  epsilon: float = 0.0, chunk_size: int = 1 << 20, dtype: Any = None,
                  out_path: str | None = None, max_steps: int = 100,
                  rtol: float | None = None, min_rate: Any = None,
-                 max_rate: Any = None) -> StreamResult:
+                 max_rate: Any = None, progress: bool | None = None) -> StreamResult:
     """Solve any separable :class:`~jaxcrawl.Utility` from a page table on disk.
 
     The same optimum as :func:`jaxcrawl.solve` (e.g. LambdaCrawl, NeurIPS-19 Alg. 1-3, for
@@ -193,6 +193,9 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
       min_rate, max_rate: revisit bounds as rates (:mod:`jaxcrawl.bounds`): scalars or
         ``(num_pages,)`` arrays (memory maps are read chunk by chunk); intersected with
         the utility's own bounds.
+      progress: a progress bar (tqdm, stderr) over the chunks read, naming the pass and
+        the root-finding step: ``None`` (default) when stderr is a terminal and the run
+        takes more than a second, ``True`` always, ``False`` never.
 
     Several processes (``jax.process_count() > 1``, :mod:`jaxcrawl.distributed`): each
     process streams only its :func:`~jaxcrawl.distributed.row_range` of the table and the
@@ -229,6 +232,28 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
         add = big_ = np.asarray
     size = max(min(chunk_size, last - first), 1)
     budget = jnp.asarray(bandwidth, dtype)
+    from .io.progress import progress_bar
+
+    bar = progress_bar(None, "stream_solve", quiet=progress is False, unit="chunk", force=progress is True)
+    try:
+        return _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size, budget, min_rate,
+                              max_rate, out_path, max_steps, rtol, bar, add, big_)
+    finally:
+        bar.close()
+
+
+def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size, budget, min_rate, max_rate,
+                   out_path, max_steps, rtol, bar, add, big_):
+    """The passes of :func:`stream_solve` over the table (``bar`` advances by chunk)."""
+    if multi:
+        from . import distributed as _dist
+
+    def row_chunks(label):
+        bar.set_description(f"stream_solve: {label}", refresh=False)
+        for chunk in _row_chunks(table, size, first, last):
+            yield chunk
+            bar.update(1)
+
     extra = [None if b is None else (np.asarray(b, np.float64) if np.ndim(b) == 0 else b)
              for b in (min_rate, max_rate)]
     for name, b in zip(("min_rate", "max_rate"), extra):
@@ -288,9 +313,9 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
         x, dx, *_ = _budget.eval_pages(utility.rate, params, nu, lo, hi)
         return jnp.clip(x + factor * dx, lo, hi)
 
-    def total_sums(nu):
+    def total_sums(nu, label):
         f = df = 0.0
-        for chunk in _row_chunks(table, size, first, last):
+        for chunk in row_chunks(label):
             _, _, m, l, c, valid = load(chunk)
             s_, ds = sums(m, l, c, valid, nu)
             f, df = f + float(s_), df + float(ds)
@@ -299,7 +324,7 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
 
     passes = 0
     sw = ninf = mw = su = sl = 0.0
-    for chunk in _row_chunks(table, size, first, last):
+    for chunk in row_chunks("bounds"):
         start, _, m, l, c, valid = load(chunk)
         a, b_, cmax, d, e, first_bad, any_bad = stats(m, l, c, valid)
         if bool(any_bad):
@@ -319,7 +344,7 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     big = max(slack, mw) if max(slack, mw) > 0 else 1.0
     total = sw + ninf * big
     lo_nu, hi_nu = np.inf, -np.inf
-    for chunk in _row_chunks(table, size, first, last):
+    for chunk in row_chunks("bracket"):
         _, _, m, l, c, valid = load(chunk)
         a, b_ = bracket(m, l, c, valid, slack, big, total)
         lo_nu, hi_nu = min(lo_nu, float(a)), max(hi_nu, float(b_))
@@ -331,13 +356,14 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     tol = (rootfind.default_rtol(dtype) if rtol is None else rtol) * float(budget)
     while not bool(state.done) and int(state.k) < max_steps:
         nu = rootfind.root_value(state, log_mode)
-        f, df = total_sums(nu)
+        f, df = total_sums(nu, f"step {int(state.k) + 1}")
         passes += 1
+        bar.set_postfix(budget_off=f"{(f - float(budget)) / float(budget):.1e}", refresh=False)
         state = rootfind.root_update(state, jnp.asarray(f - float(budget), dtype), jnp.asarray(df, dtype),
                                      log_mode, tol)
     nu = rootfind.root_value(state, log_mode)
     # the sums at the final dual: the residual before the closing correction
-    f, df = total_sums(nu)
+    f, df = total_sums(nu, "residual")
     passes += 1
     residual = f - float(budget)
     factor = -residual / df if df < 0 else 0.0  # x + factor*dx == x + r * w / sum(w), w = -dx
@@ -350,7 +376,7 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     else:
         out = (np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)) if out_path
                else np.empty(last - first, dtype=dtype))
-    for chunk in _row_chunks(table, size, first, last):
+    for chunk in row_chunks("writing rates"):
         start, k, m, l, c, valid = load(chunk)
         out[start - first:start - first + k] = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
     passes += 1

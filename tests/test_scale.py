@@ -37,6 +37,43 @@ def test_stream_equals_in_memory(table, tmp_path, objective, epsilon, chunk):
     assert np.load(tmp_path / "rate.npy", mmap_mode="r").shape == (p.num_pages,)
 
 
+def test_stream_progress_bar_counts_every_chunk_read(table, capsys, monkeypatch):
+    """``progress=True`` draws a bar on stderr; it advances once per chunk read, over every
+    pass (bounds, bracket, each root-finding step, residual, writing: chunks x passes),
+    naming each pass; the rates are those of ``progress=False``, which writes nothing."""
+    from jaxcrawl.io import progress
+
+    _, t = table
+    chunk = 8192
+    quiet = stream_solve(t, 5000.0, chunk_size=chunk, progress=False)
+    assert capsys.readouterr().err == ""
+    loud = stream_solve(t, 5000.0, chunk_size=chunk, progress=True)
+    assert "stream_solve" in capsys.readouterr().err
+    np.testing.assert_array_equal(loud.rate, quiet.rate)
+
+    seen = {"labels": [], "count": 0, "closed": False}
+
+    class Bar:  # records what stream_solve tells its bar
+        def set_description(self, text, refresh=True):
+            seen["labels"].append(text)
+
+        def update(self, k):
+            seen["count"] += k
+
+        def set_postfix(self, **kw):
+            pass
+
+        def close(self):
+            seen["closed"] = True
+
+    monkeypatch.setattr(progress, "progress_bar", lambda *a, **k: Bar())
+    res = stream_solve(t, 5000.0, chunk_size=chunk, progress=True)
+    assert seen["count"] == -(-t.num_pages // chunk) * res.num_passes and seen["closed"]
+    assert seen["labels"] == (["stream_solve: bounds", "stream_solve: bracket"]
+                              + [f"stream_solve: step {k}" for k in range(1, res.num_steps + 1)]
+                              + ["stream_solve: residual", "stream_solve: writing rates"])
+
+
 def test_page_table_errors(tmp_path):
     with pytest.raises(ValueError, match="missing importance.npy"):
         PageTable(str(tmp_path))

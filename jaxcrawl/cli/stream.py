@@ -42,6 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=int, default=100, help="root-finding step cap (default 100)")
     p.add_argument("--rtol", type=float, default=None, help="relative budget tolerance of the root-find")
     p.add_argument("--x64", action="store_true", help="solve in float64")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="no progress bar (one is shown on a terminal when the run takes more than a second)")
     add_arguments(p)
     p.set_defaults(func=run)
 
@@ -84,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         res = stream_solve(table, float(bandwidth), objective=objective, epsilon=epsilon, chunk_size=args.chunk_size,
-                           dtype=np.dtype(dtype).name, out_path=partial, max_steps=args.max_steps, rtol=args.rtol)
+                           dtype=np.dtype(dtype).name, out_path=partial, max_steps=args.max_steps, rtol=args.rtol,
+                           progress=False if args.quiet else None)
         seconds = time.perf_counter() - t0
         rate = np.asarray(res.rate)
         multi = jax.process_count() > 1

@@ -11,11 +11,13 @@ from typing import Any
 __all__ = ["progress_bar"]
 
 
-def progress_bar(total: int | None, desc: str, *, quiet: bool = False, unit: str = "rows") -> Any:
-    """A ``tqdm`` bar on stderr, disabled when ``quiet`` or stderr is not a terminal, shown
-    only after one second (``update(k)`` advances it; use it as a context manager)."""
+def progress_bar(total: int | None, desc: str, *, quiet: bool = False, unit: str = "rows",
+                 force: bool = False) -> Any:
+    """A ``tqdm`` bar on stderr, disabled when ``quiet`` or (unless ``force``) stderr is not
+    a terminal, shown only after one second (``update(k)`` advances it; use it as a
+    context manager)."""
     from tqdm.auto import tqdm
 
-    disable = quiet or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, delay=1.0,
+    disable = quiet or not (force or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()))
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, delay=0.0 if force else 1.0,
                 leave=False, file=sys.stderr)
