@@ -355,3 +355,22 @@ def test_converged_means_budget_met_at_every_bandwidth_float32(name):
             assert met, (log_r, rate.sum(), float(R))
         if log_r >= -3:
             assert bool(pol.converged) and met, (log_r, rate.sum(), float(R))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(-30, 30), st.floats(-30, 30), st.floats(-30, 30))
+def test_incomplete_harmonic_rate_has_no_overflow_across_magnitudes(log_mu, log_lam, log_nu):
+    """NeurIPS-19 Prop. 2's rate in the lane's dtype over 1e-30..1e30 in each of mu, lambda
+    and nu (lambda^2 overflows float32 from 1.8e19): equal to the exact root of
+    rho^2 + lambda rho = mu lambda / nu (Python floats, a stable form) to a few ulps
+    wherever that root, mu / nu and mu / nu * min(lambda, 1) are normal numbers of the
+    dtype."""
+    dt = np.dtype(jnp.result_type(float))
+    mu, lam, nu = 10.0 ** log_mu, 10.0 ** log_lam, 10.0 ** log_nu
+    got = float(jaxcrawl.utilities.incomplete_harmonic_rate(*(jnp.asarray(v, dt) for v in (mu, lam, nu))))
+    # the positive root, without cancellation: 2 (mu/nu) / (1 + sqrt(1 + 4 mu / (nu lam)))
+    p = mu / nu
+    exact = 2 * p / (1 + np.sqrt(1 + 4 * (p / lam)))
+    info = np.finfo(dt)
+    if all(info.tiny * 1e3 < v < info.max / 1e3 for v in (exact, p, p * min(lam, 1.0))):
+        assert abs(got - exact) <= 16 * float(info.eps) * exact, (mu, lam, nu, got, exact)
