@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._src.checks import check_positive_finite, is_concrete
+from ._src.checks import check_positive_finite, check_representable, is_concrete
 
 __all__ = ["CrawlProblem", "Policy", "make_policy", "raw_problem", "is_concrete"]
 
@@ -45,6 +45,8 @@ def _as_float_array(x, name):
     dt = x.dtype
     if dt == np.bool_ or not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
         raise TypeError(f"{name} must be a real-valued array, got dtype {dt}")
+    if not isinstance(x, jax.Array):  # a host array: validated in the dtype it is used in
+        check_representable(x, name, jnp.result_type(float) if np.issubdtype(dt, np.floating) else dt)
     arr = jnp.asarray(x)
     if not jnp.issubdtype(arr.dtype, jnp.floating):
         arr = arr.astype(jnp.result_type(float))
@@ -86,6 +88,8 @@ class CrawlProblem:
             importance = importance.astype(dtype)
             change_rate = change_rate.astype(dtype)
         if not isinstance(bandwidth, jax.core.Tracer):
+            if not isinstance(bandwidth, jax.Array):
+                check_representable(np.asarray(bandwidth, np.float64), "bandwidth", importance.dtype)
             bandwidth = jnp.asarray(bandwidth, dtype=importance.dtype)
         if complete is None:
             complete = jnp.zeros(jnp.shape(importance), dtype=bool)

@@ -355,3 +355,13 @@ def test_check_result_verdicts_in_order():
     assert "off the bandwidth 6 by 0.003" in msg and "--x64" in msg
     assert check_result({"rates": good + 1e-3}, ids, bandwidth=6.0, tolerance=1e-2, dtype=np.float64) is None
     assert "--x64" not in check_result({"rates": good + 1e-3}, ids, bandwidth=6.0, tolerance=1e-6, dtype=np.float64)
+
+
+def test_solve_validates_file_values_in_the_working_dtype(tmp_path):
+    """importance 1e-300 is a valid float64 in the file but 0 in float32: the error names
+    the column, the page, the file and float32, suggests --x64, and writes nothing; with
+    --x64 the same file solves."""
+    (tmp_path / "tiny.csv").write_text("page_id,importance,change_rate\na,1.0,1.0\nb,1e-300,2.0\n")
+    expect_error(tmp_path, ["solve", "--input", tmp_path / "tiny.csv", "-q", "-o", tmp_path / "plan.csv"], 2,
+                 "importance 1e-300 at page 'b' (data row 2 of", "tiny.csv", "float32", "--x64")
+    assert run(["solve", "--input", tmp_path / "tiny.csv", "-q", "--x64", "-o", tmp_path / "plan.csv"])[0] == 0

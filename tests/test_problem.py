@@ -65,3 +65,23 @@ def test_replace_revalidates():
     p = CrawlProblem([1.0], [1.0], 1.0)
     with pytest.raises(ValueError, match="bandwidth"):
         p.replace(bandwidth=-1.0)
+
+
+@pytest.mark.parametrize("field,value,becomes", [("importance", 1e-300, "0"), ("change_rate", 1e39, "inf"),
+                                                  ("bandwidth", 1e-45, "0")])
+def test_host_values_are_validated_in_the_working_dtype(field, value, becomes):
+    """A float64 value valid in itself but outside the working dtype's normal range (float32
+    by default) is an error naming the argument, the value, the index and the dtype --
+    not "found 0.0" after the cast; in the x64 lane the same values are valid."""
+    imp, lam, bw = np.array([1.0, 2.0]), np.array([0.5, 3.0]), 1.0
+    if field == "bandwidth":
+        bw = value
+    else:
+        (imp if field == "importance" else lam)[1 if field == "change_rate" else 0] = value
+    dt = jnp.result_type(float)
+    if dt == jnp.float64:
+        p = CrawlProblem(imp, lam, bw)
+        assert float(np.asarray(getattr(p, field)).ravel()[-1 if field == "change_rate" else 0]) == value
+        return
+    with pytest.raises(ValueError, match=rf"{field} .* outside float32's normal range .* would become {becomes}"):
+        CrawlProblem(imp, lam, bw)

@@ -42,6 +42,38 @@ def check_positive_finite(arr: Any, name: str) -> None:
             " (a page that never changes or is never requested need not be tracked)")
 
 
+def check_representable(values: Any, name: str, dtype: Any, *, labels: Any = None, source: str | None = None) -> None:
+    """``ValueError`` when a finite, nonzero value of ``values`` (e.g. float64 from a file)
+    falls outside ``dtype``'s normal range, so that casting would turn it into 0 (or a
+    subnormal, flushed to 0 on CPUs) or inf -- the error names ``name``, the value, where it
+    is (``labels[i]``, e.g. a page id, and the row of ``source``; else the flat index) and
+    the dtype, and suggests float64; without this a page table's importance 1e-300 would be
+    reported as "found 0.0" after the cast.  Nothing to check when ``dtype`` is at least as
+    wide as the values.
+    """
+    dt = np.dtype(dtype)
+    a = np.asarray(values)
+    if dt.kind != "f" or a.dtype.kind != "f" or a.dtype.itemsize <= dt.itemsize or a.size == 0:
+        return
+    info = np.finfo(dt)
+    mag = np.abs(a)
+    bad = np.isfinite(a) & (a != 0) & ((mag < info.tiny) | (mag > info.max))
+    if not bad.any():
+        return
+    idx, val = first_bad(a, bad)
+    if labels is not None:
+        lab = np.ravel(np.asarray(labels))[idx]
+        lab = lab.item() if hasattr(lab, "item") else lab
+        where = f"page {lab!r} (data row {idx + 1}" + (f" of {source})" if source else ")")
+    else:
+        where = f"flat index {idx}"
+    becomes = "0" if abs(float(val)) < float(info.tiny) else "inf"
+    raise ValueError(
+        f"{name} {float(val)!r} at {where} is outside {dt.name}'s normal range [{float(info.tiny):.3g}, "
+        f"{float(info.max):.3g}] (it would become {becomes}; {int(bad.sum())} values in all); use float64 "
+        "(--x64, or jax.config.update('jax_enable_x64', True)) or rescale it")
+
+
 def _raise_unless_converged(what: str, converged, num_steps, residual) -> None:
     ok = np.asarray(converged)
     if not np.all(ok):

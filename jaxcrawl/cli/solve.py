@@ -246,6 +246,10 @@ def run(args: argparse.Namespace) -> int:
                           unit=args.time_unit[:-1])
     utility = binary_epsilon(args.epsilon) if args.objective == "binary-epsilon" else args.objective
     dtype = jnp.float64 if args.x64 else jnp.float32
+    from jaxcrawl._src.checks import check_representable
+
+    for name, col in (("importance", imp), ("change_rate", lam)):  # validated in the dtype they are used in
+        check_representable(col, name, dtype, labels=page_id, source=args.input)
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth,
                                     jnp.asarray(comp))
     bounds = dict(min_rate=jnp.asarray(lo, dtype), max_rate=jnp.asarray(hi, dtype)) if bounded else {}
