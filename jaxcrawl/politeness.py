@@ -66,8 +66,8 @@ from .io.hosts import hosts_from_dataset as hosts_from_dataset
 from .io.hosts import load_host_caps
 from .io.hosts import read_host_caps as read_host_caps
 from .io.hosts import read_page_hosts as read_page_hosts
-from .problem import CrawlProblem, Policy, make_policy
-from .utilities import BINARY, Utility, binary_epsilon, get_utility
+from .problem import CrawlProblem, Policy, make_policy, raw_problem
+from .utilities import BINARY, Utility, _rescale_dual, binary_epsilon, get_utility, normalising_scales
 
 __all__ = [
     "HostCapSolution",
@@ -233,7 +233,36 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
         e = np.asarray(epsilon)
         if not np.all(np.isfinite(e)) or np.any(e < 0) or np.any(e > 1):
             raise ValueError(f"epsilon must be in [0, 1]; got {epsilon}")
-    utility, floor = _capped_utility(objective, epsilon, dtype, problem.bandwidth, n)
+    utility, _ = _capped_utility(objective, epsilon, dtype, problem.bandwidth, n)
+    opts = dict(max_steps=max_steps, inner_steps=inner_steps, rtol=rtol, throw=throw)
+    if not utility.homogeneous:
+        return _host_caps_in_units(problem, host_id, host_cap, objective, epsilon, lower, upper, **opts)
+    # The change of units of jaxcrawl.solve (Utility.homogeneous): largest importance and mean
+    # rate 1; caps and rate bounds scale like the bandwidth, the duals (nu, kappa) by a / c.
+    a, c = normalising_scales(problem)
+    a_, c_ = a[..., None], c[..., None]
+    scaled = raw_problem(problem.importance / a_, problem.change_rate / c_, problem.bandwidth / c,
+                         problem.complete)
+    cap = jnp.asarray(host_cap).astype(dtype)
+    if is_concrete(problem, host_id, cap, lower, upper):  # validated in the caller's units (its messages)
+        floor = _capped_utility(objective, epsilon, dtype, problem.bandwidth, n)[1]
+        _, lo, hi = _page_limits(problem, utility, floor, lower, upper)
+        _check_hosts(problem, jnp.asarray(host_id), cap, lo, hi)
+    div = (lambda v: None if v is None else jnp.asarray(v, dtype) / c_)  # noqa: E731
+    sol = _host_caps_in_units(scaled, host_id, cap / c_, objective, epsilon, div(lower), div(upper), **opts,
+                              check=False)
+    pol = sol.policy
+    policy = make_policy(problem, pol.rate * c_, _rescale_dual(pol.dual, a, c), pol.residual * c, pol.num_steps,
+                         on_signal=pol.on_signal, converged=pol.converged)
+    return HostCapSolution(policy=policy, host_dual=_rescale_dual(sol.host_dual, a_, c_),
+                           host_rate=sol.host_rate * c_, binding=sol.binding, num_steps=sol.num_steps)
+
+
+def _page_limits(problem, utility, floor, lower, upper):
+    """(params, lo, hi): the utility's parameters and each page's rate bounds (the utility's,
+    the BLC-epsilon floor and the extra ``lower``/``upper``), broadcast to the pages."""
+    dtype = problem.importance.dtype
+    n = problem.importance.shape[-1]
     params = (jax.vmap(utility.params) if problem.importance.ndim > 1 else utility.params)(problem)
     shape = problem.importance.shape
     lo, hi = utility.page_bounds(params, jnp.asarray(problem.bandwidth, dtype)[..., None], n, dtype)
@@ -245,12 +274,24 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
                                            else jnp.asarray(extra, dtype), shape))
     if upper is not None:
         hi = jnp.minimum(hi, jnp.asarray(upper, dtype))
+    return params, lo, hi
+
+
+def _host_caps_in_units(problem, host_id, host_cap, objective, epsilon, lower, upper, *, max_steps,
+                        inner_steps, rtol, throw, check=True) -> HostCapSolution:
+    """:func:`solve_with_host_caps` in the problem's own units (no change of units);
+    ``check``: validate hosts, caps and feasibility (eagerly) here."""
+    dtype = problem.importance.dtype
+    n = problem.importance.shape[-1]
+    shape = problem.importance.shape
+    utility, floor = _capped_utility(objective, epsilon, dtype, problem.bandwidth, n)
+    params, lo, hi = _page_limits(problem, utility, floor, lower, upper)
     host = jnp.asarray(host_id)
     cap = jnp.asarray(host_cap)
     if not jnp.issubdtype(cap.dtype, jnp.floating):
         cap = cap.astype(dtype)
     cap = cap.astype(dtype)
-    if is_concrete(problem, host, cap, lo, hi):
+    if check and is_concrete(problem, host, cap, lo, hi):
         _check_hosts(problem, host, cap, lo, hi)
     host = host.astype(jnp.int32)
     no_hosts = cap.shape[-1] == 0

@@ -244,7 +244,9 @@ def make_policy(problem: CrawlProblem, rate: ArrayLike, dual: ArrayLike, residua
     """
     comp = problem.complete if on_signal is None else on_signal
     comp = jnp.broadcast_to(comp, jnp.shape(rate))
-    prob = jnp.where(comp, rate / problem.change_rate, jnp.zeros_like(rate))
+    # rate <= change_rate for signal-crawled pages (their bound); a scaled-back solve may
+    # land one ulp above it, which must not become a probability above 1
+    prob = jnp.where(comp, jnp.minimum(rate / problem.change_rate, 1.0), jnp.zeros_like(rate))
     if residual is None:
         residual = jnp.sum(rate, axis=-1) - problem.bandwidth
     dual = jnp.asarray(dual, dtype=rate.dtype)
