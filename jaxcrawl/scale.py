@@ -231,20 +231,29 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
         first, last = 0, n
         add = big_ = np.asarray
     size = max(min(chunk_size, last - first), 1)
-    budget = jnp.asarray(bandwidth, dtype)
+    # Utility.homogeneous: the change of units of jaxcrawl.solve -- mean rate R/n and (after
+    # the first pass has seen them all) the largest importance at 1; rate bounds scale like R
+    tscale = float(bandwidth) / n if utility.homogeneous else 1.0
+    budget = jnp.asarray(float(bandwidth) / tscale, dtype)
     from .io.progress import progress_bar
 
     bar = progress_bar(None, "stream_solve", quiet=progress is False, unit="chunk", force=progress is True)
     try:
         return _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size, budget, min_rate,
-                              max_rate, out_path, max_steps, rtol, bar, add, big_)
+                              max_rate, out_path, max_steps, rtol, bar, add, big_, tscale)
     finally:
         bar.close()
 
 
 def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size, budget, min_rate, max_rate,
-                   out_path, max_steps, rtol, bar, add, big_):
-    """The passes of :func:`stream_solve` over the table (``bar`` advances by chunk)."""
+                   out_path, max_steps, rtol, bar, add, big_, tscale):
+    """The passes of :func:`stream_solve` over the table (``bar`` advances by chunk), in
+    units where rates are divided by ``tscale`` and importances by the largest one (found
+    by the first pass; page bounds of a homogeneous utility do not depend on it)."""
+    iscale = [1.0]
+
+    def units(v, scale):
+        return v if scale == 1.0 else np.asarray(v, np.float64) / scale
     if multi:
         from . import distributed as _dist
 
@@ -264,13 +273,14 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
         if b is None:
             return None
         part = np.broadcast_to(b, (k,)) if np.ndim(b) == 0 else np.asarray(b[start:start + k], np.float64)
-        return jnp.asarray(_pad(np.asarray(part, np.float64), size, fill), dtype)
+        return jnp.asarray(_pad(np.asarray(part, np.float64) / tscale, size, fill), dtype)
 
     def load(chunk):
         start, m, l, c = chunk
         k = m.shape[0]
         bounds = (bound_chunk(extra[0], start, k, 0.0), bound_chunk(extra[1], start, k, np.inf))
-        return (start, k, jnp.asarray(_pad(m, size, 1.0), dtype), jnp.asarray(_pad(l, size, 1.0), dtype),
+        return (start, k, jnp.asarray(_pad(units(m, iscale[0]), size, 1.0), dtype),
+                jnp.asarray(_pad(units(l, tscale), size, 1.0), dtype),
                 (jnp.asarray(_pad(c, size, False)), bounds), jnp.asarray(np.arange(size) < k))
 
     def chunk_parts(m, l, cb):
@@ -292,7 +302,7 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
         return (jnp.sum(jnp.where(finite, width, 0.0)), jnp.sum((~finite) & valid),
                 jnp.max(jnp.where(finite, width, 0.0)), jnp.sum(jnp.where(valid & jnp.isfinite(hi), hi, 0.0)),
                 jnp.sum(jnp.where(valid, lo, 0.0)),
-                jnp.argmax(valid & (lo > hi)), jnp.any(valid & (lo > hi)))
+                jnp.argmax(valid & (lo > hi)), jnp.any(valid & (lo > hi)), jnp.max(jnp.where(valid, m, 0.0)))
 
     @jax.jit
     def bracket(m, l, c, valid, slack, big, total):
@@ -323,22 +333,25 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
         return float(f), float(df)
 
     passes = 0
-    sw = ninf = mw = su = sl = 0.0
+    sw = ninf = mw = su = sl = top = 0.0
     for chunk in row_chunks("bounds"):
         start, _, m, l, c, valid = load(chunk)
-        a, b_, cmax, d, e, first_bad, any_bad = stats(m, l, c, valid)
+        a, b_, cmax, d, e, first_bad, any_bad, mmax = stats(m, l, c, valid)
+        top = max(top, float(mmax))
         if bool(any_bad):
             raise ValueError(f"page {start + int(first_bad)}: its lower rate bound exceeds its upper "
                              "bound (min_rate > max_rate, or above a complete page's change rate)")
         sw, ninf, mw, su, sl = sw + float(a), ninf + float(b_), max(mw, float(cmax)), su + float(d), sl + float(e)
     sw, ninf, su, sl = (float(v) for v in add([sw, ninf, su, sl]))
-    mw = float(big_([mw])[0])
+    mw, top = (float(v) for v in big_([mw, top]))
     passes += 1
+    if utility.homogeneous and np.isfinite(top) and top > 0:
+        iscale[0] = top  # from now on, importances in units of the largest
     if ninf == 0 and float(budget) >= su:
-        raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({su}): every page "
+        raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({su * tscale}): every page "
                          "is bounded above (e.g. every page is complete)")
     if float(budget) < sl * (1 - 1e-12):
-        raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sl})")
+        raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sl * tscale})")
 
     slack = float(budget) - sl
     big = max(slack, mw) if max(slack, mw) > 0 else 1.0
@@ -378,7 +391,8 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
                else np.empty(last - first, dtype=dtype))
     for chunk in row_chunks("writing rates"):
         start, k, m, l, c, valid = load(chunk)
-        out[start - first:start - first + k] = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
+        x = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
+        out[start - first:start - first + k] = x if tscale == 1.0 else np.asarray(x, np.float64) * tscale
     passes += 1
     if out_path:
         out.flush()
@@ -387,5 +401,8 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
             _dist.barrier("jaxcrawl.stream_solve.written")
             out = np.load(out_path, mmap_mode="r")[first:last]
     converged = bool(state.done) and bool(np.isfinite(residual))
-    return StreamResult(rate=out, dual=float(nu), residual=float(residual), num_steps=int(state.k),
+    nu, a = float(nu), iscale[0]  # back to the caller's units: nu * a / tscale, in an order that stays finite
+    dual = next((v for v in (nu * (a / tscale), (nu * a) / tscale, (nu / tscale) * a) if np.isfinite(v) and v != 0),
+                nu * (a / tscale))
+    return StreamResult(rate=out, dual=dual, residual=float(residual) * tscale, num_steps=int(state.k),
                         num_passes=passes, converged=converged, start=first)

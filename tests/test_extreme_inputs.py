@@ -185,3 +185,27 @@ def test_estimators_are_equivariant_in_time(e, seed):
         np.testing.assert_allclose(np.asarray(got.rate, np.float64) * s, np.asarray(ref.rate), rtol=rtol)
     np.testing.assert_allclose(np.asarray(estimators.naive(w * s, c), np.float64) * s,
                                np.asarray(estimators.naive(w, c)), rtol=rtol)
+
+
+@pytest.mark.parametrize("name,scales", [
+    ("harmonic", [(10.0 ** 30, 10.0 ** -30)]),
+    pytest.param("harmonic", [(a, c) for a in (1e-30, 1e30) for c in (1e-30, 1e-10, 1e10, 1e30)], marks=pytest.mark.long),
+    pytest.param("binary", [(a, c) for a in (1e-30, 1e30) for c in (1e-30, 1e-10, 1e10, 1e30)], marks=pytest.mark.long),
+])
+def test_stream_solve_is_scale_equivariant(tmp_path, name, scales):
+    """stream_solve from a float32 page table on disk, importance x a and change rates,
+    bandwidth x c: the unit-scale plan scaled, converged (before its change of units:
+    wrong plans marked converged at 1e-30)."""
+    from jaxcrawl.scale import stream_solve, write_page_table
+
+    imp, lam, comp = pages(4, 3000)
+    f32 = np.float32
+    ref = stream_solve(write_page_table(str(tmp_path / "unit"), imp.astype(f32), lam.astype(f32), comp), 600.0,
+                       objective=name, chunk_size=1024, progress=False)
+    for k, (a, c) in enumerate(scales):
+        t = write_page_table(str(tmp_path / f"t{k}"), (imp * a).astype(f32), (lam * c).astype(f32), comp)
+        res = stream_solve(t, 600.0 * c, objective=name, chunk_size=1024, progress=False)
+        assert res.converged, (name, a, c)
+        np.testing.assert_allclose(np.asarray(res.rate, np.float64) / c, np.asarray(ref.rate, np.float64),
+                                   rtol=1e-3, err_msg=f"{name} a={a} c={c}")
+        assert abs(float(np.sum(np.asarray(res.rate, np.float64))) - 600.0 * c) <= 1e-4 * 600.0 * c
