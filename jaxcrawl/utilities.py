@@ -299,7 +299,9 @@ def _incomplete_harmonic_rate_jvp(primals, tangents):
     dmu, dlam, dnu = tangents
     r = incomplete_harmonic_rate(mu, lam, nu)
     inv = 1.0 / nu
-    dr = (lam * inv * dmu + (mu * inv - r) * dlam - mu * lam * inv * inv * dnu) / (2.0 * r + lam)
+    # d/dnu: mu lam / nu^2 written as r (r + lam) / nu (Prop. 2's equation), which does not
+    # overflow at the tiny duals of normalised solves (1/nu^2 does in float32 below 1e-19)
+    dr = (lam * inv * dmu + (mu * inv - r) * dlam - (r * (r + lam)) * inv * dnu) / (2.0 * r + lam)
     return r, dr
 
 
@@ -369,9 +371,25 @@ HARMONIC_APPROX = register_utility(Utility(
 
 
 # ------------------------------------------------------------------ binary freshness
+@jax.custom_jvp
+def _sqrt_ratio(zeta, xi, nu):
+    """sqrt(zeta xi / nu), with the derivative s/2 (dzeta/zeta + dxi/xi - dnu/nu): autodiff
+    goes through 1/nu^2, which overflows float32 at the tiny duals of a bandwidth far below
+    the change rates (the closing correction then had no slope to use)."""
+    return jnp.sqrt(zeta * xi * (1.0 / nu))
+
+
+@_sqrt_ratio.defjvp
+def _sqrt_ratio_jvp(primals, tangents):
+    zeta, xi, nu = primals
+    dzeta, dxi, dnu = tangents
+    s = _sqrt_ratio(zeta, xi, nu)
+    return s, 0.5 * s * (dzeta / zeta + dxi / xi - dnu / nu)
+
+
 def _binary_rate(nu, params):
     zeta, xi = params
-    return jnp.sqrt(zeta * xi * (1.0 / nu)) - xi
+    return _sqrt_ratio(zeta, xi, nu) - xi
 
 
 def _binary_marginal(x, params):
@@ -410,7 +428,7 @@ BINARY_EPSILON = register_utility(binary_epsilon(0.4))
 # ------------------------------------------------------------------- accumulated delay
 def _delay_rate(nu, params):
     zeta, xi = params
-    return jnp.sqrt(zeta) * jnp.sqrt(xi) * jax.lax.rsqrt(nu)
+    return _sqrt_ratio(zeta, xi, nu)
 
 
 def _delay_marginal(x, params):
