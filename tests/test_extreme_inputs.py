@@ -86,8 +86,8 @@ def check_policy(problem, pol, name):
             assert np.max(np.abs(m[ok] / nu - 1)) <= tol, (name, m[ok] / nu)
 
 
-@pytest.mark.parametrize("name", ["harmonic", "binary"] + [pytest.param(n, marks=pytest.mark.long)
-                                                           for n in ("binary-epsilon", "delay", "uniform")])
+@pytest.mark.parametrize("name", ["binary"] + [pytest.param(n, marks=pytest.mark.long)
+                                               for n in ("harmonic", "binary-epsilon", "delay", "uniform")])
 def test_host_capped_solve_is_scale_equivariant(name):
     """Host-capped solves at importance x a and change rates, bandwidth, caps x c (a, c from
     the dtype's far ends) equal the unit solve, rates scaled by c and duals by a/c, each
@@ -166,7 +166,7 @@ def test_solve_is_scale_equivariant_at_the_dtype_ends(name):
                                        rtol=solve_rtol())
 
 
-@settings(max_examples=6, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(e=st.floats(-1, 1), seed=st.integers(0, 5))
 def test_estimators_are_equivariant_in_time(e, seed):
     """Intervals x s and clip bounds / s give the unit estimates / s (MLE, moment matching,
@@ -188,7 +188,7 @@ def test_estimators_are_equivariant_in_time(e, seed):
 
 
 @pytest.mark.parametrize("name,scales", [
-    ("harmonic", [(10.0 ** 30, 10.0 ** -30)]),
+    pytest.param("harmonic", [(10.0 ** 30, 10.0 ** -30)], marks=pytest.mark.long),
     pytest.param("harmonic", [(a, c) for a in (1e-30, 1e30) for c in (1e-30, 1e-10, 1e10, 1e30)], marks=pytest.mark.long),
     pytest.param("binary", [(a, c) for a in (1e-30, 1e30) for c in (1e-30, 1e-10, 1e10, 1e30)], marks=pytest.mark.long),
 ])
