@@ -136,7 +136,7 @@ DRAWS = dict(name=st.sampled_from(OBJECTIVES), seed=st.integers(0, 3), e_imp=st.
              e_lam=st.floats(-1, 1), e_bw=st.floats(-1, 1))
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**DRAWS)
 def test_solve_is_correct_or_says_it_did_not_converge(name, seed, e_imp, e_lam, e_bw):
     _correct_or_flagged(name, seed, e_imp, e_lam, e_bw)
