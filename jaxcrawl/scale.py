@@ -254,6 +254,7 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
 
     def units(v, scale):
         return v if scale == 1.0 else np.asarray(v, np.float64) / scale
+
     if multi:
         from . import distributed as _dist
 
