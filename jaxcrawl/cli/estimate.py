@@ -73,7 +73,16 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
                    window: float | None = None, batch_size: int = 65536,
                    dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Rates and confidence half-widths of every page of ``histories``
-    (:class:`jaxcrawl.io.histories.Histories`), in fixed-size padded batches (one compile).
+    (:class:`jaxcrawl.io.histories.Histories`), in padded batches of pages of similar
+    history length.
+
+    Pages are grouped by their number of observations rounded up to a power of two (at least
+    8), and each group is padded only to its own width, in batches of at most
+    ``batch_size`` pages and about 4M observation slots: memory is proportional to the
+    total number of observations (at most twice it, plus one batch), not to pages times the
+    longest history -- one page with 20,000 observations among 20,000 short ones no longer
+    pads all of them to 20,000.  One compilation per group width (and per batch height,
+    a power of two).
 
     Complete-observation pages keep their given rate (clipped into ``[min_rate,
     max_rate]``) and get the Lemma 8 half-width over their monitored time; the others get
@@ -85,8 +94,8 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
     from jaxcrawl import estimators as est
 
     lo, hi = min_rate, max_rate
-    n, k = histories.intervals.shape
-    k = max(k, 1)
+    count = histories.num_observations
+    n = count.shape[0]
 
     def rate_fn(w, c, m):
         if estimator == "mle":
@@ -106,21 +115,27 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
         hw8 = est.lemma8_halfwidth(w, m, delta=delta, min_rate=lo, max_rate=hi)
         return rate, hw3, hw8
 
-    bs = max(1, min(int(batch_size), n))
+    def pow2(v):
+        return 1 << max(int(v) - 1, 0).bit_length()
+
     rates, hw3, hw8 = np.empty(n), np.empty(n), np.empty(n)
-    kk = histories.intervals.shape[1]
-    for start in range(0, n, bs):
-        stop = min(start + bs, n)
-        w = np.zeros((bs, k), dtype)
-        c = np.zeros((bs, k), bool)
-        m = np.zeros((bs, k), bool)
-        w[: stop - start, :kk] = histories.intervals[start:stop]
-        c[: stop - start, :kk] = histories.changed[start:stop]
-        m[: stop - start, :kk] = histories.mask[start:stop]
-        r, a, b = jax.block_until_ready(batch_fn(jnp.asarray(w), jnp.asarray(c), jnp.asarray(m)))
-        rates[start:stop] = np.asarray(r)[: stop - start]
-        hw3[start:stop] = np.asarray(a)[: stop - start]
-        hw8[start:stop] = np.asarray(b)[: stop - start]
+    width = np.maximum(8, np.asarray([pow2(v) for v in np.unique(count)]))  # per distinct count
+    group_width = dict(zip(np.unique(count).tolist(), width.tolist()))
+    page_width = np.asarray([group_width[v] for v in count.tolist()], np.int64) if n else np.zeros(0, np.int64)
+    for k in np.unique(page_width).tolist():
+        pages = np.flatnonzero(page_width == k)
+        bs = max(1, min(int(batch_size), (1 << 22) // k, pow2(pages.size)))
+        for start in range(0, pages.size, bs):
+            part = pages[start:start + bs]
+            w, c, m = histories.padded(part, width=k)
+            pad = bs - part.size
+            if pad:
+                w, c, m = (np.concatenate([a, np.zeros((pad, k), a.dtype)]) for a in (w, c, m))
+            r, a, b = jax.block_until_ready(batch_fn(jnp.asarray(w.astype(dtype, copy=False)), jnp.asarray(c),
+                                                     jnp.asarray(m)))
+            rates[part] = np.asarray(r)[: part.size]
+            hw3[part] = np.asarray(a)[: part.size]
+            hw8[part] = np.asarray(b)[: part.size]
     comp = histories.complete
     rates = np.where(comp, np.clip(np.nan_to_num(histories.complete_change_rate, nan=lo), lo, hi), rates)
     return rates, np.where(comp, hw8, hw3)
@@ -171,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
                                  max_rate=args.max_rate, smoothing=args.smoothing, window=args.window,
                                  batch_size=args.batch_size, dtype=dtype)
     est_seconds = time.perf_counter() - t0
-    nobs = h.mask.sum(axis=1)
+    nobs = h.num_observations
     left_out = 0
     from . import check_result  # the final guard shared by every command
 

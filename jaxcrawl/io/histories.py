@@ -4,9 +4,10 @@ A history CSV has the header ``page_id,interval,changed[,importance]`` (``url_id
 accepted for ``page_id``): one row per observation, in time order within each page;
 ``interval`` is the time since the page's previous crawl (> 0), ``changed`` whether the
 page changed in it (0/1), ``importance`` an optional score that must be the same on every
-row of a page.  :func:`read_history_csv` pads the observations of every page into the
-``(pages, k)`` arrays the estimators take; :func:`histories_from_dataset` gives the same
-view of a NeurIPS-19 data set directory (:mod:`jaxcrawl.io.neurips19`).
+row of a page.  :func:`read_history_csv` keeps the observations flat, page by page
+(:class:`Histories`; its padded ``(pages, k)`` view is what the estimators take);
+:func:`histories_from_dataset` gives the same view of a NeurIPS-19 data set directory
+(:mod:`jaxcrawl.io.neurips19`).
 """
 from __future__ import annotations
 
@@ -42,30 +43,77 @@ HISTORY = Schema(
 
 
 class Histories(NamedTuple):
-    """Every page's crawl history, padded, ready for :mod:`jaxcrawl.estimators`.
+    """Every page's crawl history, stored flat (memory proportional to the number of
+    observations, however unequal the pages' history lengths), ready for
+    :mod:`jaxcrawl.estimators`.
 
     Attributes:
       page_id: ``(n,)`` page ids (strings from a CSV, integer URL_IDs from a data set).
       importance: ``(n,)`` float64 importance, NaN where unknown.
-      intervals: ``(n, k)`` intervals between crawls, padded with 0.
-      changed: ``(n, k)`` bool change indicators, padded with False.
-      mask: ``(n, k)`` bool, True where an observation exists (left-aligned).
+      obs_interval: ``(N,)`` every observation's interval since the previous crawl, page
+        by page (page ``i``'s are ``obs_interval[offsets[i]:offsets[i + 1]]``, in time order).
+      obs_changed: ``(N,)`` bool change indicators, in the same order.
+      offsets: ``(n + 1,)`` int64 start of each page's observations (``offsets[-1] == N``).
       complete: ``(n,)`` bool, pages with complete change observations (data sets only).
       complete_change_rate: ``(n,)`` their given change rate, NaN elsewhere.
       source: the file or directory read.
       report: the :class:`~jaxcrawl.io.tables.FileReport` of a CSV, or the
         :class:`~jaxcrawl.io.neurips19.LoadReport` of a data set.
+
+    The padded ``(n, k)`` view the estimators take directly (``k`` the longest history) is
+    :attr:`intervals` / :attr:`changed` / :attr:`mask`, built on access -- for pages of very
+    unequal lengths use :meth:`padded` on groups of similar length, as ``jaxcrawl
+    estimate`` does (``jaxcrawl.cli.estimate.estimate_rates``).
     """
 
     page_id: np.ndarray
     importance: np.ndarray
-    intervals: np.ndarray
-    changed: np.ndarray
-    mask: np.ndarray
+    obs_interval: np.ndarray
+    obs_changed: np.ndarray
+    offsets: np.ndarray
     complete: np.ndarray
     complete_change_rate: np.ndarray
     source: str
     report: FileReport | LoadReport
+
+    @property
+    def num_observations(self) -> np.ndarray:
+        """``(n,)`` int64 number of observations of each page."""
+        return np.diff(self.offsets)
+
+    def padded(self, pages: ArrayLike | None = None, width: int | None = None) -> tuple:
+        """``(intervals, changed, mask)`` of ``pages`` (default all), left-aligned and padded
+        to ``width`` columns (default: their longest history; at least 1)."""
+        pages = np.arange(self.offsets.size - 1) if pages is None else np.asarray(pages, np.int64)
+        count = self.num_observations[pages]
+        k = max(int(count.max()) if count.size else 0, 1) if width is None else int(width)
+        if count.size and int(count.max()) > k:
+            raise ValueError(f"width {k} is below the longest history ({int(count.max())}) of the pages asked for")
+        rows = np.repeat(np.arange(pages.size), count)
+        cols = np.arange(rows.size) - np.repeat(np.cumsum(count) - count, count)
+        src = np.repeat(self.offsets[pages], count) + cols
+        intervals = np.zeros((pages.size, k), self.obs_interval.dtype)
+        changed = np.zeros((pages.size, k), bool)
+        mask = np.zeros((pages.size, k), bool)
+        intervals[rows, cols] = self.obs_interval[src]
+        changed[rows, cols] = self.obs_changed[src]
+        mask[rows, cols] = True
+        return intervals, changed, mask
+
+    @property
+    def intervals(self) -> np.ndarray:
+        """``(n, k)`` intervals padded with 0 (built on access)."""
+        return self.padded()[0]
+
+    @property
+    def changed(self) -> np.ndarray:
+        """``(n, k)`` change indicators padded with False (built on access)."""
+        return self.padded()[1]
+
+    @property
+    def mask(self) -> np.ndarray:
+        """``(n, k)`` True where an observation exists, left-aligned (built on access)."""
+        return self.padded()[2]
 
 
 def read_history_csv(path: str | os.PathLike[str], *, errors: str = "raise",
@@ -73,13 +121,15 @@ def read_history_csv(path: str | os.PathLike[str], *, errors: str = "raise",
     """Read a history CSV ``page_id,interval,changed[,importance]`` (module docstring).
 
     Pages are in order of first appearance; each page's observations keep their order.
+    The observations are kept flat (:class:`Histories`): memory is proportional to the
+    rows, not to pages times the longest history.
 
     Args:
       path: the CSV.
       errors: ``"raise"``: a malformed row raises
         :class:`~jaxcrawl.io.tables.TableError` ``path:line: message``; ``"skip"``:
         malformed rows are counted by reason in ``report`` and left out.
-      dtype: float dtype of the padded intervals.
+      dtype: float dtype of the intervals.
       hint: appended to the error of a malformed row (default: how to skip them).
 
     Returns:
@@ -95,26 +145,20 @@ def read_history_csv(path: str | os.PathLike[str], *, errors: str = "raise",
     page = rank[inv.reshape(-1)]
     n = order.size
     counts = np.bincount(page, minlength=n)
-    k = int(counts.max())
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    by_page = np.argsort(page, kind="stable")
-    col = np.empty(page.size, np.int64)
-    col[by_page] = np.arange(page.size) - starts[page[by_page]]
-    intervals = np.zeros((n, k), dtype)
-    changed = np.zeros((n, k), bool)
-    mask = np.zeros((n, k), bool)
-    intervals[page, col] = t["interval"]
-    changed[page, col] = t["changed"]
-    mask[page, col] = True
+    by_page = np.argsort(page, kind="stable")  # rows grouped by page, time order kept
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     first_rows = first[order]
-    return Histories(ids[first_rows], t["importance"][first_rows], intervals, changed, mask,
+    return Histories(ids[first_rows], t["importance"][first_rows],
+                     np.asarray(t["interval"], dtype)[by_page], np.asarray(t["changed"], bool)[by_page], offsets,
                      np.zeros(n, bool), np.full(n, np.nan), t.path, t.report)
 
 
 def histories_from_dataset(ds: CrawlDataset, source: str = "") -> Histories:
     """The :class:`Histories` view of a loaded NeurIPS-19 data set."""
-    return Histories(ds.url_id, ds.importance, ds.intervals, ds.changed, ds.mask, ds.complete,
-                     ds.complete_change_rate, source, ds.report)
+    mask = np.asarray(ds.mask, bool)  # left-aligned: row-major order keeps each page's time order
+    offsets = np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(np.int64)
+    return Histories(ds.url_id, ds.importance, np.asarray(ds.intervals)[mask], np.asarray(ds.changed, bool)[mask],
+                     offsets, ds.complete, ds.complete_change_rate, source, ds.report)
 
 
 def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
