@@ -38,7 +38,8 @@ from .objectives import binary_cost, harmonic_cost
 from .problem import CrawlProblem, Policy
 from .utilities import get_utility, solve, utility_names
 
-__all__ = ["PolicyReport", "policy_names", "plan_policy", "evaluate_policy", "optimal_costs"]
+__all__ = ["PolicyReport", "Constraints", "policy_names", "plan_policy", "evaluate_policy", "optimal_costs",
+           "violations"]
 
 LEARNERS = ("llc", "llc-forget")
 
@@ -127,20 +128,86 @@ def _optima(problem: CrawlProblem, volume):
     return harmonic_cost(q, h), binary_cost(q, b), h.converged & b.converged
 
 
-def optimal_costs(problem: CrawlProblem, volume: float) -> tuple[float, float]:
+class Constraints(NamedTuple):
+    """Per-page revisit bounds (rates; ``None``: none) and per-host caps (``host_cap``
+    ``(H,)`` indexed by ``host_id`` ``(n,)``, ``-1`` for no host) that the optimum honours
+    and a policy is checked against."""
+
+    min_rate: Any = None
+    max_rate: Any = None
+    host_id: Any = None
+    host_cap: Any = None
+
+    @property
+    def any(self) -> bool:
+        return any(v is not None for v in self)
+
+
+def _constrained_solve(problem: CrawlProblem, utility, c: Constraints) -> Policy:
+    """The optimum of ``utility`` under ``c`` (a plain solve when ``c`` is empty)."""
+    if c.host_cap is not None:
+        from .politeness import solve_with_host_caps
+
+        return solve_with_host_caps(problem, c.host_id, c.host_cap, utility, min_rate=c.min_rate,
+                                    max_rate=c.max_rate).policy
+    return solve(problem, utility, min_rate=c.min_rate, max_rate=c.max_rate)
+
+
+def violations(rate: Any, c: Constraints, page_id: Any = None) -> dict:
+    """What a policy's per-page ``rate`` breaks of ``c`` (to 8 eps of float32 relative): the
+    number of pages below ``min_rate`` / above ``max_rate`` and of hosts over their cap,
+    with the first of each; ``{}`` when it keeps every constraint."""
+    rate = np.asarray(rate, np.float64)
+    ids = np.arange(rate.size) if page_id is None else np.asarray(page_id)
+    slack = 8 * float(np.finfo(np.float32).eps)
+    out = {}
+    for label, bound, bad in (("below_min_rate", c.min_rate, lambda r, b: r < b * (1 - slack)),
+                              ("above_max_rate", c.max_rate, lambda r, b: r > b * (1 + slack))):
+        if bound is None:
+            continue
+        b = np.broadcast_to(np.asarray(bound, np.float64), rate.shape)
+        hit = bad(rate, b)
+        if hit.any():
+            i = int(np.flatnonzero(hit)[0])
+            first = ids[i].item() if hasattr(ids[i], "item") else ids[i]
+            out[f"pages_{label}"] = int(hit.sum())
+            out[f"first_page_{label}"] = f"{first!r}: rate {rate[i]:.6g}, bound {b[i]:.6g}"
+    if c.host_cap is not None:
+        host = np.asarray(c.host_id, np.int64)
+        cap = np.asarray(c.host_cap, np.float64)
+        has = host >= 0
+        total = np.bincount(host[has], weights=rate[has], minlength=cap.size)
+        over = total > cap * (1 + slack)
+        if over.any():
+            h = int(np.argmax(np.where(over, total / cap, -np.inf)))
+            out["hosts_over_cap"] = int(over.sum())
+            out["worst_host"] = f"#{h}: total rate {total[h]:.6g}, cap {cap[h]:.6g}"
+    return out
+
+
+def optimal_costs(problem: CrawlProblem, volume: float, constraints: Constraints | None = None) -> tuple[float, float]:
     """``(harmonic, binary)``: the optimal page-averaged costs at bandwidth ``volume``
-    (LambdaCrawl, NeurIPS-19 Alg. 3; BinaryLambdaCrawl / Azar et al.).  Raises
+    (LambdaCrawl, NeurIPS-19 Alg. 3; BinaryLambdaCrawl / Azar et al.), under
+    ``constraints`` (revisit bounds, host caps) when given.  Raises
     :class:`jaxcrawl.NonConvergenceError` if a solve did not converge."""
     from . import NonConvergenceError
 
+    if constraints is not None and constraints.any:
+        q = problem.replace(bandwidth=jnp.asarray(float(volume), problem.change_rate.dtype))
+        h_pol, b_pol = (_constrained_solve(q, u, constraints) for u in ("harmonic", "binary"))
+        ok = bool(np.all(np.asarray(h_pol.converged)) and np.all(np.asarray(b_pol.converged)))
+        if not ok:
+            raise NonConvergenceError(f"the constrained optimal solve at crawl volume {volume:g} did not converge")
+        return float(harmonic_cost(q, h_pol)), float(binary_cost(q, b_pol))
     h, b, ok = _optima(problem, float(volume))
     if not bool(ok):
         raise NonConvergenceError(f"the optimal solve at crawl volume {volume:g} did not converge")
     return float(h), float(b)
 
 
-def _report(name, method, h, hse, b, bse, fr, frse, vol, volse, problem, mc=None, notes=None) -> PolicyReport:
-    oh, ob = optimal_costs(problem, vol)
+def _report(name, method, h, hse, b, bse, fr, frse, vol, volse, problem, mc=None, notes=None,
+            constraints=None) -> PolicyReport:
+    oh, ob = optimal_costs(problem, vol, constraints)
     return PolicyReport(name, method, float(h), hse, float(b), bse, float(fr), frse, float(vol), volse,
                         oh, ob, float(h) - oh, float(b) - ob, mc, notes)
 
@@ -153,7 +220,8 @@ def _mean_se(x: np.ndarray) -> tuple[float, float]:
 
 def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Array | None = None,
                     horizon: float = 60.0, burn_in: float = 120.0, num_seeds: int = 4, monte_carlo: bool = True,
-                    name: str | None = None, half_life: float = 7.0) -> PolicyReport:
+                    name: str | None = None, half_life: float = 7.0,
+                    constraints: Constraints | None = None, page_id: Any = None) -> PolicyReport:
     """Evaluate one policy on ``problem`` (module docstring).
 
     Args:
@@ -169,6 +237,12 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
       monte_carlo: add the simulator's estimates to a closed-form row.
       name: the row's name (default: the policy's).
       half_life: the forgetting half-life of ``"llc-forget"``.
+      constraints: revisit bounds and host caps (:class:`Constraints`): a named optimal
+        objective is solved under them, the optimum at the policy's volume is the
+        constrained one, and a stationary policy's rates are checked against them
+        (``notes["violations"]``: what it breaks, ``{}`` when nothing; Monte-Carlo
+        policies, which have no per-page rates, are not checked -- their notes say so).
+      page_id: page ids naming the first violating page (default: indices).
 
     Returns:
       :class:`PolicyReport`.
@@ -181,30 +255,39 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
     if days < 1 or abs(days - horizon) > 1e-9 or warm < 0 or abs(warm - burn_in) > 1e-9:
         raise ValueError(f"horizon must be a positive and burn_in a nonnegative whole number of time units; got "
                          f"horizon={horizon!r}, burn_in={burn_in!r}")
+    c = constraints if constraints is not None and constraints.any else None
     if isinstance(policy, Policy):
-        return _stationary(problem, policy, name or "plan", key, days, num_seeds, monte_carlo)
+        return _stationary(problem, policy, name or "plan", key, days, num_seeds, monte_carlo, c, page_id)
     if not isinstance(policy, str):
         raise TypeError("policy must be a jaxcrawl.Policy or a policy name")
     base, _, suffix = policy.partition("@")
     if base in utility_names() and not suffix:
         utility = get_utility(base)
-        pol = jax.jit(lambda pr: solve(pr, utility))(problem)
+        pol = (jax.jit(lambda pr: solve(pr, utility))(problem) if c is None
+               else _constrained_solve(problem, utility, c))
         if not bool(np.all(np.asarray(pol.converged))):
             from . import NonConvergenceError
 
             raise NonConvergenceError(f"the {base!r} solve did not converge")
-        return _stationary(problem, pol, name or policy, key, days, num_seeds, monte_carlo)
+        return _stationary(problem, pol, name or policy, key, days, num_seeds, monte_carlo, c, page_id)
     from .learners.heuristics import HEURISTICS
 
     if base in HEURISTICS and suffix in ("", "matched"):
-        return _heuristic(problem, base, suffix == "matched", name or policy, key, days, warm, num_seeds)
-    if base in LEARNERS and not suffix:
-        return _learner(problem, base, name or policy, key, days, warm, num_seeds, half_life)
+        rep = _heuristic(problem, base, suffix == "matched", name or policy, key, days, warm, num_seeds, c)
+    elif base in LEARNERS and not suffix:
+        rep = _learner(problem, base, name or policy, key, days, warm, num_seeds, half_life, c)
+    else:
+        rep = None
+    if rep is not None:
+        if c is not None:
+            rep = rep._replace(notes=dict(rep.notes or {}, violations="not checked (a Monte-Carlo policy has no "
+                                                                        "per-page rates); the optimum is constrained"))
+        return rep
     raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(policy_names())} "
                      "(a heuristic may end in '@matched')")
 
 
-def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo) -> PolicyReport:
+def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo, c=None, page_id=None) -> PolicyReport:
     from .simulate import evaluate as simulate_evaluate
 
     h, b, fr, vol = (float(v) for v in _closed_forms(problem, policy))
@@ -215,10 +298,11 @@ def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo) -> Pol
                                                     "binary_cost_se", "fresh_fraction", "fresh_fraction_se",
                                                     "crawl_rate", "crawl_rate_se")}
         mc["overflow"] = int(np.sum(np.asarray(ev.overflow)))
-    return _report(name, "closed form", h, None, b, None, fr, None, vol, None, problem, mc)
+    notes = None if c is None else {"violations": violations(policy.rate, c, page_id)}
+    return _report(name, "closed form", h, None, b, None, fr, None, vol, None, problem, mc, notes, c)
 
 
-def _heuristic(problem, base, matched, name, key, days, warm, num_seeds) -> PolicyReport:
+def _heuristic(problem, base, matched, name, key, days, warm, num_seeds, c=None) -> PolicyReport:
     from .learners import run_learner
     from .learners.heuristics import HEURISTICS, HeuristicParams, match_budget
 
@@ -246,10 +330,11 @@ def _heuristic(problem, base, matched, name, key, days, warm, num_seeds) -> Poli
     if not bool(np.all(np.asarray(ok))):
         raise ValueError(f"{base}: the event loop hit its iteration cap (raise max_events_per_epoch)")
     (h, hse), (b, bse), (fr, frse), (vol, volse) = (_mean_se(x) for x in (h, b, fr, vol))
-    return _report(name, "monte carlo", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes or None)
+    return _report(name, "monte carlo", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes or None,
+                   constraints=c)
 
 
-def _learner(problem, base, name, key, days, warm, num_seeds, half_life) -> PolicyReport:
+def _learner(problem, base, name, key, days, warm, num_seeds, half_life, c=None) -> PolicyReport:
     from .learners import learn_and_crawl as lc
     from .learners import run_learner
 
@@ -279,4 +364,4 @@ def _learner(problem, base, name, key, days, warm, num_seeds, half_life) -> Poli
     notes = dict(overflow=int(np.sum(np.asarray(over))))
     if forgetting:
         notes["half_life"] = half_life
-    return _report(name, "monte carlo", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes)
+    return _report(name, "monte carlo", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes, constraints=c)

@@ -115,3 +115,65 @@ def test_bad_arguments_exit_2(table, capsys, argv, message):
     code = cli.main(["evaluate", "-i", str(table / "pages.csv"), "--no-monte-carlo", *argv])
     assert code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.long
+def test_constraints_bounded_plan_has_zero_gap_and_capped_violations_are_flagged():
+    """Under revisit bounds, a bounded LambdaCrawl plan evaluates to harmonic_cost/binary_cost
+    exactly, breaks nothing and is 0 from the (bounded) optimum at its volume; with host
+    caps that bind, the unconstrained plan is flagged over its caps and beats the capped
+    optimum (its gap is negative: the caps cost freshness)."""
+    import jaxcrawl
+    from jaxcrawl.policy_eval import Constraints, evaluate_policy
+
+    rng = np.random.default_rng(0)
+    n = 200
+    imp, lam = rng.lognormal(0.0, 1.0, n), rng.lognormal(np.log(0.5), 1.0, n)
+    comp = rng.uniform(size=n) < 0.1
+    problem = CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), 40.0, jnp.asarray(comp))
+    lo, hi = np.full(n, 0.02), np.where(comp, np.inf, 1.5)
+    bounded = Constraints(min_rate=lo, max_rate=hi)
+    pol = jaxcrawl.solve(problem, "harmonic", min_rate=lo, max_rate=hi)
+    rep = evaluate_policy(problem, pol, monte_carlo=False, constraints=bounded)
+    assert rep.harmonic_cost == float(objectives.harmonic_cost(problem, pol))
+    assert rep.binary_cost == float(objectives.binary_cost(problem, pol))
+    assert rep.notes == {"violations": {}}
+    assert abs(rep.harmonic_gap) <= 1e-5 * abs(rep.optimal_harmonic)
+    # an unbounded optimum breaks the bounds (named), and is no worse than the bounded one
+    free = jaxcrawl.solve(problem, "harmonic")
+    rep = evaluate_policy(problem, free, monte_carlo=False, constraints=bounded)
+    assert rep.notes["violations"]["pages_below_min_rate"] >= 1 and rep.harmonic_gap <= 1e-6
+    # host caps that bind: the free plan is over them
+    host = np.arange(n) % 4
+    totals = np.bincount(host, weights=np.asarray(free.rate, np.float64))
+    caps = Constraints(host_id=host, host_cap=np.where(np.arange(4) == 0, 0.5 * totals[0], np.inf))
+    rep = evaluate_policy(problem, free, monte_carlo=False, constraints=caps)
+    v = rep.notes["violations"]
+    assert v["hosts_over_cap"] == 1 and v["worst_host"].startswith("#0")
+    assert rep.harmonic_gap < 0  # below the capped optimum at the same volume
+    rep = evaluate_policy(problem, "harmonic", monte_carlo=False, constraints=caps)  # solved under the caps
+    assert rep.notes == {"violations": {}} and abs(rep.harmonic_gap) <= 1e-5 * abs(rep.optimal_harmonic)
+
+
+@pytest.mark.long
+def test_cli_evaluate_reads_bounds_and_host_caps(tmp_path, capsys):
+    """`jaxcrawl evaluate` with the example page table (revisit-bound columns) and
+    --host-caps: a plan solved by `jaxcrawl solve` under the same caps breaks nothing; the
+    plan solved without caps is reported over them."""
+    import os
+    import shutil
+
+    ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    shutil.copy(os.path.join(ex, "pages.csv"), tmp_path / "pages.csv")
+    (tmp_path / "caps.csv").write_text("host_id,cap\nwww.site00.example,2\nwww.site01.example,3\n")  # they bind
+    pages, caps = str(tmp_path / "pages.csv"), str(tmp_path / "caps.csv")
+    assert cli.main(["solve", "--input", pages, "--host-caps", caps, "-o", str(tmp_path / "capped.csv"), "-q"]) == 0
+    assert cli.main(["solve", "--input", pages, "-o", str(tmp_path / "free.csv"), "-q"]) == 0
+    capsys.readouterr()
+    for plan, over in (("capped.csv", False), ("free.csv", True)):
+        assert cli.main(["evaluate", "--input", pages, "--host-caps", caps, "--plan", str(tmp_path / plan),
+                         "--no-monte-carlo"]) == 0
+        out = capsys.readouterr().out
+        result = json.loads(out.strip().splitlines()[-1])["results"][0]
+        assert ("hosts_over_cap" in result["notes"]["violations"]) == over, result["notes"]
+        assert "revisit bounds; host caps" in out

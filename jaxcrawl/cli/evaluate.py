@@ -57,6 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="closed forms only for plans and optimal objectives (no simulation)")
     p.add_argument("--half-life", type=float, default=7.0, help="llc-forget: forgetting half-life (default 7)")
     p.add_argument("--figure", help="PNG path: cost against crawl volume (optimal curves and the policies)")
+    p.add_argument("--host-caps", help="CSV host_id,cap of per-host crawl-rate caps (as for jaxcrawl solve): the "
+                   "optimum honours them and a plan over a cap is reported")
     p.add_argument("--x64", action="store_true", help="evaluate in float64")
     p.set_defaults(func=run)
 
@@ -69,13 +71,18 @@ def _load(args):
 
     if args.input:
         t = read_problem_csv(args.input)
-        return t.page_id, t.importance, t.change_rate, t.complete, args.input
+        bounds = None
+        if t.min_interval is not None or t.max_interval is not None:
+            lo, hi = t.rate_bounds()
+            if np.any(lo > 0) or np.any(np.isfinite(hi)):
+                bounds = (lo, hi)
+        return t.page_id, t.importance, t.change_rate, t.complete, args.input, bounds
     n = args.num_pages
     if n < 1:
         raise ValueError(f"--num-pages must be >= 1; got {n}")
     syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)
     return (np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate), np.asarray(syn.complete),
-            f"synthetic(seed={args.seed}, num_pages={n})")
+            f"synthetic(seed={args.seed}, num_pages={n})", None)
 
 
 def _aligned_plan(plan, page_id):
@@ -146,23 +153,35 @@ def run(args: argparse.Namespace) -> int:
 
     import jaxcrawl
     from jaxcrawl.io import read_plan_csv
-    from jaxcrawl.policy_eval import evaluate_policy, plan_policy
+    from jaxcrawl.policy_eval import Constraints, evaluate_policy, plan_policy
 
     names = list(args.policy) + [s.strip() for s in args.compare.split(",") if s.strip()]
     if not names and not args.plan:
         raise ValueError("give --plan and/or --policy NAME / --compare a,b,c")
     if args.seeds < 2:
         raise ValueError(f"--seeds must be >= 2 (standard errors need two); got {args.seeds}")
-    page_id, imp, lam, comp, source = _load(args)
+    page_id, imp, lam, comp, source, bounds = _load(args)
     n = len(page_id)
     from .solve import bandwidth_from_args
 
     bandwidth = bandwidth_from_args(args, n)
+    constraints = Constraints()
+    if bounds is not None:
+        from jaxcrawl.bounds import check_rate_bounds
+
+        check_rate_bounds(bounds[0], bounds[1], float(bandwidth), page_id=page_id)
+        constraints = constraints._replace(min_rate=bounds[0], max_rate=bounds[1])
+    if args.host_caps:
+        from jaxcrawl.io.hosts import load_host_caps
+
+        hidx, hcap = load_host_caps(args.host_caps, page_id)
+        constraints = constraints._replace(host_id=hidx, host_cap=hcap)
     dtype = jnp.float64 if args.x64 else jnp.float32
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth, jnp.asarray(comp))
     key = jax.random.PRNGKey(args.mc_seed)
     opts = dict(horizon=args.horizon, burn_in=args.burn_in, num_seeds=args.seeds,
-                monte_carlo=not args.no_monte_carlo, half_life=args.half_life)
+                monte_carlo=not args.no_monte_carlo, half_life=args.half_life, constraints=constraints,
+                page_id=page_id)
     reports = []
     if args.plan:
         rate, prob = _aligned_plan(read_plan_csv(args.plan), page_id)
@@ -173,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     if args.figure:
         _figure(args.figure, problem, reports, n)
 
-    print(f"problem  {source}: {n} pages, {int(np.sum(comp))} complete, bandwidth {bandwidth:g}")
+    print(f"problem  {source}: {n} pages, {int(np.sum(comp))} complete, bandwidth {bandwidth:g}"
+          + ("; revisit bounds" if bounds is not None else "") + ("; host caps" if args.host_caps else ""))
     head = ("policy", "method", "harmonic", "binary", "fresh req.", "crawls/unit", "opt. harm.", "harm. gap",
             "opt. bin.", "bin. gap")
     rows = []
