@@ -243,6 +243,7 @@ def test_atomic_write_refuses_an_input_of_the_same_run(tmp_path):
     assert (tmp_path / "out.csv").read_text() == "y\n"
 
 
+@pytest.mark.long
 def test_schedule_after_keeps_crawl_delays_across_windows(tmp_path, capsys):
     """Two consecutive days scheduled separately, the second with ``--after`` the first's
     timetable: joined, no host is fetched twice within its crawl delay, across midnight too
@@ -278,6 +279,7 @@ def test_schedule_after_keeps_crawl_delays_across_windows(tmp_path, capsys):
     assert not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.long
 def test_solve_with_host_caps_and_crawl_delays_takes_the_smaller_cap(tmp_path, capsys):
     """``--host-caps`` together with ``--crawl-delays``: every host's cap is
     min(file cap, seconds per unit / delay) -- the plan equals the one solved from a caps
