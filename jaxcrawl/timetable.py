@@ -371,11 +371,6 @@ def _sort_by_rank(rel, page, valid, max_tie: int = 16):
     return jax.lax.cond(longest > max_tie, by_sort, by_rank, None)
 
 
-@jax.jit
-def _counts(rate, phase, start, horizon):
-    return _window_first(rate, phase, start, horizon)[2]
-
-
 def _bucket(m: int) -> int:
     """Smallest size >= m of the form q * 2**k with 8 <= q < 16 (at most 12.5% padding),
     so repeated timetables of similar size reuse one compilation."""

@@ -310,6 +310,7 @@ def test_float32_solve_agrees_with_float64(big_problem, name):
 HOMOGENEOUS = ["harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay", "uniform"]
 
 
+@pytest.mark.long  # test_extreme_inputs.py keeps a default-suite check of the same equivariance
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(HOMOGENEOUS), st.floats(-30.0, 30.0), st.floats(-30.0, 30.0))
 def test_optimum_is_equivariant_far_outside_unit_scale_float32(name, log_a, log_c):
