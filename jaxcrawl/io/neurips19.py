@@ -240,22 +240,112 @@ def _parse_history(text: str) -> tuple[np.ndarray, np.ndarray]:
     return _parse_history_strict(pairs, text)
 
 
-def _dedupe(ids: np.ndarray, lines: np.ndarray, state: RowLog | None, what: str) -> np.ndarray:
-    """Indices of the first occurrence of each id; later duplicates are malformed rows."""
-    if ids.size == 0:
-        return np.zeros(0, dtype=np.int64)
+def _duplicates(ids: np.ndarray, lines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(keep, repeats)``: the indices of the first occurrence of each id (ascending), and a
+    ``(k, 3)`` array of ``(id, line, first line)`` for every later occurrence."""
+    if ids.size == 0 or np.all(ids[1:] > ids[:-1]):  # sorted without repeats: the usual file
+        return np.arange(ids.size), np.zeros((0, 3), np.int64)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
     dup = np.zeros(ids.size, dtype=bool)
     dup[1:] = sorted_ids[1:] == sorted_ids[:-1]
-    if dup.any():
-        first_pos = np.maximum.accumulate(np.where(~dup, np.arange(ids.size), 0))
-        for pos in np.flatnonzero(dup):
-            i, j = order[pos], order[first_pos[pos]]
-            err = RowError(f"duplicate {what}", f"duplicate {what} {int(ids[i])} (first at line {int(lines[j])})")
-            state.rows_read -= 1
-            state.bad(int(lines[i]), err)
-    return np.sort(order[~dup])
+    first_pos = np.maximum.accumulate(np.where(~dup, np.arange(ids.size), 0))
+    later = np.flatnonzero(dup)
+    repeats = np.stack([ids[order[later]], lines[order[later]], lines[order[first_pos[later]]]], axis=1)
+    return np.sort(order[~dup]), repeats.astype(np.int64)
+
+
+def _report_repeats(repeats: np.ndarray, state: RowLog, what: str) -> None:
+    """Each repeated id as a malformed row, in the order of the ids (then of the lines)."""
+    if not repeats.size:
+        return
+    repeats = repeats[np.lexsort((repeats[:, 1], repeats[:, 0]))]
+    for i, line, first in repeats.tolist():
+        state.rows_read -= 1
+        state.bad(int(line), RowError(f"duplicate {what}", f"duplicate {what} {int(i)} (first at line {int(first)})"))
+
+
+def _dedupe(ids: np.ndarray, lines: np.ndarray, state: RowLog | None, what: str) -> np.ndarray:
+    """Indices of the first occurrence of each id; later duplicates are malformed rows."""
+    keep, repeats = _duplicates(ids, lines)
+    _report_repeats(repeats, state, what)
+    return keep
+
+
+def _scatter_histories(blocks, n: int, lookup, dtype, max_observations: int | None, state: RowLog) -> tuple:
+    """The history file's blocks, each scattered into the padded arrays as it is read (so the
+    file's observations are never held twice).  The width grows when a longer history
+    appears (a copy; the first block usually sets it).  A URL_ID seen before -- in this
+    block or an earlier one -- is a duplicate (the first wins), reported with the others
+    once the file is read.  Returns ``(lengths, offset, intervals, changed, mask, joins)``."""
+    first_line = np.zeros(n, np.int64)  # line of each page's history row; 0: none (yet)
+    lengths = np.zeros(n, np.int64)
+    offset = np.zeros(n, np.float64)
+    intervals = np.zeros((n, 0), dtype)
+    changed = np.zeros((n, 0), bool)
+    mask = np.zeros((n, 0), bool)
+    strays: list[tuple] = []  # (ids, lines) of rows whose URL_ID is not a page
+    repeats: list[np.ndarray] = []
+    truncated = dropped_total = 0
+    for lines, ids, offs, (pairs, w, z) in blocks:
+        page = lookup(ids)
+        stray = page < 0
+        if stray.any():
+            strays.append((ids[stray], lines[stray]))
+        rows = np.flatnonzero(~stray)
+        pg = page[rows]
+        keep, rep = _duplicates(pg, lines[rows])  # repeats within the block, by page
+        if rep.size:  # name them by URL_ID (the block's lines are ascending)
+            rep[:, 0] = ids[rows][np.searchsorted(lines[rows], rep[:, 1])]
+            repeats.append(rep)
+        rows, pg = rows[keep], pg[keep]
+        earlier = first_line[pg] > 0  # repeats of an earlier block's row
+        if earlier.any():
+            repeats.append(np.stack([ids[rows[earlier]], lines[rows[earlier]], first_line[pg[earlier]]], axis=1))
+            rows, pg = rows[~earlier], pg[~earlier]
+        p = pairs[rows]
+        first_line[pg] = lines[rows]
+        offset[pg] = offs[rows]
+        first_kept = np.maximum(p - int(max_observations), 0) if max_observations is not None else np.zeros_like(p)
+        truncated += int(np.count_nonzero(first_kept))
+        kept = p - first_kept
+        lengths[pg] = kept
+        need = int(kept.max()) if kept.size else 0
+        if need > intervals.shape[1]:
+            old = intervals.shape[1]
+            intervals = np.concatenate([intervals, np.zeros((n, need - old), dtype)], axis=1)
+            changed = np.concatenate([changed, np.zeros((n, need - old), bool)], axis=1)
+            mask = np.concatenate([mask, np.zeros((n, need - old), bool)], axis=1)
+        # the observations of the accepted rows
+        obs_start = np.zeros(pairs.size, np.int64)
+        np.cumsum(pairs[:-1], out=obs_start[1:])
+        total = int(p.sum())
+        obs_row = np.repeat(np.arange(rows.size), p)
+        col = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(p) - p, p)
+        src = np.repeat(obs_start[rows], p) + col
+        obs_page = pg[obs_row]
+        fk = first_kept[obs_row]
+        dropped = col < fk
+        if dropped.any():
+            offset += np.bincount(obs_page[dropped], weights=w[src[dropped]].astype(np.float64), minlength=n)
+            dropped_total += int(dropped.sum())
+            kp = ~dropped
+            obs_page, col, src, fk = obs_page[kp], col[kp], src[kp], fk[kp]
+        col = col - fk
+        intervals[obs_page, col] = w[src]
+        changed[obs_page, col] = z[src].astype(bool)
+        mask[obs_page, col] = True
+        del obs_row, col, src, obs_page, fk, dropped
+    stray_ids = np.concatenate([a for a, _ in strays]) if strays else np.zeros(0, np.int64)
+    stray_lines = np.concatenate([b for _, b in strays]) if strays else np.zeros(0, np.int64)
+    keep, rep = _duplicates(stray_ids, stray_lines)
+    if rep.size:
+        repeats.append(rep)
+    _report_repeats(np.concatenate(repeats) if repeats else np.zeros((0, 3), np.int64), state, "URL_ID")
+    joins = {"history_without_importance": int(keep.size),
+             "pages_without_history": int(n - np.count_nonzero(first_line)),
+             "truncated_histories": truncated, "dropped_observations": dropped_total}
+    return lengths, offset, intervals, changed, mask, joins
 
 
 # ------------------------------------------------------------------ vectorised reading
@@ -274,9 +364,11 @@ def _pa():
 
 
 def _line_blocks(path: str, block_size: int, progress=None):
-    """``(first_line_number, lines)`` blocks of a text file: ``lines`` an Arrow string array
-    of whole lines without their line breaks, built from the bytes without Python per line.
-    A block whose bytes are not valid UTF-8 is decoded line by line to name the line."""
+    """``(first_line_number, lines, raw, ends)`` blocks of a text file: ``lines`` an Arrow
+    string array of whole lines without their line breaks, built from the bytes without
+    Python per line; ``raw`` the block's bytes (uint8, each line ending in a line feed) and
+    ``ends`` the positions of its line feeds.  A block whose bytes are not valid UTF-8 is
+    decoded line by line to name the line."""
     pa, pc = _pa()
     lineno = 1
     carry = b""
@@ -314,7 +406,7 @@ def _line_blocks(path: str, block_size: int, progress=None):
                     except UnicodeDecodeError as err:
                         raise TableError(path, lineno + i, f"not valid UTF-8 text ({err.reason})") from None
                 raise
-            yield lineno, pc.utf8_rtrim(lines, characters="\r\n")
+            yield lineno, pc.utf8_rtrim(lines, characters="\r\n"), raw, ends
             lineno += n
 
 
@@ -322,123 +414,393 @@ def _as_np(arr, dtype):
     return np.asarray(arr.to_numpy(zero_copy_only=False), dtype)
 
 
-def _read_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
+_MAX_PLAIN_ID_DIGITS = 15  # a decimal integer of at most 15 digits is exact in float64
+
+# The separators of plain lines (what lies between two numbers), by type, and the roles of
+# the numbers: a number's role is fixed by the separator before it, and the pair of
+# separators around each number is checked against its role -- a local grammar, so the
+# whole block is checked with a few array operations and no per-line state.
+_SEP_NONE, _SEP_START, _SEP_NL, _SEP_TAB, _SEP_OPEN, _SEP_EMPTY, _SEP_COMMA, _SEP_NEXT, _SEP_CLOSE = range(9)
+_SEPARATORS = {
+    _SEP_NL: ("\n", "\r\n"),
+    _SEP_TAB: ("\t",),
+    _SEP_OPEN: ("\t[[", "\t[ ["),           # the history's first pair opens
+    _SEP_EMPTY: ("\t[]\n", "\t[]\r\n"),     # an empty history ends the line
+    _SEP_COMMA: (", ", ","),                 # inside a pair
+    _SEP_NEXT: ("], [", "],[", "] ,["),      # between pairs
+    _SEP_CLOSE: ("]]\n", "]]\r\n", "] ]\n"),  # the last pair and the history close, the line ends
+}
+_SEP_BYTES = 7
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)], np.uint64)  # masks of the k low bytes
+
+
+def _sep_code(text: str) -> int:
+    raw = text.encode()
+    return sum(b << (8 * j) for j, b in enumerate(raw)) | (len(raw) << 56)
+
+
+_SEP_CODES = np.array(sorted((_sep_code(t), k) for k, ts in _SEPARATORS.items() for t in ts), np.uint64)
+_SEP_CODE = np.ascontiguousarray(_SEP_CODES[:, 0])
+_SEP_TYPE = _SEP_CODES[:, 1].astype(np.int8)
+_LINE_ENDS = (_SEP_START, _SEP_NL, _SEP_EMPTY, _SEP_CLOSE)
+
+
+def _role_table(has_hist: bool) -> np.ndarray:
+    """``table[prev, next]``: the role (1 id, 2 number, 3 interval, 4 change) of a number
+    between separators of those types, 0 when that pair cannot surround a number."""
+    t = np.zeros((9, 9), np.int8)
+    for prev in _LINE_ENDS:
+        t[prev, _SEP_TAB] = 1
+    for nxt in ((_SEP_OPEN, _SEP_EMPTY) if has_hist else (_SEP_NL,)):
+        t[_SEP_TAB, nxt] = 2
+    if has_hist:
+        for prev in (_SEP_OPEN, _SEP_NEXT):
+            t[prev, _SEP_COMMA] = 3
+        for nxt in (_SEP_NEXT, _SEP_CLOSE):
+            t[_SEP_COMMA, nxt] = 4
+    return t
+
+
+_ROLES = {False: _role_table(False), True: _role_table(True)}
+
+
+def _parse_tokens(stream: np.ndarray) -> np.ndarray:
+    """The numbers of a byte stream of plain decimals separated by runs of line feeds
+    (Arrow's CSV reader: C++, multi-threaded, correctly rounded; empty lines skipped)."""
+    import io
+
+    import pyarrow.csv as pcsv
+
+    pa, _ = _pa()
+    if stream.size == 0:
+        return np.zeros(0)
+    table = pcsv.read_csv(io.BytesIO(memoryview(stream)),
+                          read_options=pcsv.ReadOptions(column_names=["v"]),
+                          parse_options=pcsv.ParseOptions(quote_char=False, ignore_empty_lines=True),
+                          convert_options=pcsv.ConvertOptions(column_types={"v": pa.float64()}))
+    return _as_np(table["v"], np.float64)
+
+
+def _select_lines(flags: np.ndarray, starts: np.ndarray, ends: np.ndarray, size: int) -> np.ndarray:
+    """A byte mask: True on the bytes (line feed included) of the lines where ``flags``."""
+    idx = np.flatnonzero(flags)
+    if idx.size * 8 < flags.size:
+        out = np.zeros(size, bool)
+        for i in idx.tolist():
+            out[starts[i]:ends[i] + 1] = True
+        return out
+    return np.repeat(flags, ends - starts + 1)
+
+
+def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hist_dtype) -> tuple:
+    """The block's *plain* lines, parsed from the bytes in a few array passes.
+
+    For files of ``id <TAB> number`` or ``id <TAB> number <TAB> [[w, z], ...]`` lines.  A
+    line is plain when its numbers are separated exactly as JSON writes them (``", "`` or
+    ``","`` inside a pair, ``"], ["`` between pairs; LF or CRLF line ends), its id is a
+    decimal integer of at most 15 digits, its numbers have the form ``-?digits[.digits]``
+    (or ``.digits``), and every value is within its rule.  Any other line (a header, a
+    blank line, an exponent, a ``+`` sign, other blanks, a value out of range, text that
+    is not ASCII, ...) is not plain and is left to the general path, which accepts every
+    valid spelling and names the line of any error.  Returns ``(plain, values)``: a bool
+    per line, and per field the plain lines' values (int64 ids, float64 numbers,
+    ``(pairs, w, z)`` for a history).
+
+    Work: three comparisons per byte, one scan for the number boundaries, one for the
+    byte stream Arrow parses; everything else is per number.
+    """
+    n = ends.size
+    has_hist = len(kinds) == 3
+    isnum = ((raw - np.uint8(48)) < 10) | (raw == 46) | (raw == 45)  # digits, '.', '-'
+    edges = np.flatnonzero(isnum[1:] != isnum[:-1]) + 1
+    if isnum[0]:
+        edges = np.concatenate([[0], edges])
+    ts, te = edges[0::2], edges[1::2]  # the block ends in a line feed: every number ends
+    del edges
+    nt = ts.size
+    # each separator's type from its bytes (up to 5), the run after every number and the
+    # run before the first one
+    sep_start = te
+    sep_len = np.empty(nt, np.int64)
+    sep_len[:-1] = ts[1:] - te[:-1]
+    if nt:
+        sep_len[-1] = raw.size - te[-1]
+    # eight bytes from each separator's start at once (an unaligned uint64 view of the
+    # bytes), cut to the separator's length
+    padded = np.concatenate([raw, np.zeros(8, np.uint8)])
+    window = np.ndarray((raw.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
+    length = np.minimum(sep_len, 7)
+    code = (window[sep_start] & _LOW_BYTES[length]) | (length.astype(np.uint64) << np.uint64(56))
+    del window, length
+    pos = np.minimum(np.searchsorted(_SEP_CODE, code), _SEP_CODE.size - 1)
+    after = np.where(_SEP_CODE[pos] == code, _SEP_TYPE[pos], np.int8(_SEP_NONE))
+    del code, pos, padded
+    before = np.empty(nt, np.int8)
+    before[1:] = after[:-1]
+    if nt:
+        if ts[0] == 0:
+            before[0] = _SEP_START
+        else:  # the block opens with something else (a blank line, a header): its type
+            lead = _sep_code(raw[:ts[0]].tobytes().decode("latin-1")) if ts[0] <= _SEP_BYTES else -1
+            found = np.flatnonzero(_SEP_CODE == np.uint64(max(lead, 0)))
+            before[0] = int(_SEP_TYPE[found[0]]) if lead >= 0 and found.size else _SEP_NONE
+    role = _ROLES[has_hist][before, after]
+    del before, after
+    # number grammar: -?digits[.digits] with at least one digit; ids: digits only, at most 15
+    bad = role == 0
+    tlen = te - ts
+    dots = np.zeros(nt, np.int64)
+    dpos = np.flatnonzero(raw == 46)
+    if dpos.size:
+        owner = np.searchsorted(ts, dpos, side="right") - 1
+        np.add.at(dots, owner, 1)
+    minus = np.zeros(nt, np.int64)
+    mpos = np.flatnonzero(raw == 45)
+    if mpos.size:
+        owner = np.searchsorted(ts, mpos, side="right") - 1
+        np.add.at(minus, owner, 1)
+        bad[owner[mpos != ts[owner]]] = True  # a '-' inside a number
+    bad |= (dots > 1) | (tlen - dots - minus < 1)
+    bad |= (role == 1) & ((dots > 0) | (minus > 0) | (tlen > _MAX_PLAIN_ID_DIGITS))
+    del dots, minus, tlen
+    starts = np.empty(n, np.int64)
+    starts[:1] = 0
+    starts[1:] = ends[:-1] + 1
+    if bad.any() or np.count_nonzero(role == 1) != n:
+        tline = np.searchsorted(ends, ts)
+        plain = np.bincount(tline, minlength=n) > 0  # lines without a number are not plain
+        plain[tline[bad]] = False
+        good = plain[tline]
+        role = role[good]
+    else:
+        plain = np.ones(n, bool)
+    del bad, ts, te
+    # the numbers: every byte that is not part of a number becomes a line feed
+    mapped = np.where(isnum, raw, np.uint8(10))
+    del isnum
+    if not plain.all():  # lines that are not plain are left out (they may not parse)
+        mapped[~_select_lines(plain, starts, ends, raw.size)] = 10
+    vals = _parse_tokens(mapped)
+    del mapped
+    if vals.size != role.size:  # cannot happen: every number is one line of the stream
+        raise AssertionError("plain-path number count mismatch")
+    lines_idx = np.flatnonzero(plain)
+    m = lines_idx.size
+    first = np.flatnonzero(role == 1)
+    ids = vals[first].astype(np.int64)
+    num = vals[first + 1]
+    bad_line = ~rules[1]._ok(num)
+    values: list = [ids, num]
+    if has_hist:
+        nxt = np.append(first[1:], role.size)
+        p = (nxt - first - 2) // 2
+        w, z = vals[role == 3], vals[role == 4]
+        bad_obs = ~(np.isfinite(w) & (w > 0) & ((z == 0) | (z == 1)))
+        if bad_obs.any():
+            bad_line[np.repeat(np.arange(m), p)[bad_obs]] = True
+        values.append((p, w, z))
+    if bad_line.any():  # values out of range: the general path names them
+        plain[lines_idx[bad_line]] = False
+        ok = ~bad_line
+        values[0], values[1] = ids[ok], num[ok]
+        if has_hist:
+            keep_obs = np.repeat(ok, p)
+            values[2] = (p[ok], w[keep_obs], z[keep_obs])
+    if has_hist:
+        p, w, z = values[2]
+        values[2] = (p, w.astype(hist_dtype), z.astype(np.uint8))
+    return plain, values
+
+
+def _arrow_rows(lines, line_no: np.ndarray, state: RowLog, num_fields: int, kinds: tuple, rules: list,
+                exact_row: Callable[[list[str], int], tuple | None], hist_dtype) -> list:
+    """The general path over some lines of a block (Arrow kernels per field; the exact per-row
+    parser for odd rows).  Returns ``[(lines, values), ...]`` parts (see :func:`_merge_parts`)."""
+    pa, pc = _pa()
+    n = len(lines)
+    keep = np.ones(n, bool)
+    blank = _as_np(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0), bool)
+    state.blank += int(blank.sum())
+    keep &= ~blank
+    if n and line_no[0] == 1 and not blank[0] and state.header == 0:
+        f0 = lines[0].as_py().split("\t")
+        if len(f0) == num_fields and _looks_like_header(f0):
+            state.header = 1
+            keep[0] = False
+    parts = pc.split_pattern(lines, "\t")
+    list_offsets = np.frombuffer(parts.buffers()[1], np.int32 if parts.type == pa.list_(pa.large_string())
+                                 else np.int64, n + 1, parts.offset) if n else np.zeros(1, np.int64)
+    flat_fields = pc.list_flatten(parts)
+    nfields = np.diff(list_offsets.astype(np.int64))
+    fast = keep & (nfields == num_fields)
+    # field j of every line (fields of lines with another count: a harmless stand-in)
+    starts = np.where(fast, list_offsets[:-1], 0).astype(np.int64)
+    cols: list = []
+    hist = None
+    for j, kind in enumerate(kinds):
+        if kind == "skip":
+            cols.append(None)
+            continue
+        field = pc.take(flat_fields, pa.array(np.where(fast, starts + j, 0)))
+        if kind == "id":
+            ok = _as_np(pc.match_substring_regex(pc.utf8_trim_whitespace(field), _INT_RE), bool)
+            fast &= ok
+            cols.append(field)
+        elif kind == "num":
+            ok = _as_np(pc.match_substring_regex(pc.utf8_trim_whitespace(field), _NUM_RE), bool)
+            fast &= ok
+            cols.append(field)
+        elif kind == "text":
+            fast &= _as_np(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(field)), 0), bool)
+            cols.append(None)
+        else:  # history
+            fast &= _as_np(pc.match_substring_regex(field, _HISTORY_RE), bool)
+            hist = (j, field)
+            cols.append(None)
+    fast_idx = np.flatnonzero(fast)
+    sel = pa.array(fast_idx)
+    values: list = []
+    bad_rows = np.zeros(fast_idx.size, bool)
+    for j, kind in enumerate(kinds):
+        if kind == "id":
+            v = _as_np(pc.cast(pc.utf8_trim_whitespace(pc.take(cols[j], sel)), pa.int64()), np.int64)
+            if rules[j] is not None:
+                bad_rows |= (v != 0) & (v != 1)
+        elif kind == "num":
+            v = _as_np(pc.cast(pc.utf8_trim_whitespace(pc.take(cols[j], sel)), pa.float64()), np.float64)
+            bad_rows |= ~rules[j]._ok(v)  # the column's rule; a failing row is parsed exactly
+        else:
+            v = None
+        values.append(v)
+    if bad_rows.any():
+        fast[fast_idx[bad_rows]] = False
+        values = [v[~bad_rows] if v is not None else None for v in values]
+        fast_idx = fast_idx[~bad_rows]
+        sel = pa.array(fast_idx)
+    if hist is not None:
+        j, field = hist
+        pairs, flat = _history_numbers(pc.take(field, sel))
+        w, z = flat[0::2], flat[1::2]
+        good_obs = np.isfinite(w) & (w > 0) & ((z == 0) | (z == 1))
+        row_of_obs = np.repeat(np.arange(fast_idx.size), pairs)
+        bad_rows = np.zeros(fast_idx.size, bool)
+        bad_rows[row_of_obs[~good_obs]] = True
+        if bad_rows.any():  # a value out of range: the exact parser names the entry
+            fast[fast_idx[bad_rows]] = False
+            keep_obs = ~bad_rows[row_of_obs]
+            w, z, pairs = w[keep_obs], z[keep_obs], pairs[~bad_rows]
+            values = [v[~bad_rows] if v is not None else None for v in values]
+            fast_idx = fast_idx[~bad_rows]
+        values[j] = (pairs, w.astype(hist_dtype), z.astype(np.uint8))
+    # the odd rows, one by one, in line order
+    odd = np.flatnonzero(keep & ~fast)
+    odd_vals: list[tuple] = []
+    odd_lines: list[int] = []
+    for i in odd.tolist():
+        text = lines[i].as_py()
+        fields = text.split("\t")
+        try:
+            if len(fields) != num_fields:
+                raise RowError("wrong number of fields",
+                               f"expected {num_fields} tab-separated fields, got {len(fields)}")
+            row = exact_row(fields, int(line_no[i]))
+        except RowError as err:
+            state.bad(int(line_no[i]), err)
+            continue
+        odd_vals.append(row)
+        odd_lines.append(int(line_no[i]))
+    state.rows_read += int(fast_idx.size) + len(odd_lines)
+    return [(line_no[fast_idx], values), (np.asarray(odd_lines, np.int64), _rows_to_values(kinds, values, odd_vals))]
+
+
+def _rows_to_values(kinds, like, rows):
+    """Per-row tuples of the exact parser -> per-field values (as the bulk paths give)."""
+    out: list = []
+    for j, kind in enumerate(kinds):
+        if kind in ("id", "num"):
+            out.append(np.asarray([r[j] for r in rows], np.int64 if kind == "id" else np.float64))
+        elif kind == "history":
+            hd = like[j][1].dtype if like[j] is not None else np.float64
+            ws = [np.asarray(r[j][0], hd) for r in rows]
+            out.append((np.asarray([a.size for a in ws], np.int64),
+                        np.concatenate(ws) if ws else np.zeros(0, hd),
+                        np.concatenate([np.asarray(r[j][1], np.uint8) for r in rows]) if rows
+                        else np.zeros(0, np.uint8)))
+        else:
+            out.append(None)
+    return out
+
+
+def _merge_parts(kinds, parts):
+    """``(lines, *values)`` of the parts' rows together, in line order (each part's rows are
+    in line order; parts may interleave)."""
+    nonempty = [p for p in parts if p[0].size]
+    if len(nonempty) <= 1:
+        lines, values = nonempty[0] if nonempty else parts[0]
+        return (lines, *values)
+    lines = np.concatenate([p[0] for p in nonempty])
+    order = np.argsort(lines, kind="stable")
+    merged = []
+    for j, kind in enumerate(kinds):
+        if kind in ("id", "num"):
+            merged.append(np.concatenate([p[1][j] for p in nonempty])[order])
+        elif kind == "history":
+            all_pairs = np.concatenate([p[1][j][0] for p in nonempty])
+            all_w = np.concatenate([p[1][j][1] for p in nonempty])
+            all_z = np.concatenate([p[1][j][2] for p in nonempty])
+            starts = np.concatenate([[0], np.cumsum(all_pairs)[:-1]]).astype(np.int64)
+            p2 = all_pairs[order]
+            idx = np.repeat(starts[order], p2) + (np.arange(int(p2.sum())) - np.repeat(np.cumsum(p2) - p2, p2))
+            merged.append((p2, all_w[idx], all_z[idx]))
+        else:
+            merged.append(None)
+    return (lines[order], *merged)
+
+
+def _iter_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
                      exact_row: Callable[[list[str], int], tuple | None], *,
-                     block_size: int = 1 << 26, progress=None, hist_dtype=np.float64) -> list[list]:
-    """Read a tab-separated file of ``num_fields`` fields in blocks, column-wise.
+                     block_size: int = 1 << 24, progress=None, hist_dtype=np.float64):
+    """Read a tab-separated file of ``num_fields`` fields in blocks, column-wise; yields each
+    block's rows as ``[lines, *columns]`` in line order.
 
     ``kinds`` names each field's fast rule: ``"id"`` (a decimal integer; ``("id", col)``:
     also 0 or 1), ``("num", col)`` (a plain decimal number within ``col``'s rule),
-    ``"text"`` (non-empty), ``"history"`` (a list of ``[interval, change]`` pairs).  Rows where every field passes are parsed
-    by Arrow kernels; every other row (a wrong number of fields, an odd spelling, a value
-    out of range) goes to ``exact_row(fields, line)`` -- the per-row parser with the exact
-    messages -- which returns the row's values (or raises :class:`RowError`).  Returns the
-    blocks' results: per block a tuple ``(lines, *columns)`` in line order, with a
-    history column given as ``(lengths, intervals, changes)``.
+    ``"text"`` (non-empty), ``"history"`` (a list of ``[interval, change]`` pairs).  Three
+    tiers, each taking what the one before it left: for files of ids, numbers and a
+    history, the plain lines are parsed straight from the bytes (:func:`_plain_rows`); the
+    rest, and every line of a file with text fields, by Arrow kernels field by field when
+    every field has a plain form; every other row (a wrong number of fields, an odd
+    spelling, a value out of range) by ``exact_row(fields, line)`` -- the per-row parser
+    with the exact messages -- which returns the row's values (or raises
+    :class:`RowError`).  A history column is given as ``(lengths, intervals, changes)``.
     """
     pa, pc = _pa()
     rules = [k[1] if isinstance(k, tuple) else None for k in kinds]
     kinds = tuple(k[0] if isinstance(k, tuple) else k for k in kinds)
-    out = []
-    for first, lines in _line_blocks(path, block_size, progress):
+    bytes_path = kinds in (("id", "num"), ("id", "num", "history")) and rules[0] is None
+    for first, lines, raw, ends in _line_blocks(path, block_size, progress):
         n = len(lines)
         line_no = np.arange(first, first + n, dtype=np.int64)
-        keep = np.ones(n, bool)
-        blank = _as_np(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0), bool)
-        state.blank += int(blank.sum())
-        keep &= ~blank
-        if first == 1 and n and not blank[0] and state.header == 0:
-            f0 = lines[0].as_py().split("\t")
-            if len(f0) == num_fields and _looks_like_header(f0):
-                state.header = 1
-                keep[0] = False
-        parts = pc.split_pattern(lines, "\t")
-        list_offsets = np.frombuffer(parts.buffers()[1], np.int32 if parts.type == pa.list_(pa.large_string())
-                                     else np.int64, n + 1, parts.offset) if n else np.zeros(1, np.int64)
-        flat_fields = pc.list_flatten(parts)
-        nfields = np.diff(list_offsets.astype(np.int64))
-        fast = keep & (nfields == num_fields)
-        # field j of every line (fields of lines with another count: a harmless stand-in)
-        starts = np.where(fast, list_offsets[:-1], 0).astype(np.int64)
-        cols: list = []
-        hist = None
-        for j, kind in enumerate(kinds):
-            if kind == "skip":
-                cols.append(None)
-                continue
-            field = pc.take(flat_fields, pa.array(np.where(fast, starts + j, 0)))
-            if kind == "id":
-                ok = _as_np(pc.match_substring_regex(pc.utf8_trim_whitespace(field), _INT_RE), bool)
-                fast &= ok
-                cols.append(field)
-            elif kind == "num":
-                ok = _as_np(pc.match_substring_regex(pc.utf8_trim_whitespace(field), _NUM_RE), bool)
-                fast &= ok
-                cols.append(field)
-            elif kind == "text":
-                fast &= _as_np(pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(field)), 0), bool)
-                cols.append(None)
-            else:  # history
-                fast &= _as_np(pc.match_substring_regex(field, _HISTORY_RE), bool)
-                hist = (j, field)
-                cols.append(None)
-        fast_idx = np.flatnonzero(fast)
-        sel = pa.array(fast_idx)
-        values: list = []
-        bad_rows = np.zeros(fast_idx.size, bool)
-        for j, kind in enumerate(kinds):
-            if kind == "id":
-                v = _as_np(pc.cast(pc.utf8_trim_whitespace(pc.take(cols[j], sel)), pa.int64()), np.int64)
-                if rules[j] is not None:
-                    bad_rows |= (v != 0) & (v != 1)
-            elif kind == "num":
-                v = _as_np(pc.cast(pc.utf8_trim_whitespace(pc.take(cols[j], sel)), pa.float64()), np.float64)
-                bad_rows |= ~rules[j]._ok(v)  # the column's rule; a failing row is parsed exactly
-            else:
-                v = None
-            values.append(v)
-        if bad_rows.any():
-            fast[fast_idx[bad_rows]] = False
-            values = [v[~bad_rows] if v is not None else None for v in values]
-            fast_idx = fast_idx[~bad_rows]
-            sel = pa.array(fast_idx)
-        if hist is not None:
-            j, field = hist
-            pairs, flat = _history_numbers(pc.take(field, sel))
-            w, z = flat[0::2], flat[1::2]
-            good_obs = np.isfinite(w) & (w > 0) & ((z == 0) | (z == 1))
-            row_of_obs = np.repeat(np.arange(fast_idx.size), pairs)
-            bad_rows = np.zeros(fast_idx.size, bool)
-            bad_rows[row_of_obs[~good_obs]] = True
-            if bad_rows.any():  # a value out of range: the exact parser names the entry
-                fast[fast_idx[bad_rows]] = False
-                keep_obs = ~bad_rows[row_of_obs]
-                w, z, pairs = w[keep_obs], z[keep_obs], pairs[~bad_rows]
-                values = [v[~bad_rows] if v is not None else None for v in values]
-                fast_idx = fast_idx[~bad_rows]
-            values[j] = (pairs, w.astype(hist_dtype), z.astype(np.uint8))
-        # the odd rows, one by one, in line order
-        odd = np.flatnonzero(keep & ~fast)
-        odd_vals: list[tuple] = []
-        odd_lines: list[int] = []
-        for i in odd.tolist():
-            text = lines[i].as_py()
-            fields = text.split("\t")
-            try:
-                if len(fields) != num_fields:
-                    raise RowError("wrong number of fields",
-                                   f"expected {num_fields} tab-separated fields, got {len(fields)}")
-                row = exact_row(fields, int(line_no[i]))
-            except RowError as err:
-                state.bad(int(line_no[i]), err)
-                continue
-            odd_vals.append(row)
-            odd_lines.append(int(line_no[i]))
-        state.rows_read += int(fast_idx.size) + len(odd_lines)
-        out.append(list(_merge_block(kinds, line_no[fast_idx], values, odd_lines, odd_vals)))
-        del lines, parts, flat_fields, cols, field, hist
+        parts = []
+        rest = np.arange(n)
+        if bytes_path and n:
+            plain, values = _plain_rows(raw, ends, kinds, rules, hist_dtype)
+            state.rows_read += int(plain.sum())
+            parts.append((line_no[plain], values))
+            rest = np.flatnonzero(~plain)
+        del raw, ends
+        if rest.size:
+            sub = lines if rest.size == n else pc.take(lines, pa.array(rest))
+            parts += _arrow_rows(sub, line_no[rest], state, num_fields, kinds, rules, exact_row, hist_dtype)
+        del lines
+        yield list(_merge_parts(kinds, parts))
+        del parts
         _release_arrow_memory()
-    return out
+
+
+def _read_vectorised(*args, **kwargs) -> list[list]:
+    """Every block of :func:`_iter_vectorised`, in a list."""
+    return list(_iter_vectorised(*args, **kwargs))
 
 
 _COMMA_TO_NL = np.arange(256, dtype=np.uint8)
@@ -482,34 +844,6 @@ def _history_numbers(field) -> tuple[np.ndarray, np.ndarray]:
     return pairs, vals
 
 
-def _merge_block(kinds, fast_lines, values, odd_lines, odd_vals):
-    """One block's rows in line order: the fast rows and the exactly parsed odd ones."""
-    if not odd_lines:
-        return (fast_lines, *values)
-    lines = np.concatenate([fast_lines, np.asarray(odd_lines, np.int64)])
-    order = np.argsort(lines, kind="stable")
-    merged = []
-    for j, kind in enumerate(kinds):
-        v = values[j]
-        if kind in ("id", "num"):
-            extra = np.asarray([r[j] for r in odd_vals], v.dtype)
-            merged.append(np.concatenate([v, extra])[order])
-        elif kind == "history":
-            pairs, w, z = v
-            ows = [r[j][0] for r in odd_vals]
-            ozs = [r[j][1] for r in odd_vals]
-            all_pairs = np.concatenate([pairs, np.asarray([len(a) for a in ows], np.int64)])
-            all_w = np.concatenate([w] + [np.asarray(a, np.float64) for a in ows])
-            all_z = np.concatenate([z] + [np.asarray(a, np.uint8) for a in ozs])
-            starts = np.concatenate([[0], np.cumsum(all_pairs)[:-1]])
-            p2 = all_pairs[order]
-            idx = np.repeat(starts[order], p2) + (np.arange(int(p2.sum())) - np.repeat(np.cumsum(p2) - p2, p2))
-            merged.append((p2, all_w[idx], all_z[idx]))
-        else:
-            merged.append(None)
-    return (lines[order], *merged)
-
-
 def _cat(blocks, k, dtype):
     """Column ``k`` of every block, concatenated; the blocks' own copies are dropped as it
     goes (``blocks`` holds lists), so the peak is the flat arrays plus one column."""
@@ -536,7 +870,7 @@ def load_crawl_dataset(
     dtype: DTypeLike = np.float32,
     max_observations: int | None = None,
     quiet: bool = True,
-    block_size: int = 1 << 26,
+    block_size: int = 1 << 24,
 ) -> CrawlDataset:
     """Load the NeurIPS-19 crawl-history data set (Kolobov et al. 2019, §6 and its public
     data release) from ``directory``.
@@ -610,18 +944,30 @@ def load_crawl_dataset(
     imp_lines, imp_ids, imp_vals = (_cat(blocks, 0, np.int64), _cat(blocks, 1, np.int64),
                                     _cat(blocks, 2, np.float64))
 
-    # --- histories -------------------------------------------------------------------
+    keep = _dedupe(imp_ids, imp_lines, states["importance"], "URL_ID")
+    del imp_lines
+    imp_ids_a, imp_vals_a = imp_ids[keep], imp_vals[keep]
+    del imp_ids, imp_vals, keep
+    order = np.argsort(imp_ids_a, kind="stable") if not np.all(imp_ids_a[1:] > imp_ids_a[:-1]) else None
+    url_id = imp_ids_a if order is None else imp_ids_a[order]
+    importance = imp_vals_a if order is None else imp_vals_a[order]
+    del imp_ids_a, imp_vals_a, order
+    n = url_id.size
+    joins: dict[str, int] = {}
+
+    def lookup(keys):
+        """Page index of each key, -1 where the key is not a page."""
+        pos = np.searchsorted(url_id, keys)
+        pos_c = np.minimum(pos, max(n - 1, 0))
+        found = (pos < n) & (url_id[pos_c] == keys) if n else np.zeros(keys.shape, bool)
+        return np.where(found, pos_c, -1)
+
+    # --- histories, scattered block by block into the padded arrays --------------------
     st = states["history"] = RowLog(paths["history"], errors, _SKIP_HINT)
-    blocks = read(paths["history"], st, 3, ("id", ("num", _OFFSET), "history"),
-                  lambda f, ln: (_URL_ID.parse(f[0]), _OFFSET.parse(f[1]), _parse_history(f[2])))
-    h_lines, h_ids, h_offsets = _cat(blocks, 0, np.int64), _cat(blocks, 1, np.int64), _cat(blocks, 2, np.float64)
-    hist_parts = [b[3] for b in blocks]
-    del blocks
-    h_lens_a = np.concatenate([p[0] for p in hist_parts]) if hist_parts else np.zeros(0, np.int64)
-    h_w_a = (np.concatenate([p[1].astype(h_w_dtype, copy=False) for p in hist_parts]) if hist_parts
-             else np.zeros(0, h_w_dtype))
-    h_z_a = np.concatenate([p[2] for p in hist_parts]) if hist_parts else np.zeros(0, np.uint8)
-    del hist_parts
+    blocks = _iter_vectorised(paths["history"], st, 3, ("id", ("num", _OFFSET), "history"),
+                              lambda f, ln: (_URL_ID.parse(f[0]), _OFFSET.parse(f[1]), _parse_history(f[2])),
+                              block_size=block_size, progress=bar, hist_dtype=h_w_dtype)
+    histories = _scatter_histories(blocks, n, lookup, dtype, max_observations, st)
 
     # --- complete observations ---------------------------------------------------------
     c_ids_a, c_rates_a, c_lines_a = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
@@ -658,10 +1004,6 @@ def load_crawl_dataset(
     bar.close()
 
     # --- duplicates (raise or skip like any malformed line) ----------------------------------
-    keep = _dedupe(imp_ids, imp_lines, states["importance"], "URL_ID")
-    imp_ids_a, imp_vals_a = imp_ids[keep], imp_vals[keep]
-    h_ids_a, h_off_a = h_ids, h_offsets
-    h_keep = _dedupe(h_ids_a, h_lines, states["history"], "URL_ID")
     if "complete" in states:
         keep = _dedupe(c_ids_a, c_lines_a, states["complete"], "URL_ID")
         c_ids_a, c_rates_a = c_ids_a[keep], c_rates_a[keep]
@@ -672,73 +1014,8 @@ def load_crawl_dataset(
         keep = _dedupe(hc_ids_a, hc_lines_a, states["hosts"], "Host_ID")
         hc_ids_a, hc_flags_a = hc_ids_a[keep], hc_flags_a[keep]
 
-    # --- join on URL_ID ------------------------------------------------------------------
-    order = np.argsort(imp_ids_a, kind="stable")
-    url_id = imp_ids_a[order]
-    importance = imp_vals_a[order]
-    n = url_id.size
-    joins: dict[str, int] = {}
-
-    def lookup(keys):
-        """Page index of each key, -1 where the key is not a page."""
-        pos = np.searchsorted(url_id, keys)
-        pos_c = np.minimum(pos, max(n - 1, 0))
-        found = (pos < n) & (url_id[pos_c] == keys) if n else np.zeros(keys.shape, bool)
-        return np.where(found, pos_c, -1)
-
-    # histories
-    row_start = np.concatenate([[0], np.cumsum(h_lens_a)])[:-1].astype(np.int64) if h_lens_a.size else np.zeros(0, np.int64)
-    page_of_row = np.full(h_ids_a.size, -1, dtype=np.int64)
-    page_of_row[h_keep] = lookup(h_ids_a[h_keep])
-    joins["history_without_importance"] = int(np.sum(page_of_row[h_keep] < 0))
-    used = page_of_row >= 0
-    lengths = np.zeros(n, dtype=np.int64)
-    lengths[page_of_row[used]] = h_lens_a[used]
-    offset = np.zeros(n, dtype=np.float64)
-    offset[page_of_row[used]] = h_off_a[used]
-    has_history = np.zeros(n, dtype=bool)
-    has_history[page_of_row[used]] = True
-    joins["pages_without_history"] = int(n - has_history.sum())
-
-    # scatter the observations into the padded arrays, rows in blocks (bounded temporaries)
-    if max_observations is not None:
-        first_kept = np.maximum(lengths - int(max_observations), 0)
-        joins["truncated_histories"] = int(np.sum(lengths > max_observations))
-    else:
-        first_kept = np.zeros(n, np.int64)
-        joins["truncated_histories"] = 0
-    kept_len = lengths - first_kept
-    k = int(kept_len.max()) if n else 0
-    intervals = np.zeros((n, k), dtype=dtype)
-    changed = np.zeros((n, k), dtype=bool)
-    mask = np.zeros((n, k), dtype=bool)
-    dropped_total = 0
-    rows_per_block = 1 << 20
-    for r0 in range(0, h_ids_a.size, rows_per_block):
-        r1 = min(r0 + rows_per_block, h_ids_a.size)
-        lens = h_lens_a[r0:r1]
-        pages = page_of_row[r0:r1]
-        base = row_start[r0] if r1 > r0 else 0
-        m = int(lens.sum())
-        obs_row = np.repeat(np.arange(r1 - r0), lens)
-        obs_col = np.arange(m) - np.repeat(np.cumsum(lens) - lens, lens)
-        obs_page = pages[obs_row]
-        w_blk = h_w_a[base:base + m]
-        z_blk = h_z_a[base:base + m]
-        sel = obs_page >= 0
-        obs_page, obs_col, w_blk, z_blk = obs_page[sel], obs_col[sel], w_blk[sel], z_blk[sel]
-        fk = first_kept[obs_page]
-        dropped = obs_col < fk
-        if dropped.any():
-            offset += np.bincount(obs_page[dropped], weights=w_blk[dropped].astype(np.float64), minlength=n)
-            dropped_total += int(dropped.sum())
-        kp = ~dropped
-        col = obs_col[kp] - fk[kp]
-        intervals[obs_page[kp], col] = w_blk[kp]
-        changed[obs_page[kp], col] = z_blk[kp].astype(bool)
-        mask[obs_page[kp], col] = True
-    joins["dropped_observations"] = dropped_total
-    lengths = kept_len
+    lengths, offset, intervals, changed, mask, hist_joins = histories
+    joins.update(hist_joins)
 
     # complete observations
     complete = np.zeros(n, dtype=bool)
