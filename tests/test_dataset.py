@@ -349,3 +349,126 @@ def test_columnar_loader_names_the_line_of_a_bad_value_in_any_block(tmp_path):
     rep = ds.report.files["history"]
     assert rep.rows_read == 198 and rep.rows_skipped == 2
     assert any(":171: history entry 0: change indicator must be 0 or 1" in e for e in rep.examples)
+
+
+# ------------------------------------------------- the loader's plain fast path vs the general one
+_TOKENS = ["1", "0", "7", "12", "1.5", "0.25", "-2", "-0", ".5", "5.", "1e5", "+1", "1.2.3", "--1", "-", ".",
+           "", "nan", "inf", "0.0", "3-", "12345678901234567", "123456789012345", "2"]
+_SEPS = ["\t", "\t", "\t[[", "\t[ [", ", ", ",", " , ", "], [", "],[", "] ,[", "]]", "] ]", "\t[]", " ", "[", "]",
+         "\r", "x", "\t[[ ", "é", ",,", "\t\t"]
+
+
+def _plain_line(rng):
+    k = int(rng.integers(0, 4))
+    pairs = "], [".join(f"{rng.choice(['1.5', '0.25', '2', '.5', '3.'])}, {rng.choice(['0', '1'])}" for _ in range(k))
+    hist = f"[[{pairs}]]" if k else "[]"
+    page = rng.choice(["5", "7", "3", "9", "11", "12", "013", "12345678901234567"])
+    return f"{page}\t{rng.choice(['0.5', '-1', '2', '.5'])}\t{hist}"
+
+
+def _near_miss(rng, line):
+    """One change to a plain line: a number or a separator swapped for an odd one, or a
+    character inserted or deleted."""
+    import re
+
+    pieces = re.split(r"([0-9.\-]+)", line)  # alternating separators and numbers
+    i = int(rng.integers(0, len(pieces)))
+    how = rng.random()
+    if how < 0.35:
+        pieces[i] = rng.choice(_TOKENS) if i % 2 else rng.choice(_SEPS)
+    elif how < 0.7:
+        j = int(rng.integers(0, len(pieces[i]) + 1))
+        pieces[i] = pieces[i][:j] + rng.choice(list("0.-+e ,[]\tx\r")) + pieces[i][j:]
+    elif pieces[i]:
+        j = int(rng.integers(0, len(pieces[i])))
+        pieces[i] = pieces[i][:j] + pieces[i][j + 1:]
+    return "".join(pieces)
+
+
+def _random_line(rng):
+    kind = rng.random()
+    if kind < 0.35:
+        return _plain_line(rng) + ("\r" if rng.random() < 0.1 else "")
+    if kind < 0.45:
+        return rng.choice(["", "   ", "URL_ID\tOffset\tHistory"])
+    if kind < 0.9:
+        return _near_miss(rng, _plain_line(rng))
+    parts = []  # a random mix of numbers and separators
+    for i in range(int(rng.integers(1, 12))):
+        parts.append(rng.choice(_TOKENS) if i % 2 == 0 else rng.choice(_SEPS))
+    return "".join(parts)
+
+
+def _without_plain_path(monkeypatch):
+    import jaxcrawl.io.neurips19 as N
+
+    def none_plain(raw, ends, kinds, rules, hist_dtype):
+        empty = [np.zeros(0, np.int64), np.zeros(0)]
+        if len(kinds) == 3:
+            empty.append((np.zeros(0, np.int64), np.zeros(0, hist_dtype), np.zeros(0, np.uint8)))
+        return np.zeros(ends.size, bool), empty
+
+    monkeypatch.setattr(N, "_plain_rows", none_plain)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plain_fast_path_equals_the_general_path_on_odd_lines(tmp_path, monkeypatch, seed):
+    """The bytes-level path takes only the lines it can read exactly: on random mixes of
+    well-formed lines in several spellings and near misses (exponents, signs, blanks, stray
+    brackets, non-ASCII, too many digits, CRLF, headers, blank lines), loading with it gives
+    the same arrays, counts, messages and errors as loading without it, in both modes and
+    at block sizes that cut lines."""
+    rng = np.random.default_rng(seed)
+    hist = [_random_line(rng) for _ in range(300)]
+    imp = [f"{i}\t{rng.choice(['1', '0.5', '2e-3', '-1', '.25', '+1', 'x', '3.'])}"
+           for i in (3, 5, 7, 9, 11, 12, 13, 12345678901234567)]
+    imp += [_near_miss(rng, f"{rng.choice([17, 18, 19])}\t{rng.choice(['1', '0.5'])}") for _ in range(20)]
+    imp += [rng.choice(["5\t1", "", "14\t1 ", " 15\t1", "16\t1\t2", "20", "21\t", "22\t1\n23"])]
+    d = write_dataset(str(tmp_path / "d"), imp=imp, hist=hist, urls=False, hosts=False, comp=False)
+
+    def load(**kw):
+        try:
+            return load_crawl_dataset(d, dtype=np.float64, **kw)
+        except ValueError as err:
+            return str(err)
+
+    fast = [load(errors="skip"), load(errors="skip", block_size=61), load(errors="raise")]
+    with monkeypatch.context() as m:
+        _without_plain_path(m)
+        slow = [load(errors="skip"), load(errors="skip", block_size=61), load(errors="raise")]
+    for a, b in zip(fast, slow):
+        assert type(a) is type(b)
+        if isinstance(a, str):
+            assert a == b
+            continue
+        for x, y in zip(a[:-1], b[:-1]):
+            np.testing.assert_array_equal(x, y)
+        assert a.report == b.report
+
+
+def test_plain_fast_path_reads_plain_files_exactly(tmp_path):
+    """A machine-written file (every line plain) is read entirely by the bytes-level path and
+    equals the per-line JSON reading of each line."""
+    import jaxcrawl.io.neurips19 as N
+
+    rng = np.random.default_rng(11)
+    hist = []
+    for i in range(500):
+        k = int(rng.integers(0, 7))
+        pairs = [[round(float(rng.uniform(0.6, 30)), int(rng.integers(0, 12))), int(rng.random() < 0.5)]
+                 for _ in range(k)]
+        hist.append(f"{1000 + 3 * i}\t{rng.uniform(-5, 5):.9f}\t{json.dumps(pairs)}")
+    imp = [f"{1000 + 3 * i}\t{rng.lognormal():.8f}" for i in range(500)]
+    d = write_dataset(str(tmp_path / "d"), imp=imp, hist=hist, urls=False, hosts=False, comp=False)
+    raw = np.frombuffer(open(os.path.join(d, FILES["history"]), "rb").read(), np.uint8)
+    plain, _ = N._plain_rows(raw, np.flatnonzero(raw == 10), ("id", "num", "history"), [None, N._OFFSET, None],
+                             np.float64)
+    assert plain.all()
+    ds = load_crawl_dataset(d, dtype=np.float64)
+    for i, line in enumerate(hist):
+        f = line.split("\t")
+        pairs = json.loads(f[2])
+        assert ds.url_id[i] == int(f[0]) and ds.offset[i] == float(f[1]) and ds.num_observations[i] == len(pairs)
+        np.testing.assert_array_equal(ds.intervals[i, :len(pairs)], [p[0] for p in pairs])
+        np.testing.assert_array_equal(ds.changed[i, :len(pairs)], [p[1] == 1 for p in pairs])
+    np.testing.assert_array_equal(ds.importance, [float(x.split("\t")[1]) for x in imp])

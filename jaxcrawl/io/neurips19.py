@@ -538,12 +538,8 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
     before = np.empty(nt, np.int8)
     before[1:] = after[:-1]
     if nt:
-        if ts[0] == 0:
-            before[0] = _SEP_START
-        else:  # the block opens with something else (a blank line, a header): its type
-            lead = _sep_code(raw[:ts[0]].tobytes().decode("latin-1")) if ts[0] <= _SEP_BYTES else -1
-            found = np.flatnonzero(_SEP_CODE == np.uint64(max(lead, 0)))
-            before[0] = int(_SEP_TYPE[found[0]]) if lead >= 0 and found.size else _SEP_NONE
+        # the first number starts its line when nothing or a line feed is right before it
+        before[0] = _SEP_START if ts[0] == 0 or raw[ts[0] - 1] == 10 else _SEP_NONE
     role = _ROLES[has_hist][before, after]
     del before, after
     # number grammar: -?digits[.digits] with at least one digit; ids: digits only, at most 15
@@ -778,17 +774,23 @@ def _iter_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
     rules = [k[1] if isinstance(k, tuple) else None for k in kinds]
     kinds = tuple(k[0] if isinstance(k, tuple) else k for k in kinds)
     bytes_path = kinds in (("id", "num"), ("id", "num", "history")) and rules[0] is None
-    for first, lines, raw, ends in _line_blocks(path, block_size, progress):
+    blocks = _line_blocks(path, block_size, progress)
+    if bytes_path:  # the plain lines of the next blocks are parsed on the other cores meanwhile
+        blocks = _ahead(blocks, lambda blk: _plain_rows(blk[2], blk[3], kinds, rules, hist_dtype)
+                        if len(blk[1]) else None)
+    else:
+        blocks = ((blk, None) for blk in blocks)
+    for (first, lines, raw, ends), plain_values in blocks:
         n = len(lines)
         line_no = np.arange(first, first + n, dtype=np.int64)
         parts = []
         rest = np.arange(n)
-        if bytes_path and n:
-            plain, values = _plain_rows(raw, ends, kinds, rules, hist_dtype)
+        if plain_values is not None:
+            plain, values = plain_values
             state.rows_read += int(plain.sum())
             parts.append((line_no[plain], values))
             rest = np.flatnonzero(~plain)
-        del raw, ends
+        del raw, ends, plain_values
         if rest.size:
             sub = lines if rest.size == n else pc.take(lines, pa.array(rest))
             parts += _arrow_rows(sub, line_no[rest], state, num_fields, kinds, rules, exact_row, hist_dtype)
@@ -796,6 +798,41 @@ def _iter_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
         yield list(_merge_parts(kinds, parts))
         del parts
         _release_arrow_memory()
+
+
+def _workers() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _ahead(items, work):
+    """``(item, work(item))`` in order, with ``work`` running on a thread pool up to one item
+    per core ahead (numpy and Arrow release the GIL in their loops).  Bounded: at most that
+    many items are held at once."""
+    import collections
+    from concurrent.futures import ThreadPoolExecutor
+
+    depth = _workers()
+    if depth == 1:
+        for item in items:
+            yield item, work(item)
+        return
+    with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="jaxcrawl-load") as pool:
+        pending: collections.deque = collections.deque()
+        try:
+            for item in items:
+                pending.append((item, pool.submit(work, item)))
+                if len(pending) >= depth:
+                    item0, fut = pending.popleft()
+                    yield item0, fut.result()
+            while pending:
+                item0, fut = pending.popleft()
+                yield item0, fut.result()
+        finally:
+            for _, fut in pending:
+                fut.cancel()
 
 
 def _read_vectorised(*args, **kwargs) -> list[list]:
