@@ -2,6 +2,7 @@
 loader, each against a baseline measured in the same run.
 
     python benchmarks/io.py [--num-pages 18500000] [--history-lines 18500000] [--dir DIR]
+                            [--only solve|loader]
 
 1. A synthetic page table (integer ids, importance, change_rate, complete) is written as
    Parquet and CSV (not timed).  Baseline: pyarrow alone reading the input and writing a
@@ -145,6 +146,7 @@ def main() -> None:
     ap.add_argument("--num-pages", type=int, default=18_500_000)
     ap.add_argument("--history-lines", type=int, default=18_500_000)
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--only", choices=("solve", "loader"), default=None, help="run one of the two parts")
     args = ap.parse_args()
     work = args.dir or tempfile.mkdtemp(prefix="jaxcrawl-io-bench-")
     os.makedirs(work, exist_ok=True)
@@ -152,8 +154,8 @@ def main() -> None:
                     "load_average": os.getloadavg()}
     py = [sys.executable, "-m", "jaxcrawl.cli"]
 
-    pq_in, csv_in = _pages(args.num_pages, work)
-    for fmt, src in (("parquet", pq_in), ("csv", csv_in)):
+    pq_in, csv_in = _pages(args.num_pages, work) if args.only != "loader" else (None, None)
+    for fmt, src in (("parquet", pq_in), ("csv", csv_in)) if args.only != "loader" else ():
         base = _pyarrow_alone(src, os.path.join(work, f"pa_plan.{fmt}"))
         wall, summary, _ = _run(py + ["solve", "--input", src, "--output", os.path.join(work, f"plan.{fmt}"),
                                       "--quiet"])
@@ -168,7 +170,16 @@ def main() -> None:
               f"{inproc:.2f} s in process ({inproc / base:.2f}x pyarrow), {wall:.2f} s wall with start-up "
               f"({wall / base:.2f}x)")
 
-    hdir = _history(args.history_lines, os.path.join(work, "dataset"))
+    if args.only == "solve":
+        result["load_average_end"] = os.getloadavg()
+        print(json.dumps(result))
+        return
+    hdir = os.path.join(work, "dataset")
+    marker = os.path.join(hdir, ".lines")  # a generated data set is reused by later runs with --dir
+    if not (os.path.exists(marker) and open(marker).read() == str(args.history_lines)):
+        _history(args.history_lines, hdir)
+        with open(marker, "w") as fh:
+            fh.write(str(args.history_lines))
     per_line = _baseline_loader(hdir)
     proc = subprocess.run([sys.executable, "-c", _LOAD, hdir], capture_output=True, text=True)
     if proc.returncode != 0:

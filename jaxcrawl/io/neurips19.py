@@ -431,7 +431,7 @@ _SEPARATORS = {
     _SEP_CLOSE: ("]]\n", "]]\r\n", "] ]\n"),  # the last pair and the history close, the line ends
 }
 _SEP_BYTES = 7
-_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(8)], np.uint64)  # masks of the k low bytes
+_LOW_BYTES = np.array([(1 << (8 * k)) - 1 for k in range(9)], np.uint64)  # masks of the k low bytes
 
 
 def _sep_code(text: str) -> int:
@@ -492,6 +492,57 @@ def _select_lines(flags: np.ndarray, starts: np.ndarray, ends: np.ndarray, size:
     return np.repeat(flags, ends - starts + 1)
 
 
+def _has_dot_or_minus(padded: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Whether each run ``padded[start:start + length]`` (length <= 16) holds a '.' or a '-':
+    two 8-byte words per run, each byte compared at once (a zero-byte test on the word
+    XOR the byte; a false hit can only sit above a true one, so within the run's bytes the
+    answer is exact)."""
+    window = np.ndarray((padded.size - 7,), dtype="<u8", buffer=padded, strides=(1,))
+    ones, highs = np.uint64(0x0101010101010101), np.uint64(0x8080808080808080)
+    hit = np.zeros(start.size, bool)
+    for half in (0, 1):
+        word = window[start + 8 * half]
+        keep = _LOW_BYTES[np.clip(length - 8 * half, 0, 8)]
+        for byte in (0x2E, 0x2D):
+            y = word ^ (ones * np.uint64(byte))
+            hit |= ((y - ones) & ~y & highs & keep) != 0
+    return hit
+
+
+def _bad_numbers(raw: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """Numbers (runs of digits, '.' and '-') that are not -?digits[.digits] or -?.digits."""
+    tlen = te - ts
+    dots = np.zeros(ts.size, np.int64)
+    dpos = np.flatnonzero(raw == 46)
+    if dpos.size:
+        np.add.at(dots, np.searchsorted(ts, dpos, side="right") - 1, 1)
+    minus = np.zeros(ts.size, np.int64)
+    bad = np.zeros(ts.size, bool)
+    mpos = np.flatnonzero(raw == 45)
+    if mpos.size:
+        owner = np.searchsorted(ts, mpos, side="right") - 1
+        np.add.at(minus, owner, 1)
+        bad[owner[mpos != ts[owner]]] = True  # a '-' inside a number
+    return bad | (dots > 1) | (tlen - dots - minus < 1)
+
+
+def _plain_numbers(raw, ends, starts, isnum, ts, role, bad) -> tuple:
+    """``(plain, role, values)``: the plain lines (a number in each, none refused), the roles
+    of their numbers and the numbers, parsed (every other byte a line feed)."""
+    n = ends.size
+    if bad.any() or np.count_nonzero(role == 1) != n:
+        tline = np.searchsorted(ends, ts)
+        plain = np.bincount(tline, minlength=n) > 0  # lines without a number are not plain
+        plain[tline[bad]] = False
+        role = role[plain[tline]]
+    else:
+        plain = np.ones(n, bool)
+    mapped = np.where(isnum, raw, np.uint8(10))
+    if not plain.all():  # lines that are not plain are left out
+        mapped[~_select_lines(plain, starts, ends, raw.size)] = 10
+    return plain, role, _parse_tokens(mapped)
+
+
 def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hist_dtype) -> tuple:
     """The block's *plain* lines, parsed from the bytes in a few array passes.
 
@@ -527,14 +578,14 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
         sep_len[-1] = raw.size - te[-1]
     # eight bytes from each separator's start at once (an unaligned uint64 view of the
     # bytes), cut to the separator's length
-    padded = np.concatenate([raw, np.zeros(8, np.uint8)])
+    padded = np.concatenate([raw, np.zeros(16, np.uint8)])
     window = np.ndarray((raw.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
     length = np.minimum(sep_len, 7)
     code = (window[sep_start] & _LOW_BYTES[length]) | (length.astype(np.uint64) << np.uint64(56))
     del window, length
     pos = np.minimum(np.searchsorted(_SEP_CODE, code), _SEP_CODE.size - 1)
     after = np.where(_SEP_CODE[pos] == code, _SEP_TYPE[pos], np.int8(_SEP_NONE))
-    del code, pos, padded
+    del code, pos
     before = np.empty(nt, np.int8)
     before[1:] = after[:-1]
     if nt:
@@ -542,42 +593,23 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
         before[0] = _SEP_START if ts[0] == 0 or raw[ts[0] - 1] == 10 else _SEP_NONE
     role = _ROLES[has_hist][before, after]
     del before, after
-    # number grammar: -?digits[.digits] with at least one digit; ids: digits only, at most 15
+    # ids: digits only, at most 15 (eight bytes at a time); other numbers' grammar is left
+    # to Arrow's parser, which accepts exactly -?digits[.digits] or -?.digits over these
+    # bytes -- and if it refuses a number, the block is checked number by number
     bad = role == 0
-    tlen = te - ts
-    dots = np.zeros(nt, np.int64)
-    dpos = np.flatnonzero(raw == 46)
-    if dpos.size:
-        owner = np.searchsorted(ts, dpos, side="right") - 1
-        np.add.at(dots, owner, 1)
-    minus = np.zeros(nt, np.int64)
-    mpos = np.flatnonzero(raw == 45)
-    if mpos.size:
-        owner = np.searchsorted(ts, mpos, side="right") - 1
-        np.add.at(minus, owner, 1)
-        bad[owner[mpos != ts[owner]]] = True  # a '-' inside a number
-    bad |= (dots > 1) | (tlen - dots - minus < 1)
-    bad |= (role == 1) & ((dots > 0) | (minus > 0) | (tlen > _MAX_PLAIN_ID_DIGITS))
-    del dots, minus, tlen
+    ident = np.flatnonzero(role == 1)
+    id_len = te[ident] - ts[ident]
+    bad[ident[(id_len > _MAX_PLAIN_ID_DIGITS) | _has_dot_or_minus(padded, ts[ident], id_len)]] = True
+    del ident, id_len, padded
     starts = np.empty(n, np.int64)
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
-    if bad.any() or np.count_nonzero(role == 1) != n:
-        tline = np.searchsorted(ends, ts)
-        plain = np.bincount(tline, minlength=n) > 0  # lines without a number are not plain
-        plain[tline[bad]] = False
-        good = plain[tline]
-        role = role[good]
-    else:
-        plain = np.ones(n, bool)
-    del bad, ts, te
-    # the numbers: every byte that is not part of a number becomes a line feed
-    mapped = np.where(isnum, raw, np.uint8(10))
-    del isnum
-    if not plain.all():  # lines that are not plain are left out (they may not parse)
-        mapped[~_select_lines(plain, starts, ends, raw.size)] = 10
-    vals = _parse_tokens(mapped)
-    del mapped
+    try:
+        plain, role, vals = _plain_numbers(raw, ends, starts, isnum, ts, role, bad)
+    except _pa()[0].ArrowInvalid:
+        bad |= _bad_numbers(raw, ts, te)
+        plain, role, vals = _plain_numbers(raw, ends, starts, isnum, ts, role, bad)
+    del isnum, ts, te, bad
     if vals.size != role.size:  # cannot happen: every number is one line of the stream
         raise AssertionError("plain-path number count mismatch")
     lines_idx = np.flatnonzero(plain)
