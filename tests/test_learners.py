@@ -10,6 +10,7 @@ Compilation dominates the run time, so each learner is compiled once, in a modul
 fixture (one run_sweep call per learner), and every test reads its results; the sweep's
 own mechanics (keys, chunks, resume) are tested on a toy learner that compiles in a blink.
 """
+import functools
 import json
 import os
 from typing import Any, NamedTuple
@@ -26,6 +27,7 @@ import jaxcrawl.learners.explore_commit as ec
 import jaxcrawl.learners.learn_and_crawl as lc
 import jaxcrawl.learners.sweep as sw
 from jaxcrawl import data, estimators, objectives, solvers
+from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl.learners import Learner, run_learner
 from jaxcrawl.problem import CrawlProblem
 from jaxcrawl.simulate import config_for
@@ -465,9 +467,12 @@ _suffix_estimate = jax.jit(lc.suffix_estimate)
 
 @pytest.mark.x64
 @pytest.mark.parametrize("capacity", [64, 9])
-def test_compressed_history_gives_the_full_history_mle(capacity):
+@pytest.mark.parametrize("flat", ["auto", None, 3])
+def test_compressed_history_gives_the_full_history_mle(capacity, flat):
     """The LLC estimate equals mle_smoothed on the uncompressed suffix (NeurIPS-19 eq. 10 +
-    Alg. 4 line 11); with a small ring each page uses its last complete epochs."""
+    Alg. 4 line 11); with a small ring each page uses its last complete epochs.  The same
+    from the flat packing of the ring's valid entries (``"auto"``), from the padded suffix
+    (``None``) and with a flat capacity of 3 entries (the rest summed by the full pass)."""
     rng = np.random.RandomState(0)
     n, k, epochs, per_epoch, suffix = 6, 5, 5, 3, 3
     hist = lc.empty_history(n, capacity, 4, jnp.float64)
@@ -477,7 +482,8 @@ def test_compressed_history_gives_the_full_history_mle(capacity):
         for obs in _random_windows(rng, n, per_epoch, k):
             hist = _record(hist, obs, jnp.zeros(n, jnp.int32), e)
             windows.append((e, obs))
-    est, truncated = _suffix_estimate(hist, jnp.zeros(n, bool), epochs - 1, suffix, 0.5, 1.0, jnp.ones(n))
+    est, truncated = jax.jit(functools.partial(lc.suffix_estimate, flat_capacity=flat))(
+        hist, jnp.zeros(n, bool), epochs - 1, suffix, 0.5, 1.0, jnp.ones(n))
     dropped = np.asarray(hist.dropped_epoch)
     # the uncompressed reference: every observation of the page's suffix, padded
     iv = np.stack([np.asarray(o.intervals) for _, o in windows], axis=1).reshape(n, -1)
@@ -494,6 +500,37 @@ def test_compressed_history_gives_the_full_history_mle(capacity):
         assert not np.any(np.asarray(truncated)) and np.all(dropped == -1)
     else:
         assert np.any(np.asarray(truncated))
+
+
+@pytest.mark.parametrize("size", [None, 7])
+def test_flat_ring_estimate_equals_the_padded_estimator(size):
+    """`ring_mle_smoothed` (the ring's newest entries packed flat, a segment sum per Newton
+    pass) equals `estimators.mle_smoothed` on the same entries padded, to the root-finder's
+    tolerance, on rings of random fill, wrap and content -- with every entry in the flat
+    slots and with 7 slots (the rest by the full pass); every root converged."""
+    from jaxcrawl.estimators._flat import flat_capacity, ring_mle_smoothed
+
+    rng = np.random.default_rng(4)
+    n, c = 40, 6
+    dt = jnp.result_type(float)
+    ring = rng.lognormal(-0.5, 1.0, (n, c))
+    count = rng.integers(0, c + 1, n)
+    head = count + rng.integers(0, 3 * c, n)  # anywhere on the ring, wrapped or not
+    unchanged = np.where(rng.random(n) < 0.2, 0.0, rng.exponential(3.0, n))
+    pos = (head[:, None] - count[:, None] + np.arange(c)[None, :]) % c
+    valid = np.arange(c)[None, :] < count[:, None]
+    iv = np.concatenate([np.take_along_axis(ring, pos, axis=1), unchanged[:, None]], axis=1)
+    ch = np.concatenate([valid, np.zeros((n, 1), bool)], axis=1)
+    mk = np.concatenate([valid, (unchanged > 0)[:, None]], axis=1)
+    ref = estimators.mle_smoothed(jnp.asarray(iv, dt), ch, mk, smoothing=0.5, max_rate=1e3, return_info=True)
+    k = flat_capacity(n, c) if size is None else size
+    est, overflow = jax.jit(functools.partial(ring_mle_smoothed, size=k))(
+        jnp.asarray(ring, dt), jnp.asarray(head), jnp.asarray(count), jnp.asarray(unchanged, dt), 0.5,
+        estimators.DEFAULT_MIN_RATE, 1e3)
+    assert bool(overflow) == (count.sum() > k)
+    assert np.all(np.asarray(est.converged)) and np.all(np.asarray(ref.converged))
+    tol = 4 * default_rtol(dt)
+    np.testing.assert_allclose(np.asarray(est.rate), np.asarray(ref.rate), rtol=tol)
 
 
 @pytest.mark.x64

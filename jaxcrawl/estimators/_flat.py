@@ -1,0 +1,135 @@
+r"""The smoothed MLE (NeurIPS-19 eq. 10 with Alg. 4 line 11's imaginary intervals) on a
+*ring-buffer* history, with work proportional to the observations, not to the buffer.
+
+LambdaLearnAndCrawl keeps, per page, a ring of ``C`` changed-crawl intervals and the
+unchanged time per epoch (:class:`jaxcrawl.learners.CrawlHistory`).  ``C`` is sized for
+the fastest-changing pages, so at NeurIPS-19 Fig. 3's size (100,000 pages, ``C = 88``)
+about 1% of the ring holds an observation of the current suffix, and the padded
+estimator spends 99% of every Newton pass on empty slots.  Here the valid entries are
+packed once into a flat array of a static capacity ``K`` (each with its page), and every
+Newton pass evaluates :math:`\sum w/(e^{\xi w}-1)` on them with a segment sum: the same
+equation, the same bracket and the same safeguarded iteration as
+:func:`jaxcrawl.estimators.mle_smoothed` on the padded suffix (``suffix_history``), the
+root equal to it up to the order of summation.
+
+Exact whatever ``K``: entries past the capacity are summed by a pass over the whole ring
+run inside a ``while_loop`` of zero or one trip (a conditional that stays a conditional
+under ``vmap``, where ``lax.cond`` would run both branches); the learners report how
+often that happened (``info.flat_overflow``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from .._src.rootfind import solve_monotone
+from .offline import Estimate, _inv_expm1, _log_gap
+
+__all__ = ["flat_capacity", "ring_mle_smoothed"]
+
+
+def flat_capacity(num_pages: int, capacity: int) -> int:
+    """Default flat capacity: four observations per page on average (at least 1,024), never
+    more than the ring itself."""
+    return int(min(num_pages * capacity, max(4 * num_pages, 1024)))
+
+
+def _pack(ring: jax.Array, head: jax.Array, count: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+    """The valid entries of every page's ring -- its ``count`` newest, a cyclic run ending at
+    ``head - 1`` -- packed into ``size`` flat slots, page after page: ``(values, page)``
+    with padding page ``n``.  A gather per slot (each slot finds its page by binary
+    search on the running counts): no pass over the whole ring."""
+    n, c = ring.shape
+    ends = jnp.cumsum(count)
+    k = jnp.arange(size, dtype=ends.dtype)
+    page = jnp.searchsorted(ends, k, side="right").astype(jnp.int32)  # n past the last entry
+    p = jnp.minimum(page, n - 1)
+    rank = k - (ends[p] - count[p])
+    pos = jnp.mod(head[p] - count[p] + rank, c)
+    return jnp.where(page < n, ring[p, pos], 0), page
+
+
+def _past_capacity(head: jax.Array, count: jax.Array, c: int, size: int) -> jax.Array:
+    """``(n, C)`` mask of the valid ring entries whose flat slot is ``size`` or more."""
+    start = (jnp.cumsum(count) - count)[:, None]
+    rank = jnp.mod(jnp.arange(c)[None, :] - (head - count)[:, None], c)
+    return (rank < count[:, None]) & (start + rank >= size)
+
+
+def _ring_score(x: jax.Array, params: Any) -> jax.Array:
+    """The score of eq. 10 (as :func:`jaxcrawl.estimators.offline._likelihood_score`: log
+    of the changed-interval sum minus log of the unchanged time), per page."""
+    w, seg, s, w_u, ring_w, head, count, trips = params
+    n, c = ring_w.shape
+    size = w.shape[0]
+    xs = jnp.concatenate([x, jnp.ones((1,), x.dtype)])[seg]
+    t = jnp.where(seg < n, w * _inv_expm1(jnp.where(seg < n, xs * w, 1)), 0)
+    total = jax.ops.segment_sum(t, seg, num_segments=n + 1)[:n] + s * _inv_expm1(x * s)
+
+    def dense(carry):  # the entries past the flat capacity: a pass over the whole ring
+        i, acc = carry
+        over = _past_capacity(head, count, c, size)
+        term = jnp.where(over, ring_w * _inv_expm1(jnp.where(over, x[:, None] * ring_w, 1)), 0)
+        return i + 1, acc + jnp.sum(term, axis=-1)
+
+    _, total = jax.lax.while_loop(lambda cr: cr[0] < trips, dense, (jnp.int32(0), total))
+    return _log_gap(total, w_u)
+
+
+def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Array, unchanged_time: jax.Array,
+                      smoothing: Any, min_rate: Any, max_rate: Any, *, size: int,
+                      max_steps: int = 60, rtol: float | None = None) -> tuple[Estimate, jax.Array]:
+    r"""The smoothed MLE of every page from its ring of changed intervals.
+
+    Args:
+      ring_interval: ``(n, C)`` changed-crawl intervals (a ring per page).
+      head: ``(n,)`` int, changed crawls ever written (the newest is at ``(head - 1) mod C``).
+      count: ``(n,)`` int, how many of the newest entries are in the suffix (``<= C``).
+      unchanged_time: ``(n,)`` total unchanged time of the suffix.
+      smoothing: the imaginary intervals' length ``s`` (> 0).
+      min_rate, max_rate: the clip.
+      size: the flat capacity ``K`` (static; :func:`flat_capacity`).
+
+    Returns:
+      ``(estimate, overflow)``: the :class:`~jaxcrawl.estimators.Estimate` (equal to
+      ``mle_smoothed`` on the padded suffix) and whether entries past ``K`` were summed by
+      the full pass.
+    """
+    n, c = ring_interval.shape
+    dtype = ring_interval.dtype
+    head = jnp.asarray(head, jnp.int32)
+    count = jnp.asarray(count, jnp.int32)
+    s = jnp.broadcast_to(jnp.asarray(smoothing, dtype), (n,))
+    w, seg = _pack(ring_interval, head, count, size)
+    overflow = jnp.sum(count) > size
+    w_u = unchanged_time + s
+    params = (w, seg, s, w_u, ring_interval, head, count, overflow.astype(jnp.int32))
+    # the bracket of offline._likelihood_bracket from the sufficient statistics (every page
+    # has the imaginary changed and unchanged intervals, so both sums are positive); the
+    # flat slots hold every entry unless the capacity overflowed (then one ring pass)
+    u = count.astype(dtype) + 1
+
+    inf = jnp.asarray(jnp.inf, dtype)
+    total_c = jax.ops.segment_sum(w, seg, num_segments=n + 1)[:n]
+    w_min = jax.ops.segment_min(jnp.where(seg < n, w, inf), seg, num_segments=n + 1)[:n]
+
+    def past_capacity(carry):  # the entries the flat slots missed (zero or one trip)
+        i, tot, low = carry
+        over = _past_capacity(head, count, c, size)
+        return (i + 1, tot + jnp.sum(jnp.where(over, ring_interval, 0), axis=-1),
+                jnp.minimum(low, jnp.min(jnp.where(over, ring_interval, inf), axis=-1)))
+
+    _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < params[-1], past_capacity,
+                                           (jnp.int32(0), total_c, w_min))
+    s_c = total_c + s
+    w_min = jnp.minimum(w_min, s)
+    left = jnp.maximum(jnp.log1p(s_c / w_u) * u / s_c, jnp.log1p(w_min / w_u) / w_min)
+    right = jnp.maximum(u / w_u, left)
+    bracket = (jax.lax.stop_gradient(left), jax.lax.stop_gradient(right))
+    lo = jnp.broadcast_to(jnp.asarray(min_rate, dtype), (n,))
+    hi = jnp.broadcast_to(jnp.asarray(max_rate, dtype), (n,))
+    roots = solve_monotone(_ring_score, params, lo, hi, x0=bracket[0], max_steps=max_steps, rtol=rtol,
+                           bracket=bracket)
+    return Estimate(roots.x, roots.converged, jax.lax.stop_gradient(roots.num_steps), roots.steps), overflow
