@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import raise_unless_converged
-from jaxcrawl._src.rootfind import solve_monotone
+from jaxcrawl._src.rootfind import solve_monotone, take_rows
 
 from ._history import (
     DEFAULT_MAX_RATE,
@@ -261,7 +261,7 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
         left_steps = min(_LEFT_STEPS, max_steps - 1)
         x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi), left_steps)
     roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps - left_steps, rtol=rtol,
-                           bracket=bracket)
+                           bracket=bracket, take=take_rows)
     num_steps = sg(roots.num_steps) + left_steps
     if throw:
         residual = jnp.where(roots.converged, 0, score(sg(roots.x), sg(params)))
