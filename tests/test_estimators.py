@@ -1079,3 +1079,34 @@ def test_warm_start_float32_agrees_and_needs_few_steps():
         assert steps.max() <= 6 and int(warm.num_steps) <= 6
         assert int(warm.num_steps) < int(cold.num_steps) + 2  # + the cold start's two bound passes
         assert np.all(np.asarray(E.mle(w, c, return_info=True).steps) == steps)
+
+
+def test_straggler_compaction_gives_the_same_roots_and_counts():
+    """`solve_monotone(take=take_rows)`: once at most 1/16 of the elements iterate, they finish
+    gathered on their own -- the same roots, convergence, iteration count and per-element
+    evaluation counts as iterating every element to the end, on likelihood
+    equations whose evaluation counts spread (a few histories need many more steps) -- up
+    to rounding (two compiled programs may sum in another order)."""
+    from jaxcrawl._src.rootfind import default_rtol, solve_monotone, take_rows
+    from jaxcrawl.estimators.offline import _likelihood_params, _likelihood_score
+
+    rng = np.random.default_rng(8)
+    n, k = 600, 12
+    w = jnp.asarray(np.exp(rng.uniform(-6, 4, (n, k))), jnp.result_type(float))
+    c = jnp.asarray(rng.random((n, k)) < rng.uniform(0.05, 0.95, (n, 1)))
+    params = _likelihood_params(w, c)
+    lo, hi = jnp.full(n, 1e-6, w.dtype), jnp.full(n, 1e6, w.dtype)
+
+    def roots(scale, take):
+        p = (params[0] * scale, params[1], params[2] * scale)
+        return solve_monotone(_likelihood_score, p, lo, hi, max_steps=60, take=take)
+
+    a, b = roots(1.0, None), roots(1.0, take_rows)
+    steps = np.asarray(a.steps)
+    assert np.sum(steps > np.median(steps) + 2) > 0  # there are stragglers
+    # the same iteration; the two compiled programs may round a sum differently (an ulp)
+    tol = default_rtol(w.dtype)
+    np.testing.assert_allclose(np.asarray(b.x), np.asarray(a.x), rtol=tol)
+    assert np.all(np.asarray(a.converged)) and np.all(np.asarray(b.converged))
+    assert np.mean(steps == np.asarray(b.steps)) > 0.99
+    assert abs(int(a.num_steps) - int(b.num_steps)) <= 1

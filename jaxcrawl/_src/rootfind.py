@@ -175,7 +175,8 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     the flattened ``shape`` (e.g. :func:`take_rows` when every leaf of ``params`` has the
     elements' shape as its leading axes).  With it, once at most 1/16 of the elements are
     still iterating, those stragglers are gathered and finish on their own, so the last
-    iterations cost a sixteenth of a pass over all elements (same iterates, same roots).
+    iterations cost a sixteenth of a pass over all elements (the same iteration; the
+    roots agree to rounding: the two programs may sum in another order).
 
     Derivatives with respect to ``params``, ``lower`` and ``upper`` are exact by the
     implicit function theorem (a ``jax.custom_jvp``; reverse mode is its transpose).
