@@ -472,7 +472,7 @@ def test_compressed_history_gives_the_full_history_mle(capacity, flat):
     """The LLC estimate equals mle_smoothed on the uncompressed suffix (NeurIPS-19 eq. 10 +
     Alg. 4 line 11); with a small ring each page uses its last complete epochs.  The same
     from the flat packing of the ring's valid entries (``"auto"``), from the padded suffix
-    (``None``) and with a flat capacity of 3 entries (the rest summed by the full pass)."""
+    (``None``) and with a flat capacity of 3 entries (the rest packed and summed chunk by chunk)."""
     rng = np.random.RandomState(0)
     n, k, epochs, per_epoch, suffix = 6, 5, 5, 3, 3
     hist = lc.empty_history(n, capacity, 4, jnp.float64)
@@ -507,7 +507,7 @@ def test_flat_ring_estimate_equals_the_padded_estimator(size):
     """`ring_mle_smoothed` (the ring's newest entries packed flat, a segment sum per Newton
     pass) equals `estimators.mle_smoothed` on the same entries padded, to the root-finder's
     tolerance, on rings of random fill, wrap and content -- with every entry in the flat
-    slots and with 7 slots (the rest by the full pass); every root converged."""
+    slots and with 7 slots (the rest in further chunks); every root converged."""
     from jaxcrawl.estimators._flat import flat_capacity, ring_mle_smoothed
 
     rng = np.random.default_rng(4)

@@ -12,10 +12,11 @@ equation, the same bracket and the same safeguarded iteration as
 :func:`jaxcrawl.estimators.mle_smoothed` on the padded suffix (``suffix_history``), the
 root equal to it up to the order of summation.
 
-Exact whatever ``K``: entries past the capacity are summed by a pass over the whole ring
-run inside a ``while_loop`` of zero or one trip (a conditional that stays a conditional
-under ``vmap``, where ``lax.cond`` would run both branches); the learners report how
-often that happened (``info.flat_overflow``).
+Exact whatever ``K``: the slots past the capacity are packed and summed chunk by chunk
+(``K`` slots at a time) inside a ``while_loop`` that makes no trip in the usual case -- a
+conditional that stays one under ``vmap``, where ``lax.cond`` would run both branches --
+and whose work depends on the trip, so the compiler cannot hoist it out of the Newton
+loop (a whole-ring pass written there was hoisted and ran in every Newton pass).
 """
 from __future__ import annotations
 
@@ -36,14 +37,15 @@ def flat_capacity(num_pages: int, capacity: int) -> int:
     return int(min(num_pages * capacity, max(4 * num_pages, 1024)))
 
 
-def _pack(ring: jax.Array, head: jax.Array, count: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
-    """The valid entries of every page's ring -- its ``count`` newest, a cyclic run ending at
-    ``head - 1`` -- packed into ``size`` flat slots, page after page: ``(values, page)``
-    with padding page ``n``.  A gather per slot (each slot finds its page by binary
-    search on the running counts): no pass over the whole ring."""
+def _pack(ring: jax.Array, head: jax.Array, count: jax.Array, size: int,
+          first: Any = 0) -> tuple[jax.Array, jax.Array]:
+    """Flat slots ``first .. first + size - 1`` of the valid entries of every page's ring --
+    its ``count`` newest, a cyclic run ending at ``head - 1`` -- page after page:
+    ``(values, page)`` with padding page ``n``.  A gather per slot (each slot finds its page
+    by binary search on the running counts): no pass over the whole ring."""
     n, c = ring.shape
     ends = jnp.cumsum(count)
-    k = jnp.arange(size, dtype=ends.dtype)
+    k = first + jnp.arange(size, dtype=ends.dtype)
     page = jnp.searchsorted(ends, k, side="right").astype(jnp.int32)  # n past the last entry
     p = jnp.minimum(page, n - 1)
     rank = k - (ends[p] - count[p])
@@ -51,30 +53,27 @@ def _pack(ring: jax.Array, head: jax.Array, count: jax.Array, size: int) -> tupl
     return jnp.where(page < n, ring[p, pos], 0), page
 
 
-def _past_capacity(head: jax.Array, count: jax.Array, c: int, size: int) -> jax.Array:
-    """``(n, C)`` mask of the valid ring entries whose flat slot is ``size`` or more."""
-    start = (jnp.cumsum(count) - count)[:, None]
-    rank = jnp.mod(jnp.arange(c)[None, :] - (head - count)[:, None], c)
-    return (rank < count[:, None]) & (start + rank >= size)
+def _changed_sum(x: jax.Array, w: jax.Array, seg: jax.Array) -> jax.Array:
+    """Per page, the sum of ``w / (e^{x w} - 1)`` over its flat slots."""
+    n = x.shape[0]
+    xs = jnp.concatenate([x, jnp.ones((1,), x.dtype)])[seg]
+    t = jnp.where(seg < n, w * _inv_expm1(jnp.where(seg < n, xs * w, 1)), 0)
+    return jax.ops.segment_sum(t, seg, num_segments=n + 1)[:n]
 
 
 def _ring_score(x: jax.Array, params: Any) -> jax.Array:
     """The score of eq. 10 (as :func:`jaxcrawl.estimators.offline._likelihood_score`: log
     of the changed-interval sum minus log of the unchanged time), per page."""
-    w, seg, s, w_u, ring_w, head, count, trips = params
-    n, c = ring_w.shape
+    w, seg, s, w_u, ring_w, head, count, chunks = params
     size = w.shape[0]
-    xs = jnp.concatenate([x, jnp.ones((1,), x.dtype)])[seg]
-    t = jnp.where(seg < n, w * _inv_expm1(jnp.where(seg < n, xs * w, 1)), 0)
-    total = jax.ops.segment_sum(t, seg, num_segments=n + 1)[:n] + s * _inv_expm1(x * s)
+    total = _changed_sum(x, w, seg) + s * _inv_expm1(x * s)
 
-    def dense(carry):  # the entries past the flat capacity: a pass over the whole ring
-        i, acc = carry
-        over = _past_capacity(head, count, c, size)
-        term = jnp.where(over, ring_w * _inv_expm1(jnp.where(over, x[:, None] * ring_w, 1)), 0)
-        return i + 1, acc + jnp.sum(term, axis=-1)
+    def more(carry):  # the slots past the first ``size``: further chunks, packed on the fly
+        j, acc = carry
+        wj, segj = _pack(ring_w, head, count, size, j * size)
+        return j + 1, acc + _changed_sum(x, wj, segj)
 
-    _, total = jax.lax.while_loop(lambda cr: cr[0] < trips, dense, (jnp.int32(0), total))
+    _, total = jax.lax.while_loop(lambda cr: cr[0] < chunks, more, (jnp.int32(1), total))
     return _log_gap(total, w_u)
 
 
@@ -94,8 +93,8 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
 
     Returns:
       ``(estimate, overflow)``: the :class:`~jaxcrawl.estimators.Estimate` (equal to
-      ``mle_smoothed`` on the padded suffix) and whether entries past ``K`` were summed by
-      the full pass.
+      ``mle_smoothed`` on the padded suffix) and whether the entries took more than one
+      chunk of ``K`` slots.
     """
     n, c = ring_interval.shape
     dtype = ring_interval.dtype
@@ -103,26 +102,26 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
     count = jnp.asarray(count, jnp.int32)
     s = jnp.broadcast_to(jnp.asarray(smoothing, dtype), (n,))
     w, seg = _pack(ring_interval, head, count, size)
-    overflow = jnp.sum(count) > size
+    total = jnp.sum(count)
+    chunks = (total + size - 1) // size  # 1 unless the flat capacity overflowed
+    overflow = chunks > 1
     w_u = unchanged_time + s
-    params = (w, seg, s, w_u, ring_interval, head, count, overflow.astype(jnp.int32))
+    params = (w, seg, s, w_u, ring_interval, head, count, chunks.astype(jnp.int32))
     # the bracket of offline._likelihood_bracket from the sufficient statistics (every page
-    # has the imaginary changed and unchanged intervals, so both sums are positive); the
-    # flat slots hold every entry unless the capacity overflowed (then one ring pass)
+    # has the imaginary changed and unchanged intervals, so both sums are positive)
     u = count.astype(dtype) + 1
-
     inf = jnp.asarray(jnp.inf, dtype)
-    total_c = jax.ops.segment_sum(w, seg, num_segments=n + 1)[:n]
-    w_min = jax.ops.segment_min(jnp.where(seg < n, w, inf), seg, num_segments=n + 1)[:n]
 
-    def past_capacity(carry):  # the entries the flat slots missed (zero or one trip)
-        i, tot, low = carry
-        over = _past_capacity(head, count, c, size)
-        return (i + 1, tot + jnp.sum(jnp.where(over, ring_interval, 0), axis=-1),
-                jnp.minimum(low, jnp.min(jnp.where(over, ring_interval, inf), axis=-1)))
+    def stats(w, seg):
+        return (jax.ops.segment_sum(w, seg, num_segments=n + 1)[:n],
+                jax.ops.segment_min(jnp.where(seg < n, w, inf), seg, num_segments=n + 1)[:n])
 
-    _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < params[-1], past_capacity,
-                                           (jnp.int32(0), total_c, w_min))
+    def more(carry):
+        j, tot, low = carry
+        t, m = stats(*_pack(ring_interval, head, count, size, j * size))
+        return j + 1, tot + t, jnp.minimum(low, m)
+
+    _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < params[-1], more, (jnp.int32(1), *stats(w, seg)))
     s_c = total_c + s
     w_min = jnp.minimum(w_min, s)
     left = jnp.maximum(jnp.log1p(s_c / w_u) * u / s_c, jnp.log1p(w_min / w_u) / w_min)

@@ -259,7 +259,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     Work: by default (``flat_capacity="auto"``) the incomplete pages' equation is solved on
     the ring's valid entries packed into a flat array
     (:func:`jaxcrawl.estimators._flat.ring_mle_smoothed`; four entries per page on
-    average, more summed exactly by a full pass), not on the padded ``(n, C + E)`` suffix
+    average, more summed exactly chunk by chunk), not on the padded ``(n, C + E)`` suffix
     most of which is empty: at NeurIPS-19 Fig. 3's size about 1% of the ring is in use.
     An integer sets the flat capacity; ``None`` solves on the padded suffix.
 
