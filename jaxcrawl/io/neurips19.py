@@ -317,6 +317,13 @@ def _scatter_histories(blocks, n: int, lookup, dtype, max_observations: int | No
             changed = np.concatenate([changed, np.zeros((n, need - old), bool)], axis=1)
             mask = np.concatenate([mask, np.zeros((n, need - old), bool)], axis=1)
         # the observations of the accepted rows
+        if rows.size == pairs.size and p.size and np.all(p == p[0]) and not first_kept.any():
+            k = int(p[0])  # every row kept whole, all of one length (a machine-written file):
+            if k:          # whole rows at once instead of one observation at a time
+                intervals[pg, :k] = w.reshape(-1, k)
+                changed[pg, :k] = z.reshape(-1, k).astype(bool)
+                mask[pg, :k] = True
+            continue
         obs_start = np.zeros(pairs.size, np.int64)
         np.cumsum(pairs[:-1], out=obs_start[1:])
         total = int(p.sum())
@@ -364,12 +371,9 @@ def _pa():
 
 
 def _line_blocks(path: str, block_size: int, progress=None):
-    """``(first_line_number, lines, raw, ends)`` blocks of a text file: ``lines`` an Arrow
-    string array of whole lines without their line breaks, built from the bytes without
-    Python per line; ``raw`` the block's bytes (uint8, each line ending in a line feed) and
-    ``ends`` the positions of its line feeds.  A block whose bytes are not valid UTF-8 is
-    decoded line by line to name the line."""
-    pa, pc = _pa()
+    """``(first_line_number, raw, ends)`` blocks of a text file: ``raw`` the block's bytes
+    (uint8, whole lines, each ending in a line feed) and ``ends`` the positions of its line
+    feeds.  :func:`_block_lines` makes Arrow lines of them when they are needed."""
     lineno = 1
     carry = b""
     with open(path, "rb") as fh:
@@ -391,23 +395,34 @@ def _line_blocks(path: str, block_size: int, progress=None):
                 data, carry = data[:cut + 1], data[cut + 1:]
             raw = np.frombuffer(data, np.uint8)
             ends = np.flatnonzero(raw == 10)
-            n = ends.size
-            offsets = np.empty(n + 1, np.int64)
-            offsets[0] = 0
-            offsets[1:] = ends + 1
-            binary = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
-                                                                              pa.py_buffer(data)])
+            yield lineno, raw, ends
+            lineno += ends.size
+
+
+def _block_lines(path: str, first: int, raw: np.ndarray, ends: np.ndarray, idx: np.ndarray | None = None):
+    """The lines ``idx`` (default: all) of a block as an Arrow string array without their
+    line breaks, built from the bytes without Python per line.  Bytes that are not valid
+    UTF-8 raise naming the line."""
+    pa, pc = _pa()
+    n = ends.size
+    offsets = np.empty(n + 1, np.int64)
+    offsets[0] = 0
+    offsets[1:] = ends + 1
+    binary = pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
+                                                                      pa.py_buffer(raw)])
+    if idx is not None:
+        binary = pc.take(binary, pa.array(idx))
+    try:
+        lines = pc.cast(binary, pa.large_string())
+    except pa.ArrowInvalid:
+        rows = np.arange(n) if idx is None else np.asarray(idx)
+        for i in rows.tolist():
             try:
-                lines = pc.cast(binary, pa.large_string())
-            except pa.ArrowInvalid:
-                for i in range(n):
-                    try:
-                        bytes(data[offsets[i]:offsets[i + 1]]).decode("utf-8")
-                    except UnicodeDecodeError as err:
-                        raise TableError(path, lineno + i, f"not valid UTF-8 text ({err.reason})") from None
-                raise
-            yield lineno, pc.utf8_rtrim(lines, characters="\r\n"), raw, ends
-            lineno += n
+                raw[offsets[i]:offsets[i + 1]].tobytes().decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise TableError(path, first + i, f"not valid UTF-8 text ({err.reason})") from None
+        raise
+    return pc.utf8_rtrim(lines, characters="\r\n")
 
 
 def _as_np(arr, dtype):
@@ -465,8 +480,8 @@ _ROLES = {False: _role_table(False), True: _role_table(True)}
 
 
 def _parse_tokens(stream: np.ndarray) -> np.ndarray:
-    """The numbers of a byte stream of plain decimals separated by runs of line feeds
-    (Arrow's CSV reader: C++, multi-threaded, correctly rounded; empty lines skipped)."""
+    """The numbers of a byte stream of plain decimals separated by line feeds (Arrow's CSV
+    reader: C++, correctly rounded; empty lines skipped)."""
     import io
 
     import pyarrow.csv as pcsv
@@ -526,21 +541,32 @@ def _bad_numbers(raw: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
     return bad | (dots > 1) | (tlen - dots - minus < 1)
 
 
-def _plain_numbers(raw, ends, starts, isnum, ts, role, bad) -> tuple:
+def _plain_numbers(raw, ends, starts, isnum, ts, te, role, bad) -> tuple:
     """``(plain, role, values)``: the plain lines (a number in each, none refused), the roles
-    of their numbers and the numbers, parsed (every other byte a line feed)."""
+    of their numbers and the numbers, parsed (every other byte a line feed; one-digit
+    numbers -- the change indicators -- read straight from their byte)."""
     n = ends.size
     if bad.any() or np.count_nonzero(role == 1) != n:
         tline = np.searchsorted(ends, ts)
         plain = np.bincount(tline, minlength=n) > 0  # lines without a number are not plain
         plain[tline[bad]] = False
-        role = role[plain[tline]]
+        keep = plain[tline]
+        role, ts, te = role[keep], ts[keep], te[keep]
     else:
         plain = np.ones(n, bool)
-    mapped = np.where(isnum, raw, np.uint8(10))
+    digit = raw[ts] - np.uint8(48)
+    one = (te - ts == 1) & (digit < 10)
+    # the stream Arrow parses: each longer number's bytes and one line feed after it
+    keep = isnum.copy()
+    keep[ts[one]] = False
+    keep[te[~one]] = True
     if not plain.all():  # lines that are not plain are left out
-        mapped[~_select_lines(plain, starts, ends, raw.size)] = 10
-    return plain, role, _parse_tokens(mapped)
+        keep &= _select_lines(plain, starts, ends, raw.size)
+    stream = np.where(isnum, raw, np.uint8(10))[keep]
+    vals = np.empty(ts.size)
+    vals[one] = digit[one]
+    vals[~one] = _parse_tokens(stream)
+    return plain, role, vals
 
 
 def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hist_dtype) -> tuple:
@@ -605,13 +631,11 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
     try:
-        plain, role, vals = _plain_numbers(raw, ends, starts, isnum, ts, role, bad)
+        plain, role, vals = _plain_numbers(raw, ends, starts, isnum, ts, te, role, bad)
     except _pa()[0].ArrowInvalid:
         bad |= _bad_numbers(raw, ts, te)
-        plain, role, vals = _plain_numbers(raw, ends, starts, isnum, ts, role, bad)
+        plain, role, vals = _plain_numbers(raw, ends, starts, isnum, ts, te, role, bad)
     del isnum, ts, te, bad
-    if vals.size != role.size:  # cannot happen: every number is one line of the stream
-        raise AssertionError("plain-path number count mismatch")
     lines_idx = np.flatnonzero(plain)
     m = lines_idx.size
     first = np.flatnonzero(role == 1)
@@ -802,18 +826,26 @@ def _iter_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
     with the exact messages -- which returns the row's values (or raises
     :class:`RowError`).  A history column is given as ``(lengths, intervals, changes)``.
     """
-    pa, pc = _pa()
     rules = [k[1] if isinstance(k, tuple) else None for k in kinds]
     kinds = tuple(k[0] if isinstance(k, tuple) else k for k in kinds)
     bytes_path = kinds in (("id", "num"), ("id", "num", "history")) and rules[0] is None
     blocks = _line_blocks(path, block_size, progress)
     if bytes_path:  # the plain lines of the next blocks are parsed on the other cores meanwhile
-        blocks = _ahead(blocks, lambda blk: _plain_rows(blk[2], blk[3], kinds, rules, hist_dtype)
-                        if len(blk[1]) else None)
+        blocks = _ahead(blocks, lambda blk: _plain_rows(blk[1], blk[2], kinds, rules, hist_dtype)
+                        if blk[2].size else None)
     else:
         blocks = ((blk, None) for blk in blocks)
-    for (first, lines, raw, ends), plain_values in blocks:
-        n = len(lines)
+    try:
+        yield from _merge_blocks(path, blocks, state, num_fields, kinds, rules, exact_row, hist_dtype)
+    finally:  # stop the readers ahead here and now (not whenever the generator is collected)
+        blocks.close()
+
+
+def _merge_blocks(path, blocks, state, num_fields, kinds, rules, exact_row, hist_dtype):
+    """The rows of each block: the plain path's, then the general path's for the rest."""
+    pa, pc = _pa()
+    for (first, raw, ends), plain_values in blocks:
+        n = ends.size
         line_no = np.arange(first, first + n, dtype=np.int64)
         parts = []
         rest = np.arange(n)
@@ -822,11 +854,12 @@ def _iter_vectorised(path: str, state: RowLog, num_fields: int, kinds: tuple,
             state.rows_read += int(plain.sum())
             parts.append((line_no[plain], values))
             rest = np.flatnonzero(~plain)
-        del raw, ends, plain_values
-        if rest.size:
-            sub = lines if rest.size == n else pc.take(lines, pa.array(rest))
+        del plain_values
+        if rest.size:  # Arrow lines only for what the plain path left
+            sub = _block_lines(path, first, raw, ends, None if rest.size == n else rest)
             parts += _arrow_rows(sub, line_no[rest], state, num_fields, kinds, rules, exact_row, hist_dtype)
-        del lines
+            del sub
+        del raw, ends
         yield list(_merge_parts(kinds, parts))
         del parts
         _release_arrow_memory()
@@ -851,20 +884,19 @@ def _ahead(items, work):
         for item in items:
             yield item, work(item)
         return
-    with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="jaxcrawl-load") as pool:
-        pending: collections.deque = collections.deque()
-        try:
-            for item in items:
-                pending.append((item, pool.submit(work, item)))
-                if len(pending) >= depth:
-                    item0, fut = pending.popleft()
-                    yield item0, fut.result()
-            while pending:
+    pool = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="jaxcrawl-load")
+    pending: collections.deque = collections.deque()
+    try:
+        for item in items:
+            pending.append((item, pool.submit(work, item)))
+            if len(pending) >= depth:
                 item0, fut = pending.popleft()
                 yield item0, fut.result()
-        finally:
-            for _, fut in pending:
-                fut.cancel()
+        while pending:
+            item0, fut = pending.popleft()
+            yield item0, fut.result()
+    finally:  # an error or an early stop: drop the work not started, never wait on a worker
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _read_vectorised(*args, **kwargs) -> list[list]:
