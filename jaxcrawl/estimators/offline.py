@@ -33,6 +33,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import raise_unless_converged
@@ -161,34 +162,84 @@ def _log_gap(s, target):
 
 
 @jax.custom_jvp
-def _inv_expm1(y):
-    """``1/(e^y - 1)`` for ``y > 0`` (0 where ``e^y`` overflows)."""
-    return 1 / jnp.expm1(y)
-
-
-@_inv_expm1.defjvp
-def _inv_expm1_jvp(primals, tangents):
-    # d/dy 1/(e^y - 1) = -r (1 + r): finite where e^y overflows (the chain rule through
-    # expm1 would give inf/inf there).
-    (y,), (dy,) = primals, tangents
-    r = _inv_expm1(y)
-    return r, -r * (1 + r) * dy
-
-
 def _likelihood_score(x, params):
     r"""Score of L2C eq. 6 (NeurIPS-19 eq. 10) as a log-ratio, elementwise in ``x``:
 
     .. math:: \psi(\xi) = \log\sum_{o_n=1}\frac{w_n}{e^{\xi w_n}-1} - \log\sum_{o_n=0} w_n,
 
-    nonincreasing and convex in ξ.  ``params = (w, c, w_unchanged)``, the last one
-    precomputed (it does not depend on ξ)."""
-    w, c, w_unchanged = params
-    t = jnp.where(c, w * _inv_expm1(jnp.where(c, x[..., None] * w, 1)), 0)
-    return _log_gap(jnp.sum(t, axis=-1), w_unchanged)
+    nonincreasing and convex in ξ.  ``params = (w, c8, w_unchanged)`` from
+    :func:`_likelihood_params`: the intervals (0 where masked), the change indicators as
+    ``uint8`` and the unchanged time (it does not depend on ξ, so it is summed once)."""
+    w, c8, w_unchanged = params
+    return _log_gap(_changed_sum(x, w, c8), w_unchanged)
+
+
+def _changed_terms(x, w, c8):
+    """``(t, r)``: ``t = w r`` with ``r = 1/(e^{ξw} - 1)`` on changed slots and 0 elsewhere.
+
+    The mask enters arithmetically (``r = c/(expm1(ξw) + 1 - c)``: 0 on unchanged and
+    padded slots without a select): XLA:CPU vectorises this pass, while selects and
+    boolean operands make it several times slower."""
+    cf = c8.astype(w.dtype)
+    r = cf / (jnp.expm1(x[..., None] * w) + (1 - cf))
+    return w * r, r
+
+
+def _own_pass(f, *args):
+    """``f(*args)`` as its own XLA computation (a ``cond`` whose branches are both ``f``,
+    on an opaque always-true predicate that is never batched under ``vmap``): XLA then
+    cannot fuse its reduction with a sibling one over the same operands into a
+    multi-output reduction, which XLA:CPU runs several times slower than separate ones."""
+    return jax.lax.cond(jax.lax.optimization_barrier(jnp.bool_(True)), f, f, *args)
+
+
+def _count(b):
+    """Number of True entries on the last axis (summed as uint8 -> int32: XLA:CPU is slow
+    on boolean operands)."""
+    return jnp.sum(b.astype(jnp.uint8).astype(jnp.int32), axis=-1)
+
+
+def _changed_sum(x, w, c8):
+    """``S(ξ) = Σ_changed w/(e^{ξw} - 1)``: one pass, one ``expm1`` per slot."""
+    return jnp.sum(_changed_terms(x, w, c8)[0], axis=-1)
+
+
+def _changed_slope(x, w, c8):
+    """``-dS/dξ = Σ t (w + t)`` (``t`` of :func:`_changed_terms`)."""
+    t, _ = _changed_terms(x, w, c8)
+    return jnp.sum(t * (w + t), axis=-1)
+
+
+@functools.partial(_likelihood_score.defjvp, symbolic_zeros=True)
+def _likelihood_score_jvp(primals, tangents):
+    # dS/dξ = -Σ t (w + t) and dS/dw = r - ξ t (1 + r) with t = w r, r = 1/(e^{ξw} - 1)
+    # (0 off the changed slots).  The ξ-derivative is its own single-output pass.
+    x, (w, c8, w_unchanged) = primals
+    dx, (dw, _, dwu) = tangents
+    s = _changed_sum(x, w, c8)
+    psi = _log_gap(s, w_unchanged)
+    ok_s, ok_t = s > 0, w_unchanged > 0
+    inv_s = jnp.where(ok_s, 1 / jnp.where(ok_s, s, 1), 0)
+    ds = jnp.zeros_like(s)
+    if not isinstance(dx, SymbolicZero):
+        ds = ds - _own_pass(_changed_slope, x, w, c8) * dx
+    if not isinstance(dw, SymbolicZero):
+        t, r = _changed_terms(x, w, c8)
+        ds = ds + jnp.sum((r - x[..., None] * t * (1 + r)) * dw, axis=-1)
+    dpsi = ds * inv_s
+    if not isinstance(dwu, SymbolicZero):
+        dpsi = dpsi - jnp.where(ok_t, dwu / jnp.where(ok_t, w_unchanged, 1), 0)
+    return psi, dpsi
 
 
 def _likelihood_params(w, c):
-    return w, c, jnp.sum(jnp.where(c, 0, w), axis=-1)
+    """``(w, c8, w_unchanged)`` of :func:`_likelihood_score` (``w`` is 0 where masked)."""
+    c8 = c.astype(jnp.uint8)
+    return w, c8, _own_pass(_unchanged_time, w, c8)
+
+
+def _unchanged_time(w, c8):
+    return jnp.sum(w * (1 - c8.astype(w.dtype)), axis=-1)
 
 
 def _moment_score(x, params):
@@ -236,7 +287,7 @@ def _refine_from_left(score, params, x0, lo, hi, steps):
 
 
 def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol, throw, what,
-                    bracket=None):
+                    bracket=None, unroll=0):
     """Root of the nonincreasing ``score`` per history, clipped to ``[min_rate, max_rate]``.
 
     The papers' singular cases are decided by the bounds of the box handed to the
@@ -246,8 +297,8 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
     out of the same solve.
     """
     lo, hi = clip_bounds(min_rate, max_rate, w.dtype, w.shape[:-1])
-    n = jnp.sum(m, axis=-1)
-    u = jnp.sum(c, axis=-1)
+    n = _own_pass(_count, m)
+    u = _own_pass(_count, c)
     never = u == 0                   # never changed, or empty: the MLE is 0
     always = (u == n) & (n > 0)      # always changed: the MLE is +inf
     lower = jnp.where(always, hi, lo)
@@ -261,7 +312,7 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
         left_steps = min(_LEFT_STEPS, max_steps - 1)
         x0 = _refine_from_left(score, sg(params), x0, sg(lo), sg(hi), left_steps)
     roots = solve_monotone(score, params, lower, upper, x0=x0, max_steps=max_steps - left_steps, rtol=rtol,
-                           bracket=bracket, take=take_rows)
+                           bracket=bracket, take=take_rows, unroll=unroll)
     num_steps = sg(roots.num_steps) + left_steps
     if throw:
         residual = jnp.where(roots.converged, 0, score(sg(roots.x), sg(params)))
@@ -293,9 +344,11 @@ def _likelihood_bracket(w, c, m):
     ``(inf, inf)``: decided by the clip.
     """
     dtype = w.dtype
-    u = jnp.sum(c & m, axis=-1).astype(dtype)
-    s_c = jnp.sum(jnp.where(c & m, w, 0), axis=-1)
-    w_u = jnp.sum(jnp.where(m & ~c, w, 0), axis=-1)
+    c8 = c.astype(jnp.uint8)  # c is False off the mask, where w = 0
+    # one single-output pass per statistic, masks applied arithmetically (see _own_pass)
+    u = _own_pass(lambda c8: jnp.sum(c8.astype(dtype), axis=-1), c8)
+    s_c = _own_pass(lambda w, c8: jnp.sum(w * c8.astype(dtype), axis=-1), w, c8)
+    w_u = _own_pass(_unchanged_time, w, c8)
     has_c, has_u = (u > 0) & (s_c > 0), w_u > 0
     ratio = s_c / jnp.where(has_u, w_u, 1)
     left = jnp.log1p(ratio) * u / jnp.where(has_c, s_c, 1)
@@ -303,12 +356,23 @@ def _likelihood_bracket(w, c, m):
     inf = jnp.asarray(jnp.inf, dtype)
     # each term is at most the sum: the shortest changed interval's term alone gives a
     # second left end, far better than Jensen's when ξ w is large and the intervals spread
-    w_min = jnp.min(jnp.where(c & m, w, inf), axis=-1)
-    w_min = jnp.where(has_c & jnp.isfinite(w_min), w_min, 1)
+    big = jnp.finfo(dtype).max
+
+    def shortest(w, c8):
+        cf = c8.astype(dtype)
+        return jnp.min(w * cf + big * (1 - cf), axis=-1)
+
+    w_min = _own_pass(shortest, w, c8)
+    w_min = jnp.where(has_c & (w_min < big), w_min, 1)
     left = jnp.maximum(left, jnp.log1p(w_min / jnp.where(has_u, w_u, 1)) / w_min)
     left = jnp.where(has_c, jnp.where(has_u, left, inf), 0)
     right = jnp.where(has_c, jnp.where(has_u, jnp.maximum(right, left), inf), 0)
     return jax.lax.stop_gradient(left), jax.lax.stop_gradient(right)
+
+
+#: Newton steps of the warm-started likelihood solve taken outside the while loop (most
+#: histories need at most 4 evaluations; see :func:`jaxcrawl._src.rootfind._iterate_counting`).
+_UNROLL = 4
 
 
 def _options(max_steps: int, rtol: float | None) -> tuple[int, float | None]:
@@ -384,7 +448,8 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
 def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
     w, c, m = prepare(intervals, changed, mask)
     return _solve_equation(_likelihood_score, _likelihood_params(w, c), w, c, m, min_rate, max_rate,
-                           max_steps, rtol, throw, "estimators.mle", bracket=_likelihood_bracket(w, c, m))
+                           max_steps, rtol, throw, "estimators.mle", bracket=_likelihood_bracket(w, c, m),
+                           unroll=_UNROLL)
 
 
 def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
@@ -489,7 +554,7 @@ def _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing
     keep = jnp.concatenate([keep, jnp.ones(batch + (2,), bool)], axis=-1)
     return _solve_equation(_likelihood_score, _likelihood_params(w, c), w, c, keep, min_rate, max_rate,
                            max_steps, rtol, throw, "estimators.mle_smoothed",
-                           bracket=_likelihood_bracket(w, c, keep))
+                           bracket=_likelihood_bracket(w, c, keep), unroll=_UNROLL)
 
 
 def complete_obs_rate(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None, *,
