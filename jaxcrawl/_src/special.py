@@ -193,3 +193,18 @@ def u_minus_log1p(u: ArrayLike) -> jax.Array:
     small = u < 0.1
     us, ul = _split(u, small, 0.0, 1.0)
     return jnp.where(small, horner(us, _K_COEFFS), ul - jnp.log1p(ul))
+
+
+@jax.custom_jvp
+def inv_expm1(y):
+    """``1/(e^y - 1)`` for ``y > 0`` (0 where ``e^y`` overflows)."""
+    return 1 / jnp.expm1(y)
+
+
+@inv_expm1.defjvp
+def _inv_expm1_jvp(primals, tangents):
+    # d/dy 1/(e^y - 1) = -r (1 + r): finite where e^y overflows (the chain rule through
+    # expm1 would give inf/inf there).
+    (y,), (dy,) = primals, tangents
+    r = inv_expm1(y)
+    return r, -r * (1 + r) * dy

@@ -26,24 +26,10 @@ import jax
 import jax.numpy as jnp
 
 from .._src.rootfind import solve_monotone
+from .._src.special import inv_expm1 as _inv_expm1
 from .offline import Estimate, _log_gap
 
 __all__ = ["flat_capacity", "ring_mle_smoothed"]
-
-
-@jax.custom_jvp
-def _inv_expm1(y):
-    """``1/(e^y - 1)`` for ``y > 0`` (0 where ``e^y`` overflows)."""
-    return 1 / jnp.expm1(y)
-
-
-@_inv_expm1.defjvp
-def _inv_expm1_jvp(primals, tangents):
-    # d/dy 1/(e^y - 1) = -r (1 + r): finite where e^y overflows (the chain rule through
-    # expm1 would give inf/inf there).
-    (y,), (dy,) = primals, tangents
-    r = _inv_expm1(y)
-    return r, -r * (1 + r) * dy
 
 
 def flat_capacity(num_pages: int, capacity: int) -> int:

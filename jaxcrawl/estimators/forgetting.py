@@ -41,6 +41,7 @@ from jax.typing import ArrayLike
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.rootfind import solve_monotone
 
+from .._src.special import inv_expm1 as _inv_expm1
 from ._history import (
     DEFAULT_MAX_RATE,
     DEFAULT_MIN_RATE,
@@ -67,10 +68,6 @@ def _check_half_life(half_life: ArrayLike) -> None:
         h = np.asarray(half_life, float)
         if np.any(np.isnan(h)) or np.any(h <= 0):
             raise ValueError(f"half_life must be > 0 (inf: no forgetting); got {half_life!r}")
-
-
-def _inv_expm1(y):
-    return 1.0 / jnp.expm1(y)
 
 
 def _weighted_score(x, params):
