@@ -508,7 +508,7 @@ def test_flat_ring_estimate_equals_the_padded_estimator(size):
     pass) equals `estimators.mle_smoothed` on the same entries padded, to the root-finder's
     tolerance, on rings of random fill, wrap and content -- with every entry in the flat
     slots and with 7 slots (the rest in further chunks); every root converged."""
-    from jaxcrawl.estimators._flat import flat_capacity, ring_mle_smoothed
+    from jaxcrawl._src.ring_mle import flat_capacity, ring_mle_smoothed
 
     rng = np.random.default_rng(4)
     n, c = 40, 6

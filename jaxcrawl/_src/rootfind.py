@@ -205,8 +205,10 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
 
 
 def _iterate_counting(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any, max_steps: int,
-                      ztol: Any, unroll: int = 0) -> tuple[RootState, jax.Array]:
-    """:func:`iterate` that also counts, per element, the evaluations before it converged.
+                      ztol: Any, unroll: int = 0, count: jax.Array | None = None,
+                      leave: int = 0) -> tuple[RootState, jax.Array]:
+    """:func:`iterate` that also counts, per element, the evaluations before it converged
+    (added to ``count``), until at most ``leave`` elements are left (default: all done).
 
     The first ``unroll`` steps are taken outside the ``while_loop``, each under a ``cond``
     on the loop's own condition (so the result is the same): XLA:CPU runs top-level
@@ -214,16 +216,18 @@ def _iterate_counting(f_and_df: Callable, state: RootState, log_mode: jax.Array,
     step is a pass over a large array and few steps are needed."""
 
     def body(carry):
-        s, count = carry
+        s, c = carry
         f, df = f_and_df(root_value(s, log_mode))
-        return freeze(s, root_update(s, f, df, log_mode, tol, ztol)), count + (~s.done).astype(jnp.int32)
+        return freeze(s, root_update(s, f, df, log_mode, tol, ztol)), c + (~s.done).astype(jnp.int32)
 
     def cond(c):
         return jnp.any(~c[0].done) & (c[0].k < max_steps)
 
-    carry = (state, jnp.zeros(jnp.shape(state.z), jnp.int32))
+    carry = (state, jnp.zeros(jnp.shape(state.z), jnp.int32) if count is None else count)
     for _ in range(min(int(unroll), int(max_steps))):
         carry = jax.lax.cond(cond(carry), body, lambda c: c, carry)
+    if leave:
+        return jax.lax.while_loop(lambda c: (jnp.sum(~c[0].done) > leave) & (c[0].k < max_steps), body, carry)
     return jax.lax.while_loop(cond, body, carry)
 
 
@@ -237,41 +241,24 @@ def take_rows(params: Any, idx: jax.Array, shape: tuple) -> Any:
 def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootState, log_mode: jax.Array,
                         tol: Any, max_steps: int, ztol: Any, unroll: int = 0) -> tuple[RootState, jax.Array]:
     """:func:`_iterate_counting` in two phases: all elements until at most a sixteenth are
-    left (the first ``unroll`` steps outside the loop, as there), then those stragglers
-    gathered (with their params, by ``take``) and iterated on their own to the end, and
-    scattered back.  Elementwise equations only."""
+    left, then those stragglers gathered (with their params, by ``take``) and iterated on
+    their own to the end, and scattered back.  Elementwise equations only."""
     shape = jnp.shape(state.z)
     size = int(np.prod(shape))
     small = max(size // 16, 1)
 
-    def f_and_df(x):
-        return jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
+    def f_and_df(p):
+        return lambda x: jax.jvp(lambda v: fn(v, p), (x,), (jnp.ones_like(x),))
 
-    def body(carry):
-        s, count = carry
-        f, df = f_and_df(root_value(s, log_mode))
-        return freeze(s, root_update(s, f, df, log_mode, tol, ztol)), count + (~s.done).astype(jnp.int32)
-
-    carry = (state, jnp.zeros(shape, jnp.int32))
-    for _ in range(min(int(unroll), int(max_steps))):
-        carry = jax.lax.cond(jnp.any(~carry[0].done) & (carry[0].k < max_steps), body, lambda c: c, carry)
-    many = lambda c: (jnp.sum(~c[0].done) > small) & (c[0].k < max_steps)  # noqa: E731
-    state, count = jax.lax.while_loop(many, body, carry)
+    state, count = _iterate_counting(f_and_df(params), state, log_mode, tol, max_steps, ztol, unroll, leave=small)
     left = ~state.done.reshape(-1)
     idx = jnp.nonzero(left, size=small, fill_value=0)[0]
     real = jnp.arange(small) < jnp.sum(left)
     flat = lambda a: jnp.reshape(a, (size,))[idx]  # noqa: E731
     sub = RootState(flat(state.za), flat(state.zb), flat(state.z), flat(state.dz_old), state.k,
                     flat(state.done) | ~real)
-    sub_params, sub_log = take(params, idx, shape), flat(log_mode)
-
-    def sub_body(carry):
-        s, c = carry
-        f, df = jax.jvp(lambda v: fn(v, sub_params), (root_value(s, sub_log),), (jnp.ones_like(s.z),))
-        return freeze(s, root_update(s, f, df, sub_log, tol, ztol)), c + (~s.done).astype(jnp.int32)
-
-    sub, sub_count = jax.lax.while_loop(lambda c: jnp.any(~c[0].done) & (c[0].k < max_steps), sub_body,
-                                        (sub, flat(count)))
+    sub, sub_count = _iterate_counting(f_and_df(take(params, idx, shape)), sub, flat(log_mode), tol, max_steps,
+                                       ztol, count=flat(count))
     dest = jnp.where(real, idx, size)
     put = lambda full, part: jnp.reshape(full, (size,)).at[dest].set(part, mode="drop").reshape(shape)  # noqa: E731
     state = RootState(put(state.za, sub.za), put(state.zb, sub.zb), put(state.z, sub.z),

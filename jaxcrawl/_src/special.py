@@ -208,3 +208,12 @@ def _inv_expm1_jvp(primals, tangents):
     (y,), (dy,) = primals, tangents
     r = inv_expm1(y)
     return r, -r * (1 + r) * dy
+
+
+def log_gap(s: jax.Array, target: jax.Array) -> jax.Array:
+    """``log s - log target`` with the limits ``-inf`` (``s = 0``) and ``+inf``
+    (``target = 0``) made explicit, so that derivatives stay finite everywhere."""
+    ok_s = s > 0
+    ok_t = target > 0
+    val = jnp.log(jnp.where(ok_s, s, 1)) - jnp.log(jnp.where(ok_t, target, 1))
+    return jnp.where(ok_t, jnp.where(ok_s, val, -jnp.inf), jnp.inf)

@@ -38,6 +38,7 @@ from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import raise_unless_converged
 from jaxcrawl._src.rootfind import solve_monotone, take_rows
+from jaxcrawl._src.special import log_gap as _log_gap
 
 from ._history import (
     DEFAULT_MAX_RATE,
@@ -150,15 +151,6 @@ def _log_likelihood_impl(rate, intervals, changed, mask):
 # ---------------------------------------------------------------------------------------
 # Estimating equations, solved per history by the shared safeguarded Newton
 # ---------------------------------------------------------------------------------------
-
-
-def _log_gap(s, target):
-    """``log s - log target`` with the limits ``-inf`` (``s = 0``) and ``+inf``
-    (``target = 0``) made explicit, so that derivatives stay finite everywhere."""
-    ok_s = s > 0
-    ok_t = target > 0
-    val = jnp.log(jnp.where(ok_s, s, 1)) - jnp.log(jnp.where(ok_t, target, 1))
-    return jnp.where(ok_t, jnp.where(ok_s, val, -jnp.inf), jnp.inf)
 
 
 @jax.custom_jvp

@@ -595,8 +595,7 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
     ts, te = edges[0::2], edges[1::2]  # the block ends in a line feed: every number ends
     del edges
     nt = ts.size
-    # each separator's type from its bytes (up to 5), the run after every number and the
-    # run before the first one
+    # each separator's type from its bytes (up to _SEP_BYTES): the run after every number
     sep_start = te
     sep_len = np.empty(nt, np.int64)
     sep_len[:-1] = ts[1:] - te[:-1]
@@ -606,7 +605,7 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
     # bytes), cut to the separator's length
     padded = np.concatenate([raw, np.zeros(16, np.uint8)])
     window = np.ndarray((raw.size + 1,), dtype="<u8", buffer=padded, strides=(1,))
-    length = np.minimum(sep_len, 7)
+    length = np.minimum(sep_len, _SEP_BYTES)  # longer runs keep a length no separator has
     code = (window[sep_start] & _LOW_BYTES[length]) | (length.astype(np.uint64) << np.uint64(56))
     del window, length
     pos = np.minimum(np.searchsorted(_SEP_CODE, code), _SEP_CODE.size - 1)

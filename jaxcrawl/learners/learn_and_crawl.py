@@ -67,8 +67,8 @@ from jax.typing import ArrayLike
 
 from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
-from jaxcrawl.estimators._flat import flat_capacity as default_flat_capacity
-from jaxcrawl.estimators._flat import ring_mle_smoothed
+from jaxcrawl._src.ring_mle import flat_capacity as default_flat_capacity
+from jaxcrawl._src.ring_mle import ring_mle_smoothed
 from jaxcrawl.objectives import binary_cost, binary_freshness, harmonic_cost
 from jaxcrawl.problem import CrawlProblem, Policy
 from jaxcrawl.simulate import (
@@ -258,7 +258,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
 
     Work: by default (``flat_capacity="auto"``) the incomplete pages' equation is solved on
     the ring's valid entries packed into a flat array
-    (:func:`jaxcrawl.estimators._flat.ring_mle_smoothed`; four entries per page on
+    (:func:`jaxcrawl._src.ring_mle.ring_mle_smoothed`; four entries per page on
     average, more summed exactly chunk by chunk), not on the padded ``(n, C + E)`` suffix
     most of which is empty: at NeurIPS-19 Fig. 3's size about 1% of the ring is in use.
     An integer sets the flat capacity; ``None`` solves on the padded suffix.
@@ -278,7 +278,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
         intervals, changed, mask = suffix_history(hist, epoch, suffix_epochs)
         inc = estimators.mle_smoothed(intervals, changed, mask, smoothing=smoothing,
                                       min_rate=min_rate, max_rate=max_rate)
-    else:  # the same equation on the ring's valid entries only (jaxcrawl.estimators._flat)
+    else:  # the same equation on the ring's valid entries only (jaxcrawl._src.ring_mle)
         dropped = hist.dropped_epoch[:, None]
         count = jnp.sum(in_suffix(hist.changed_epoch, epoch, suffix_epochs, num_cols, dropped), axis=-1,
                         dtype=jnp.int32)  # the ring's newest entries (a ring keeps time order)

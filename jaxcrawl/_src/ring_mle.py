@@ -25,9 +25,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._src.rootfind import solve_monotone
-from .._src.special import inv_expm1 as _inv_expm1
-from .offline import Estimate, _log_gap
+from jaxcrawl.estimators.offline import Estimate
+
+from .rootfind import solve_monotone
+from .special import inv_expm1 as _inv_expm1
+from .special import log_gap as _log_gap
 
 __all__ = ["flat_capacity", "ring_mle_smoothed"]
 
@@ -104,10 +106,10 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
     s = jnp.broadcast_to(jnp.asarray(smoothing, dtype), (n,))
     w, seg = _pack(ring_interval, head, count, size)
     total = jnp.sum(count)
-    chunks = (total + size - 1) // size  # 1 unless the flat capacity overflowed
+    chunks = ((total + size - 1) // size).astype(jnp.int32)  # 1 unless the flat capacity overflowed
     overflow = chunks > 1
     w_u = unchanged_time + s
-    params = (w, seg, s, w_u, ring_interval, head, count, chunks.astype(jnp.int32))
+    params = (w, seg, s, w_u, ring_interval, head, count, chunks)
     # the bracket of offline._likelihood_bracket from the sufficient statistics (every page
     # has the imaginary changed and unchanged intervals, so both sums are positive)
     u = count.astype(dtype) + 1
@@ -122,7 +124,7 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
         t, m = stats(*_pack(ring_interval, head, count, size, j * size))
         return j + 1, tot + t, jnp.minimum(low, m)
 
-    _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < params[-1], more, (jnp.int32(1), *stats(w, seg)))
+    _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < chunks, more, (jnp.int32(1), *stats(w, seg)))
     s_c = total_c + s
     w_min = jnp.minimum(w_min, s)
     left = jnp.maximum(jnp.log1p(s_c / w_u) * u / s_c, jnp.log1p(w_min / w_u) / w_min)
