@@ -61,6 +61,9 @@ from .solvers import (
     uniform_interval_crawl as uniform_interval_crawl,
 )
 from .utilities import (
+    GapForm as GapForm,
+)
+from .utilities import (
     Utility as Utility,
 )
 from .utilities import (

@@ -38,12 +38,13 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from ._src import rootfind, special
-from ._src.checks import is_concrete
+from ._src.checks import is_concrete, raise_unless_converged
 from .allocate import allocate
 from .problem import CrawlProblem, Policy, make_policy, raw_problem
 
 __all__ = [
     "Utility",
+    "GapForm",
     "solve",
     "register_utility",
     "get_utility",
@@ -65,6 +66,44 @@ Params = Any
 def default_params(problem: CrawlProblem) -> Params:
     """``(importance, change_rate)``: the parameters of most utilities."""
     return (problem.importance, problem.change_rate)
+
+
+class GapForm(NamedTuple):
+    r"""A utility's rates and marginals measured from its marginal at zero, for duals so close
+    to it that the dual itself cannot tell them apart (a bandwidth far below the change rates).
+
+    For a utility whose marginal at zero :math:`m_i=u_i'(0)` is finite (binary freshness,
+    uniform-interval freshness), the optimal dual of a small bandwidth sits just below
+    :math:`\max_i m_i`: within :math:`\approx 2R/\lambda` (relative) for binary freshness and
+    within :math:`e^{-\lambda/R}` for uniform-interval freshness -- below any dtype's resolution
+    long before :math:`R/\lambda` is, so that :math:`\varphi_i(\nu)` is a difference of nearly
+    equal numbers or not representable at all.  A :class:`GapForm` gives the same functions in
+    the variable
+
+    .. math:: q = -\log g,\qquad g = \log(m_i/\nu) \ge 0,
+
+    (the log of the dual's log-gap below the page's own marginal at zero), which stays
+    representable and well conditioned at every bandwidth.  :func:`solve` iterates on
+    :math:`\tau = -\log\log(\max_j m_j/\nu)` (the top page's :math:`q`; up to sign and origin
+    the same variable as :math:`\log\nu` where the plain form has no trouble).
+
+    Attributes:
+      top: ``top(params) -> log m_i`` per page (``-inf`` for a page never worth crawling).
+      rate: ``rate(q, params) -> \varphi_i(m_i \exp(-e^{-q}))``, nonincreasing in ``q``, 0 at
+        ``q = +inf``; may return ``inf``, never NaN.
+      marginal: ``marginal(x, params) -> -log(log(m_i / u_i'(x)))``, the inverse of ``rate``
+        (``+inf`` at ``x = 0``).
+      log_ratio: optional ``log_ratio(params, top_params) -> log(m_top / m_i) >= 0`` per page,
+        ``top_params`` the params of the page with the largest ``top`` (scalar leaves).  Every
+        rate depends on this difference, so it should be accurate to a few ulps *absolute*
+        (a ratio of the raw parameters, not a difference of two logs); default
+        ``top(top_params) - top(params)``.
+    """
+
+    top: Callable[[Params], jax.Array]
+    rate: Callable[[jax.Array, Params], jax.Array]
+    marginal: Callable[[jax.Array, Params], jax.Array]
+    log_ratio: Callable[[Params, Params], jax.Array] | None = None
 
 
 class Utility(NamedTuple):
@@ -98,6 +137,11 @@ class Utility(NamedTuple):
         problem whose inputs are representable in the working dtype solves to its
         precision (no overflow at bandwidth 1e30, no underflow at 1e-30).  Leave False
         for a utility without these symmetries.
+      gap: optional :class:`GapForm` (separable utilities with a finite marginal at zero):
+        :func:`solve` then iterates on the dual's log-gap to the largest marginal at zero,
+        so a bandwidth far below the change rates solves to the dtype's precision instead
+        of being reported as not converged.  The host-capped, streamed and multi-process
+        solves keep the plain dual (their host multipliers add to it).
     """
 
     name: str
@@ -111,6 +155,7 @@ class Utility(NamedTuple):
     dual: Callable[[jax.Array, Params], jax.Array] | None = None
     separable: bool = True
     homogeneous: bool = False
+    gap: GapForm | None = None
 
     def page_bounds(self, params: Params, bandwidth: ArrayLike, num_pages: int, dtype: Any) -> tuple:
         """``(lower, upper)`` per page (scalars when the utility has no bounds)."""
@@ -263,12 +308,144 @@ def _solve_units(problem, u: Utility, lower, upper, **opts) -> Policy:
         bracket = u.bracket(params, problem.bandwidth)
     else:
         bracket = None
-    sol = allocate(u.rate, params, problem.bandwidth, lo, hi, marginal_fn=u.marginal,
-                             bracket=bracket, **opts)
-    dual = sol.dual if u.dual is None else u.dual(sol.dual, params)
-    return make_policy(problem, sol.x, dual, sol.residual, sol.num_steps,
+    throw = opts.pop("throw")
+    sol = allocate(u.rate, params, problem.bandwidth, lo, hi, marginal_fn=u.marginal, bracket=bracket, **opts)
+    x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
+    if u.gap is not None and u.separable:
+        x, dual, residual, steps, converged = _gap_fallback(
+            u, tuple(sorted(opts.items())), params, problem.bandwidth, lo, hi, x, dual, residual, steps, converged)
+    if throw:
+        raise_unless_converged(f"solve({u.name!r})", converged, steps, residual)
+    dual = dual if u.dual is None else u.dual(dual, params)
+    return make_policy(problem, x, dual, residual, steps,
                        on_signal=u.signal_mask(params, problem.importance.shape),
-                       converged=sol.converged)
+                       converged=converged)
+
+
+_GAP_SWITCH = 0.5  # log(m_top / nu) below which solve() re-solves on the GapForm
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _gap_fallback(u: Utility, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+    """The plain solve's result, or the GapForm re-solve where the plain dual cannot resolve it.
+
+    The plain dual loses the top pages' rates once it is within a fraction of the largest
+    marginal at zero (x_top has relative error ~2 eps / t, t = log(m_top / nu), and nothing is
+    left to resolve once t < eps): there the dual's log-gap (GapForm) is at least as accurate
+    for every page.  The re-solve runs only when needed (under vmap, where lax.cond becomes a
+    select, for the whole batch); its passes are added to the step count.  Jitted (static
+    utility and options) so an eager solve compiles it once.
+    """
+    top = u.gap.top(params)
+    live = jnp.isfinite(top)
+    log_nu = jax.lax.stop_gradient(jnp.log(dual))
+    highest = jax.lax.stop_gradient(jnp.argmax(jnp.where(live, top, -jnp.inf)))
+    t_top = jax.lax.stop_gradient(top[highest] - log_nu)
+    need = ~converged | ~(t_top >= _GAP_SWITCH)
+    # The origin: the page whose marginal at zero is nearest above the plain dual (the plain
+    # solve stopped at its threshold: a jump of the sum in this dtype); if that fails or no
+    # page is above, the top page (the plain dual failed near the largest marginal: a
+    # bandwidth far below the change rates).
+    slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
+    above = live & (top >= log_nu - slack)
+    nearest = jax.lax.stop_gradient(jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
+    # the top page first when the plain dual sits at it or is not a number
+    top_first = ~(t_top >= 1e-2) | ~jnp.isfinite(residual)
+    first_k = jnp.where(top_first, highest, nearest)
+    other_k = jnp.where(top_first, nearest, highest)
+
+    def gap_solve(args):
+        params, lo, hi = args
+
+        def from_origin(k):
+            big = jnp.where(live[k], top[k], 0.0)
+            return _gap_allocation(u.gap, params, bandwidth, lo, hi, live, k, big, dict(opts))
+
+        first = from_origin(first_k)
+        retry = ~first[4] & (first_k != other_k)
+        gx, gnu, gres, gsteps, gconv = jax.lax.cond(retry, lambda: from_origin(other_k), lambda: first)
+        return gx, gnu, gres, steps + gsteps + jnp.where(retry, first[3], 0), gconv
+
+    def keep(args):
+        return x, dual, residual, steps, converged
+
+    return jax.lax.cond(need, gap_solve, keep, (params, lo, hi))
+
+
+_LOG2 = float(np.log(2.0))  # Python floats: weakly typed, so float32 stays float32 under x64
+_SQRT2 = float(np.sqrt(2.0))
+
+
+def _gap_allocation(gap: GapForm, params, bandwidth, lo, hi, live, k, big, opts):
+    """The budget solve on the dual ``tau = -log log(m_k / nu)`` of :class:`GapForm` (origin:
+    page ``k``'s marginal at zero ``m_k``, ``log m_k = big``), for a dual below ``m_k``:
+    ``(x, nu, residual, steps, converged)`` with ``nu`` on the plain scale.
+
+    ``nu = m_k exp(-e^{-tau})`` moves with page ``k``'s parameters; every page's rate is
+    written through the same map (``d_i = log(m_k / m_i)`` keeps page ``k``'s params
+    differentiable), so the implicit rule of :func:`jaxcrawl.allocate` differentiates it
+    exactly.  The bracket starts where page ``k`` alone takes the whole bandwidth and where
+    it takes ``1/n`` of it, and is widened geometrically until it holds the root.
+    """
+    if gap.log_ratio is None:
+        d = big - gap.top(params)
+    else:
+        own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], params)
+        d = gap.log_ratio(params, own)
+    d = jnp.where(live, d, jnp.inf)
+    d = jnp.where(jnp.arange(d.shape[-1]) == k, 0.0 * d, d)  # exactly 0 (its tangent is 0 too)
+    own = jax.tree_util.tree_map(lambda v: jax.lax.stop_gradient(jnp.asarray(v)[..., k]), params)
+    n = d.shape[-1]
+    a = gap.marginal(jnp.asarray(bandwidth, d.dtype), own)
+    b = gap.marginal(jnp.asarray(bandwidth, d.dtype) / n, own)
+    ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
+    a, b = jnp.where(ok, a, 0.5), jnp.where(ok, b, 1.0)
+    rate_fn = _gap_rate_function(gap)
+    sol = allocate(rate_fn, (params, d), bandwidth, lo, hi, bracket=(a, b), **opts)
+    nu = jnp.exp(big - jnp.exp(-sol.dual))
+    return sol.x, nu, sol.residual, sol.num_steps, sol.converged
+
+
+@functools.cache
+def _gap_rate_function(gap: GapForm) -> Callable:
+    """The rate of ``gap`` in the dual ``tau = -log log(m_k / nu)``, with params ``(params, d)``,
+    ``d_i = log(m_k / m_i)`` (negative for pages above the origin; cached: one compilation).
+    Page ``i``'s ``q`` is ``-log(e^{-tau} - d_i) = tau - log(1 - d_i e^tau)`` (``tau`` itself at
+    the origin), and it is not crawled once ``d_i e^tau >= 1``."""
+
+    def rate(tau, p):
+        params, d = p
+        mag = jnp.abs(d)
+        nz = mag > 0
+        log_mag = jnp.log(jnp.where(nz, mag, 1.0))
+        # below the origin (d > 0): w = d e^tau formed in logs (d may be tiny and e^tau huge),
+        # q = tau - log(1 - w), crawled while w < 1; the origin: q = tau (with d's tangent);
+        # above it (d < 0): q = -log(e^{-tau} + |d|), always crawled
+        w = jnp.where(d > 0, jnp.exp(log_mag + tau), d)
+        crawled = w < 1.0
+        below = tau - jnp.log1p(-jnp.where(crawled & (d >= 0), w, 0.0))
+        above = -jnp.logaddexp(-tau, log_mag)
+        q = jnp.where(d < 0, above, below)
+        return jnp.where(crawled, gap.rate(jnp.where(crawled, q, 0.0), params), 0.0)
+
+    return rate
+
+
+def _log_ratio_top(params):
+    """``log(zeta / xi)``: the log of the marginal at zero of binary and uniform freshness."""
+    zeta, xi = params
+    return special.log_gap(zeta, xi)
+
+
+def _log_ratio_pair(params, top_params):
+    """``log((zeta_t / xi_t) / (zeta_i / xi_i))`` as one log of a product of ratios (a few ulps
+    absolute; the difference of the two logs where the product leaves the normal range)."""
+    zeta, xi = params
+    zt, xt = top_params
+    prod = (zt / zeta) * (xi / xt)
+    tiny = jnp.finfo(jnp.result_type(prod)).tiny
+    ok = jnp.isfinite(prod) & (prod > tiny)
+    return jnp.where(ok, jnp.log(jnp.where(ok, prod, 1.0)), _log_ratio_top(top_params) - _log_ratio_top(params))
 
 
 # ---------------------------------------------------------------- harmonic staleness
@@ -402,8 +579,24 @@ def _binary_value(x, params):
     return zeta * x / (x + xi)
 
 
+def _binary_gap_rate(q, params):
+    # sqrt(zeta xi / nu) - xi at nu = (zeta / xi) exp(-e^{-q})
+    zeta, xi = params
+    return xi * jnp.expm1(0.5 * jnp.exp(-q))
+
+
+def _binary_gap_marginal(x, params):
+    # -log log(u'(0) / u'(x)) = -log(2 log(1 + x / xi))
+    zeta, xi = params
+    return -jnp.log(2.0 * jnp.log1p(x / xi))
+
+
+BINARY_GAP = GapForm(top=_log_ratio_top, rate=_binary_gap_rate, marginal=_binary_gap_marginal,
+                     log_ratio=_log_ratio_pair)
+
 BINARY = register_utility(Utility(
-    name="binary", rate=_binary_rate, marginal=_binary_marginal, value=_binary_value, homogeneous=True))
+    name="binary", rate=_binary_rate, marginal=_binary_marginal, value=_binary_value, homogeneous=True,
+    gap=BINARY_GAP))
 
 
 @functools.cache
@@ -419,7 +612,7 @@ def binary_epsilon(epsilon: float = 0.4) -> Utility:
 
     return Utility(name="binary-epsilon" if eps == 0.4 else f"binary-epsilon({eps:g})",
                    rate=_binary_rate, marginal=_binary_marginal, bounds=bounds, value=_binary_value,
-                   homogeneous=True)
+                   homogeneous=True, gap=BINARY_GAP)
 
 
 BINARY_EPSILON = register_utility(binary_epsilon(0.4))
@@ -454,7 +647,8 @@ def _k_inverse(a):
     """``u >= 0`` with ``u - log1p(u) = a`` (``a >= 0``), by the shared safeguarded Newton on
     the bracket ``[sqrt(2a), a + sqrt(a^2 + 2a)]`` (``u^2/(2(1+u)) <= k(u) <= u^2/2``)."""
     lo = jnp.sqrt(2.0 * a)
-    hi = a + jnp.sqrt(a * a + 2.0 * a)
+    big = a > 1.0  # a (1 + sqrt(1 + 2/a)): no a^2 to overflow
+    hi = jnp.where(big, a * (1.0 + jnp.sqrt(1.0 + 2.0 / jnp.where(big, a, 1.0))), a + jnp.sqrt(a * a + 2.0 * a))
     return rootfind.solve_monotone(_k_residual, a, lo, jnp.maximum(hi, lo), x0=hi, max_steps=32).x
 
 
@@ -492,9 +686,84 @@ def _uniform_value(x, params):
     return jnp.where(pos, zeta * (-jnp.expm1(-u)) / u, 0.0)
 
 
+@jax.custom_jvp
+def _neg_log_one_minus_exp_neg(q):
+    """``-log(1 - e^{-s})`` at ``s = e^{-q}`` (equal to ``q`` where ``s`` underflows)."""
+    dtype = jnp.result_type(q)
+    s = jnp.exp(-q)
+    small = s < _LOG2
+    # small s: q - log((1 - e^{-s}) / s), the ratio 1 to rounding once s is tiny; large s: log1p
+    ss = jnp.where(small & (s > jnp.finfo(dtype).tiny), s, 1.0)
+    ratio = jnp.where(s > jnp.finfo(dtype).tiny, -jnp.expm1(-ss) / ss, 1.0)
+    sl = jnp.where(small, 1.0, s)
+    return jnp.where(small, q - jnp.log(ratio), -jnp.log1p(-jnp.exp(-sl)))
+
+
+@_neg_log_one_minus_exp_neg.defjvp
+def _neg_log_one_minus_exp_neg_jvp(primals, tangents):
+    # d/dq = s / (e^s - 1): 1 where s underflows (autodiff of the ratio goes through 1/s^2)
+    (q,), (dq,) = primals, tangents
+    s = jnp.exp(-q)
+    pos = s > 0
+    slope = jnp.where(pos, jnp.where(pos, s, 1.0) * special.inv_expm1(jnp.where(pos, s, 1.0)), 1.0)
+    return _neg_log_one_minus_exp_neg(q), slope * dq
+
+
+@jax.custom_jvp
+def _quotient(a, b):
+    """``a / b`` with the derivative ``(da - (a/b) db) / b`` (autodiff's ``a db / b^2`` overflows
+    where ``b`` is large)."""
+    return a / b
+
+
+@_quotient.defjvp
+def _quotient_jvp(primals, tangents):
+    (a, b), (da, db) = primals, tangents
+    r = _quotient(a, b)
+    return r, (da - r * db) / b
+
+
+def _uniform_gap_rate(q, params):
+    # _uniform_rate at nu = (zeta / xi) e^{-s}, s = e^{-q}: c = e^{-s}, u - log1p(u) = a = -log(1 - e^{-s})
+    zeta, xi = params
+    dtype = jnp.result_type(q)
+    s = jnp.exp(-q)
+    a = _neg_log_one_minus_exp_neg(q)
+    ok = a > 0
+    u = _k_inverse(jnp.where(ok, a, 1.0))
+    # far below the page's threshold (sqrt(c) < eps): x = sqrt(zeta xi / (2 nu)) = xi e^{s/2} / sqrt(2)
+    far = s > -2.0 * float(np.log(np.finfo(dtype).eps))
+    near = _quotient(xi, jnp.where(ok & (u > 0), u, 1.0))
+    return jnp.where(far, xi * (jnp.exp(0.5 * jnp.where(far, s, 0.0)) / _SQRT2),
+                     jnp.where(ok & (u > 0), near, jnp.inf))
+
+
+def _uniform_gap_marginal(x, params):
+    # -log g, g = -log P(2, r), r = xi / x: u'(x) = (zeta / xi) P(2, xi / x), u'(0) = zeta / xi
+    zeta, xi = params
+    dtype = jnp.result_type(x, xi)
+    eps = np.finfo(dtype).eps
+    pos = x > 0
+    r = xi / jnp.where(pos, x, 1.0)
+    small = r < float(np.sqrt(eps))
+    huge = r > -2.0 * float(np.log(eps))  # g = (1 + r) e^{-r} to rounding: q = r - log(1 + r)
+    large = (r >= 1.0) & ~huge
+    rs = jnp.where(small, r, 1.0)
+    rl = jnp.where(large, r, 1.0)
+    rm = jnp.where(small | large | huge, 0.5, r)
+    g_small = _LOG2 - 2.0 * jnp.log(rs) + (2.0 / 3.0) * rs  # P(2, r) = r^2/2 (1 - 2r/3 + O(r^2))
+    g_large = -jnp.log1p(-(1.0 + rl) * jnp.exp(-rl))
+    g_mid = -jnp.log(special.gamma2_cdf(rm))
+    g = jnp.where(small, g_small, jnp.where(large, g_large, g_mid))
+    q = jnp.where(huge, special.u_minus_log1p(jnp.where(huge, r, 1.0)), -jnp.log(g))
+    return jnp.where(pos, q, jnp.inf)
+
+
 UNIFORM = register_utility(Utility(
     name="uniform", rate=_uniform_rate, marginal=_uniform_marginal, value=_uniform_value,
-    homogeneous=True))
+    homogeneous=True,
+    gap=GapForm(top=_log_ratio_top, rate=_uniform_gap_rate, marginal=_uniform_gap_marginal,
+                log_ratio=_log_ratio_pair)))
 
 
 def _check_epsilon(epsilon) -> None:
