@@ -550,6 +550,16 @@ def test_complete_pages_use_signal_rate():
     assert np.allclose(np.asarray(est), ref)
 
 
+@pytest.mark.parametrize("flat_capacity", ["auto", None])
+@pytest.mark.parametrize("smoothing", [0.0, -0.5, float("nan")])
+def test_suffix_estimate_refuses_bad_smoothing_eagerly(flat_capacity, smoothing):
+    """Both estimate paths name the argument and the rule (the flat one had no eager check)."""
+    n = 3
+    hist = _start(lc.empty_history(n, 8, 6, jnp.float32), 0)
+    with pytest.raises(ValueError, match="smoothing must be finite and > 0"):
+        lc.suffix_estimate(hist, jnp.zeros(n, bool), 1, 2, smoothing, 1.0, jnp.ones(n), flat_capacity=flat_capacity)
+
+
 @pytest.fixture(scope="module")
 def llc_small():
     """LLC settings and a problem at test size (no run): for the validation tests."""

@@ -267,6 +267,10 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
       ``(estimate, truncated)``: ``(n,)`` rates, and ``(n,)`` bool for pages whose suffix
       was shortened by the ring buffer.
     """
+    if is_concrete(smoothing):  # every path (the padded one checks inside mle_smoothed, the flat one here)
+        s = np.asarray(smoothing, dtype=float)
+        if not (np.all(np.isfinite(s)) and np.all(s > 0)):
+            raise ValueError(f"smoothing must be finite and > 0 (the imaginary observations' length); got {smoothing!r}")
     if half_life is not None:
         return _discounted_suffix_estimate(hist, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
                                            half_life, min_rate=min_rate, max_rate=max_rate,
