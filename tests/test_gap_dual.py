@@ -179,3 +179,30 @@ def test_a_page_at_its_uniform_threshold_gets_its_rate():
     assert np.all(rate[crawled] > 0)
     np.testing.assert_allclose(rate[crawled], ref[crawled], rtol=2e-4 if dtype() == np.float32 else 1e-9)
     check_kkt("uniform", zeta, xi, R, rate, 0.0)
+
+
+@pytest.mark.parametrize("name", ["binary", "uniform"])
+def test_host_capped_far_below_the_change_rates(name):
+    """Host caps that do not bind at the uncapped optimum leave it optimal (every host
+    multiplier 0): a capped solve far below the change rates, which the capped iteration on
+    the plain dual cannot resolve, returns the log-gap solve, converged, equal to the
+    uncapped solve.  Caps that bind there are reported as not converged (or solved), never a
+    plan over a cap or off the budget."""
+    from jaxcrawl import politeness
+
+    imp, lam = pages(6)
+    host = np.arange(imp.size) % 3
+    eps = float(np.finfo(dtype()).eps)
+    for e in exponents()[:4]:
+        R = float(lam.sum()) * 10.0 ** e
+        problem = jaxcrawl.CrawlProblem(imp, lam, R)
+        free = jaxcrawl.solve(problem, name)
+        sol = politeness.solve_with_host_caps(problem, host, np.array([np.inf, np.inf, np.inf]), name)
+        assert bool(sol.policy.converged), (name, e)
+        np.testing.assert_allclose(np.asarray(sol.policy.rate), np.asarray(free.rate), rtol=4 * eps, atol=0)
+        tight = np.array([0.5, 0.5, np.inf]) * float(problem.bandwidth)
+        sol = politeness.solve_with_host_caps(problem, host, tight, name)
+        if bool(sol.policy.converged):
+            rate = np.asarray(sol.policy.rate, np.float64)
+            assert abs(rate.sum() / float(problem.bandwidth) - 1) <= 16 * eps
+            assert np.all(np.bincount(host, rate, 3) <= tight * (1 + 1e-4))

@@ -261,11 +261,13 @@ def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, host
     # underflow or overflow at the dual) stops the iteration but fails this check.
     total = jnp.sum(x)
     converged = converged & jnp.isfinite(total) & (jnp.abs(total - budget) <= cfg[2] * jnp.abs(budget))
-    # ... and the dual it stopped at must itself (nearly) meet the budget: a bracket a few ulps
-    # wide around a jump of the sum (a page whose rate cannot be resolved at the dual, e.g.
-    # uniform-interval freshness at its threshold) would otherwise pass through the closing
-    # correction as a converged plan with the wrong pages crawled
-    converged = converged & (jnp.abs(residual) <= 4.0 * cfg[2] * jnp.abs(budget))
+    if hosts is None:
+        # ... and the dual it stopped at must itself (nearly) meet the budget: a bracket a few
+        # ulps wide around a jump of the sum (a page whose rate cannot be resolved at the dual,
+        # e.g. uniform-interval freshness at its threshold) would otherwise pass through the
+        # closing correction as a converged plan with the wrong pages crawled.  (With host caps
+        # the residual before the corrections also carries the inner host solves' tolerance.)
+        converged = converged & (jnp.abs(residual) <= 4.0 * cfg[2] * jnp.abs(budget))
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(lower), jnp.shape(upper))
     return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32)
 
