@@ -406,7 +406,7 @@ def test_llc_converges_to_lambda_crawl_optimum(llc_runs):
     rates; every inner solve converged."""
     info, opt = llc_runs["info"], llc_runs["optimum"]
     assert llc_runs["learner"].name == "llc+llca+bllc"
-    assert int(info.overflow.sum()) == 0 and np.all(info.converged)
+    assert int(info.overflow.sum()) == 0 and np.all(info.converged) and np.all(info.estimate_converged)
     final = info.harmonic_cost[:, 0, -1]
     assert np.all(final >= opt["llc"] * (1 - rtol_for(final, 1e-6)))  # never below the optimum
     assert np.all(final <= 1.02 * opt["llc"])
@@ -558,6 +558,24 @@ def test_suffix_estimate_refuses_bad_smoothing_eagerly(flat_capacity, smoothing)
     hist = _start(lc.empty_history(n, 8, 6, jnp.float32), 0)
     with pytest.raises(ValueError, match="smoothing must be finite and > 0"):
         lc.suffix_estimate(hist, jnp.zeros(n, bool), 1, 2, smoothing, 1.0, jnp.ones(n), flat_capacity=flat_capacity)
+
+
+@pytest.mark.parametrize("mode", ["auto", None, "forget"])
+def test_suffix_estimate_reports_its_convergence(mode):
+    """``return_converged=True`` adds each page's likelihood-solve flag (flat, padded and
+    discounted paths) without changing the estimates."""
+    rng = np.random.RandomState(4)
+    n = 6
+    hist = lc.empty_history(n, 8, 6, jnp.float32)
+    for e, w in enumerate(_random_windows(rng, n, 4, 3)):
+        hist = _record(_start(hist, e), w, jnp.asarray(rng.randint(0, 3, n)), e)
+    kw = dict(half_life=5.0) if mode == "forget" else dict(flat_capacity=mode)
+    args = (hist, jnp.asarray(np.arange(n) % 3 == 0), 4, 3, 0.5, 1.0, jnp.ones(n))
+    est, trunc = lc.suffix_estimate(*args, **kw)
+    est2, trunc2, ok = lc.suffix_estimate(*args, **kw, return_converged=True)
+    np.testing.assert_array_equal(np.asarray(est), np.asarray(est2))
+    np.testing.assert_array_equal(np.asarray(trunc), np.asarray(trunc2))
+    assert ok.shape == (n,) and ok.dtype == jnp.bool_ and bool(np.all(np.asarray(ok)))
 
 
 @pytest.fixture(scope="module")

@@ -235,7 +235,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
                     min_rate: float = estimators.DEFAULT_MIN_RATE,
                     max_rate: float = 1e3, half_life: ArrayLike | None = None,
                     complete_interval: ArrayLike = 0.5,
-                    flat_capacity: int | str | None = "auto") -> tuple[jax.Array, jax.Array]:
+                    flat_capacity: int | str | None = "auto", return_converged: bool = False) -> tuple:
     r"""K19 Alg. 4 lines 10-13: change-rate estimates from the history suffix.
 
     Incomplete pages: :func:`jaxcrawl.estimators.mle_smoothed` (eq. 10 with imaginary
@@ -265,23 +265,27 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
 
     Returns:
       ``(estimate, truncated)``: ``(n,)`` rates, and ``(n,)`` bool for pages whose suffix
-      was shortened by the ring buffer.
+      was shortened by the ring buffer; with ``return_converged=True`` also ``(n,)`` bool:
+      whether each incomplete page's likelihood solve met its tolerance (True for complete
+      pages and kept estimates, which are closed forms).
     """
     if is_concrete(smoothing):  # every path (the padded one checks inside mle_smoothed, the flat one here)
         s = np.asarray(smoothing, dtype=float)
         if not (np.all(np.isfinite(s)) and np.all(s > 0)):
             raise ValueError(f"smoothing must be finite and > 0 (the imaginary observations' length); got {smoothing!r}")
     if half_life is not None:
-        return _discounted_suffix_estimate(hist, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
-                                           half_life, min_rate=min_rate, max_rate=max_rate,
-                                           complete_interval=complete_interval)
+        out = _discounted_suffix_estimate(hist, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
+                                          half_life, min_rate=min_rate, max_rate=max_rate,
+                                          complete_interval=complete_interval)
+        return out if return_converged else out[:2]
     dtype = hist.unchanged_time.dtype
     n, cap = hist.changed_interval.shape
     num_cols = hist.column_epoch.shape[0]
     if flat_capacity is None:  # the padded suffix (the reference the flat path is tested against)
         intervals, changed, mask = suffix_history(hist, epoch, suffix_epochs)
-        inc = estimators.mle_smoothed(intervals, changed, mask, smoothing=smoothing,
-                                      min_rate=min_rate, max_rate=max_rate)
+        solved = estimators.mle_smoothed(intervals, changed, mask, smoothing=smoothing,
+                                         min_rate=min_rate, max_rate=max_rate, return_info=True)
+        inc, inc_ok = solved.rate, solved.converged
     else:  # the same equation on the ring's valid entries only (jaxcrawl._src.ring_mle)
         dropped = hist.dropped_epoch[:, None]
         count = jnp.sum(in_suffix(hist.changed_epoch, epoch, suffix_epochs, num_cols, dropped), axis=-1,
@@ -291,7 +295,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
         est, _ = ring_mle_smoothed(hist.changed_interval, hist.head, count, unchanged, smoothing, min_rate, max_rate,
                                    size=default_flat_capacity(n, cap) if flat_capacity == "auto"
                                    else int(flat_capacity))
-        inc = est.rate
+        inc, inc_ok = est.rate, est.converged
     no_drop = jnp.full((1,), -1, jnp.int32)
     col_ok = in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
     duration = jnp.sum(col_ok).astype(dtype) * jnp.asarray(epoch_length, dtype)
@@ -304,6 +308,8 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     truncated = ~complete & (hist.dropped_epoch >= 0) & (hist.dropped_epoch.astype(dtype) > epoch - s_eff)
     empty = ~complete & (hist.dropped_epoch >= epoch)
     est = jnp.where(complete, comp, jnp.where(empty, previous, inc))
+    if return_converged:
+        return est.astype(dtype), truncated, complete | empty | inc_ok
     return est.astype(dtype), truncated
 
 
@@ -318,8 +324,9 @@ def _discounted_suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epoc
     length = jnp.asarray(epoch_length, dtype)
     age = (jnp.asarray(epoch, dtype) - tags.astype(dtype)) * length
     weights = estimators.discount_weights(age, jnp.asarray(half_life, dtype))
-    inc = estimators.weighted_mle(intervals, changed, mask, weights=weights, smoothing=smoothing,
-                                  min_rate=min_rate, max_rate=max_rate)
+    solved = estimators.weighted_mle(intervals, changed, mask, weights=weights, smoothing=smoothing,
+                                     min_rate=min_rate, max_rate=max_rate, return_info=True)
+    inc = solved.rate
     no_drop = jnp.full((1,), -1, jnp.int32)
     col_ok = in_suffix(hist.column_epoch, epoch, suffix_epochs, num_cols, no_drop)
     col_w = jnp.where(col_ok, weights[0, cap:], 0.0)
@@ -331,7 +338,7 @@ def _discounted_suffix_estimate(hist: CrawlHistory, complete, epoch, suffix_epoc
     truncated = ~complete & (hist.dropped_epoch >= 0) & (hist.dropped_epoch.astype(dtype) > epoch - s_eff)
     empty = ~complete & (hist.dropped_epoch >= epoch)
     est = jnp.where(complete, comp, jnp.where(empty, previous, inc))
-    return est.astype(dtype), truncated
+    return est.astype(dtype), truncated, complete | empty | solved.converged
 
 
 # -------------------------------------------------------------------- LLC proper
@@ -405,6 +412,8 @@ class LLCInfo(NamedTuple):
       sampler: which simulator made the epoch's observations:
         :data:`jaxcrawl.simulate.observe.EVENT` (0, every change simulated) or
         :data:`~jaxcrawl.simulate.observe.OBSERVATION` (1, observations only).
+      estimate_converged: whether every page's change-rate estimate (the likelihood
+        solve of :func:`suffix_estimate`) met its tolerance this epoch.
     """
 
     harmonic_cost: jax.Array
@@ -417,6 +426,7 @@ class LLCInfo(NamedTuple):
     epoch: jax.Array
     converged: Any = True
     sampler: Any = 0
+    estimate_converged: Any = True
 
 
 def _params(params, cls, dtype):
@@ -518,17 +528,18 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
             sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, schedule, config,
                                            windows_per_epoch, epoch)
         overflow, crawls = stats.overflow, stats.num_crawls
-        estimate, truncated = suffix_estimate(
+        estimate, truncated, est_ok = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
             state.estimate, min_rate=min_rate, max_rate=max_rate,
-            half_life=prm.half_life if forgetting else None, complete_interval=prm.complete_interval)
+            half_life=prm.half_life if forgetting else None, complete_interval=prm.complete_interval,
+            return_converged=True)
         policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
         harm, binc = policy_costs(problem, policy)
         err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
         new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
         info = LLCInfo(harm, binc, err, jnp.sum(crawls), jnp.sum(overflow),
                        jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1,
-                       policy.converged, jnp.asarray(sampler, jnp.int32))
+                       policy.converged, jnp.asarray(sampler, jnp.int32), jnp.all(est_ok))
         return new, info
 
     name = "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities)
