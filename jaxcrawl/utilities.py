@@ -140,8 +140,8 @@ class Utility(NamedTuple):
       gap: optional :class:`GapForm` (separable utilities with a finite marginal at zero):
         :func:`solve` then iterates on the dual's log-gap to the largest marginal at zero,
         so a bandwidth far below the change rates solves to the dtype's precision instead
-        of being reported as not converged.  The host-capped, streamed and multi-process
-        solves keep the plain dual (their host multipliers add to it).
+        of being reported as not converged.  Host-capped solves use it where no cap binds
+        at the uncapped optimum; the streamed and multi-process solves keep the plain dual.
     """
 
     name: str
