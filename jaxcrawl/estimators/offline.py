@@ -424,7 +424,6 @@ def _compact(num_obs: int) -> int:
     return _COMPACT if num_obs >= _LONG else 16
 
 
-
 def _options(max_steps: int, rtol: float | None) -> tuple[int, float | None]:
     max_steps = int(max_steps)
     if max_steps < 1:
