@@ -1078,11 +1078,16 @@ def test_warm_start_float32_agrees_and_needs_few_steps():
         assert np.mean(steps[iterated] <= 3) >= 0.7, np.bincount(steps[iterated])
         assert steps.max() <= 6 and int(warm.num_steps) <= 6
         assert int(warm.num_steps) < int(cold.num_steps) + 2  # + the cold start's two bound passes
-        assert np.all(np.asarray(E.mle(w, c, return_info=True).steps) == steps)
+        public = E.mle(w, c, return_info=True)  # statistics shared; 200 obs: compaction at 1/4
+        assert np.all(np.asarray(public.steps) == steps)
+        np.testing.assert_allclose(np.asarray(public.rate), np.asarray(warm.rate), rtol=4e-6)
+        assert np.all(np.asarray(public.converged))
 
 
-def test_straggler_compaction_gives_the_same_roots_and_counts():
-    """`solve_monotone(take=take_rows)`: once at most 1/16 of the elements iterate, they finish
+@pytest.mark.parametrize("compact", [16, 4])
+def test_straggler_compaction_gives_the_same_roots_and_counts(compact):
+    """`solve_monotone(take=take_rows)`: once at most 1/16 (``compact=4``: 1/4, the long
+    histories' setting of the likelihood solve) of the elements iterate, they finish
     gathered on their own -- the same roots, convergence, iteration count and per-element
     evaluation counts as iterating every element to the end, on likelihood
     equations whose evaluation counts spread (a few histories need many more steps) -- up
@@ -1099,7 +1104,7 @@ def test_straggler_compaction_gives_the_same_roots_and_counts():
 
     def roots(scale, take):
         p = (params[0] * scale, params[1], params[2] * scale)
-        return solve_monotone(_likelihood_score, p, lo, hi, max_steps=60, take=take)
+        return solve_monotone(_likelihood_score, p, lo, hi, max_steps=60, take=take, compact=compact)
 
     a, b = roots(1.0, None), roots(1.0, take_rows)
     steps = np.asarray(a.steps)

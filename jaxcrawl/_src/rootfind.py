@@ -153,7 +153,8 @@ class Roots(NamedTuple):
 def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower: Any, upper: Any, *,
                    x0: Any | None = None, max_steps: int = 64, rtol: float | None = None,
                    ftol: float = 0.0, bracket: tuple[Any, Any] | None = None,
-                   take: Callable[[Any, jax.Array, tuple], Any] | None = None, unroll: int = 0) -> Roots:
+                   take: Callable[[Any, jax.Array, tuple], Any] | None = None, unroll: int = 0,
+                   compact: int = 16) -> Roots:
     r"""Elementwise roots of ``fn(x, params) = 0``, ``fn`` nonincreasing in ``x``, on a box.
 
     Each element of ``x`` has its own equation (``fn`` maps an array ``x`` of shape ``S``
@@ -176,7 +177,9 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     elements' shape as its leading axes).  With it, once at most 1/16 of the elements are
     still iterating, those stragglers are gathered and finish on their own, so the last
     iterations cost a sixteenth of a pass over all elements (the same iteration; the
-    roots agree to rounding: the two programs may sum in another order).
+    roots agree to rounding: the two programs may sum in another order).  ``compact``
+    (static, default 16) sets that fraction to ``1/compact``: a smaller divisor gathers
+    earlier, worth it when a pass is expensive and most elements finish together.
 
     ``unroll`` (static) takes the first steps outside the loop (same result; faster on
     XLA:CPU for large arrays, see :func:`_iterate_counting`).
@@ -197,7 +200,10 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     upper = jnp.broadcast_to(upper.astype(dtype), shape)
     if x0 is not None:
         x0 = jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(x0, dtype), shape))
-    cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol), take, int(unroll))
+    if int(compact) < 2:
+        raise ValueError(f"compact must be >= 2; got {compact}")
+    cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol), take, int(unroll),
+           int(compact))
     if bracket is not None:
         bracket = tuple(jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(v, dtype), shape)) for v in bracket)
     x, converged, steps, element_steps = _monotone(fn, cfg, params, lower, upper, x0, bracket)
@@ -239,13 +245,14 @@ def take_rows(params: Any, idx: jax.Array, shape: tuple) -> Any:
 
 
 def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootState, log_mode: jax.Array,
-                        tol: Any, max_steps: int, ztol: Any, unroll: int = 0) -> tuple[RootState, jax.Array]:
-    """:func:`_iterate_counting` in two phases: all elements until at most a sixteenth are
-    left, then those stragglers gathered (with their params, by ``take``) and iterated on
+                        tol: Any, max_steps: int, ztol: Any, unroll: int = 0,
+                        compact: int = 16) -> tuple[RootState, jax.Array]:
+    """:func:`_iterate_counting` in two phases: all elements until at most ``1/compact``
+    (default a sixteenth) are left, then those stragglers gathered (with their params, by ``take``) and iterated on
     their own to the end, and scattered back.  Elementwise equations only."""
     shape = jnp.shape(state.z)
     size = int(np.prod(shape))
-    small = max(size // 16, 1)
+    small = max(size // int(compact), 1)
 
     def f_and_df(p):
         return lambda x: jax.jvp(lambda v: fn(v, p), (x,), (jnp.ones_like(x),))
@@ -267,7 +274,7 @@ def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootSt
 
 
 def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
-    max_steps, rtol, ftol, take, unroll = cfg
+    max_steps, rtol, ftol, take, unroll, compact = cfg
 
     def f_and_df(x):
         return jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
@@ -312,7 +319,8 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
     if take is None:
         final, count = _iterate_counting(f_and_df, state, log_mode, ftol, max_steps, rtol, unroll)
     else:
-        final, count = _iterate_compacting(fn, params, take, state, log_mode, ftol, max_steps, rtol, unroll)
+        final, count = _iterate_compacting(fn, params, take, state, log_mode, ftol, max_steps, rtol, unroll,
+                                           compact)
     x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, jnp.clip(root_value(final, log_mode), lower, upper)))
     return x, final.done, final.k, count
 
