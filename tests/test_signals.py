@@ -171,8 +171,28 @@ def test_solve_signalled_while_reading(tmp_path, sig):
     out = tmp_path / "plan.csv"
     out.write_text("page_id,rate,prob\nold,1,0\n")
     proc = _start(["solve", "-i", str(src), "--bandwidth", "1000", "-q", "-o", str(out)], tmp_path)
-    time.sleep(1.5)  # python and jax imported, the table being read or solved
+    # after the command's handlers are installed (python and jax imported: the table is being
+    # read or solved), not after a fixed delay, which a loaded machine can spend importing
+    _wait_for(_catches(proc.pid, signal.SIGTERM), proc)
+    time.sleep(0.2)
     _signal_and_check(proc, sig, tmp_path, [src, out])
+
+
+def _catches(pid, sig):
+    """Whether process ``pid`` has a handler for ``sig`` (Linux: the SigCgt mask of
+    /proc/PID/status; elsewhere, a 3 s delay)."""
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        t0 = time.monotonic()
+        return lambda: time.monotonic() - t0 > 3.0
+
+    def caught():
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (int(sig) - 1) & 1)
+        return False
+    return caught
 
 
 @pytest.mark.long
