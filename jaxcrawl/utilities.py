@@ -336,26 +336,28 @@ def _gap_fallback(u: Utility, opts: tuple, params, bandwidth, lo, hi, x, dual, r
     select, for the whole batch); its passes are added to the step count.  Jitted (static
     utility and options) so an eager solve compiles it once.
     """
-    top = u.gap.top(params)
-    live = jnp.isfinite(top)
+    # the trigger costs one reduction over the pages; everything else runs only when needed
     log_nu = jax.lax.stop_gradient(jnp.log(dual))
-    highest = jax.lax.stop_gradient(jnp.argmax(jnp.where(live, top, -jnp.inf)))
-    t_top = jax.lax.stop_gradient(top[highest] - log_nu)
+    t_top = jax.lax.stop_gradient(jnp.max(u.gap.top(params)) - log_nu)
     need = ~converged | ~(t_top >= _GAP_SWITCH)
-    # The origin: the page whose marginal at zero is nearest above the plain dual (the plain
-    # solve stopped at its threshold: a jump of the sum in this dtype); if that fails or no
-    # page is above, the top page (the plain dual failed near the largest marginal: a
-    # bandwidth far below the change rates).
-    slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
-    above = live & (top >= log_nu - slack)
-    nearest = jax.lax.stop_gradient(jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
-    # the top page first when the plain dual sits at it or is not a number
-    top_first = ~(t_top >= 1e-2) | ~jnp.isfinite(residual)
-    first_k = jnp.where(top_first, highest, nearest)
-    other_k = jnp.where(top_first, nearest, highest)
 
     def gap_solve(args):
         params, lo, hi = args
+        top = u.gap.top(params)
+        live = jnp.isfinite(top)
+        highest = jax.lax.stop_gradient(jnp.argmax(jnp.where(live, top, -jnp.inf)))
+        # The origin: the page whose marginal at zero is nearest above the plain dual (the
+        # plain solve stopped at its threshold: a jump of the sum in this dtype); if that
+        # fails or no page is above, the top page (the plain dual failed near the largest
+        # marginal: a bandwidth far below the change rates) -- the top page first when the
+        # plain dual sits at it or is not a number.
+        slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
+        above = live & (top >= log_nu - slack)
+        nearest = jax.lax.stop_gradient(
+            jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
+        top_first = ~(t_top >= 1e-2) | ~jnp.isfinite(residual)
+        first_k = jnp.where(top_first, highest, nearest)
+        other_k = jnp.where(top_first, nearest, highest)
 
         def from_origin(k):
             big = jnp.where(live[k], top[k], 0.0)
