@@ -4,6 +4,12 @@ The papers' vocabulary is unified: ``importance`` (ζ, μ, w), ``change_rate`` (
 ``rate`` (ρ, p, r), ``bandwidth`` (R, B), ``complete`` (W° pages with change signals),
 ``dual`` (the bandwidth multiplier).
 """
+# first, before anything imports JAX: when this process is the ``jaxcrawl`` command, Ctrl-C
+# and SIGTERM while it imports are recorded for the command to act on (jaxcrawl/_src/interrupts.py)
+from ._src import interrupts as _interrupts
+
+_interrupts.install_early()
+
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 

@@ -21,7 +21,10 @@ did not converge, produced non-finite rates or missed the budget (no output writ
 POSIX shell convention).  Either signal ends the command cleanly (:func:`main`): the
 temporary file of an unfinished write is removed, an existing output is left as it was,
 finished checkpoints are kept; run as a program, the process then ends with ``os._exit``
-without tearing down the interpreter under JAX's running threads.
+without tearing down the interpreter under JAX's running threads.  A signal is recorded
+before it raises, so one whose exception Python loses (raised inside a garbage-collector
+callback) or that arrives while the command imports JAX still ends the command the same
+way (:mod:`jaxcrawl._src.interrupts`).
 
 Compilation cache: run as a program (``jaxcrawl ...``, ``python -m jaxcrawl.cli ...``),
 the command line keeps JAX's compiled programs in a persistent cache in the user's cache
@@ -42,6 +45,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxcrawl._src import interrupts as _interrupts
+
 __all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED",
            "EXIT_TERMINATED", "Terminated",
            "compile_cache_dir", "setup_compile_cache", "check_result"]
@@ -56,42 +61,7 @@ EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
 
-class Terminated(KeyboardInterrupt):
-    """Raised in the main thread when SIGTERM arrives during a command (exit status 143).
-
-    A ``KeyboardInterrupt`` so that every clean-up that handles Ctrl-C (atomic writes,
-    checkpoint stores, ``reproduce``'s resumable chunks) handles SIGTERM the same way."""
-
-
-@contextlib.contextmanager
-def _interrupt_handlers():
-    """SIGINT raises ``KeyboardInterrupt`` and SIGTERM :class:`Terminated` in the main thread
-    (the context yields the list of signals received), the first time only: a second signal while the first unwinds (removing a temporary
-    file, say) is ignored so the clean-up finishes.  Previous handlers are restored on exit.
-    Outside the main thread (where handlers cannot be installed) nothing is changed."""
-    import signal
-    import threading
-
-    fired: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield fired
-        return
-
-    def handler(signum, frame):
-        if fired:
-            return
-        fired.append(signum)
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    # a signal the parent set to be ignored (nohup, a background job of a non-interactive
-    # shell) stays ignored, as Python itself does for SIGINT
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)
-                if signal.getsignal(sig) is not signal.SIG_IGN}
-    try:
-        yield fired
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+Terminated = _interrupts.Terminated
 
 
 def check_result(values: dict, page_id: Any, *, converged: bool = True, num_steps: int | None = None,
@@ -208,7 +178,7 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     produced by any operation: status 3).  SIGINT returns 130 and SIGTERM 143 (see the module
     documentation).
     """
-    with _interrupt_handlers() as fired:
+    with _interrupts.handlers() as fired:
         status = _main(argv, compile_cache, fired)
     if argv is None and status in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         # run as a program and interrupted: end here, without the interpreter's teardown
@@ -228,6 +198,7 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
 
     command = "?"
     try:
+        _interrupts.raise_if_received()  # a signal while the command was importing
         import jax
 
         parser = build_parser()
@@ -242,6 +213,7 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
         with (jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext(),
               jax.debug_nans(True) if check and command != "solve" else contextlib.nullcontext()):
             status = int(args.func(args) or 0)
+        _interrupts.raise_if_received()  # a signal whose exception was lost (module documentation)
         if status == EXIT_INTERRUPTED and fired and fired[0] == signal.SIGTERM:
             status = EXIT_TERMINATED  # a command that handles the interrupt itself (reproduce)
         return status

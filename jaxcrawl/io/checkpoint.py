@@ -19,6 +19,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxcrawl._src import interrupts
+
 __all__ = ["atomic_write", "same_file", "write_json", "save_tree", "load_tree", "CheckpointStore"]
 
 PathLike = str | os.PathLike
@@ -44,7 +46,7 @@ def same_file(a: PathLike, b: PathLike) -> bool:
 
 
 def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
-                 inputs: tuple[PathLike | None, ...] = ()) -> None:
+                 inputs: tuple[PathLike | None, ...] = (), keep_if_interrupted: bool = False) -> None:
     """Write ``path`` atomically: ``write_fn(tmp_path)`` fills a temporary file in the same
     directory, which is fsynced, given the old file's permissions (or the umask's default
     for a new file) and renamed over ``path`` (the directory is then fsynced where the
@@ -53,6 +55,11 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
     ``inputs``: files the run reads; ``ValueError`` (before anything is written) when
     ``path`` names one of them -- the same path, another spelling, a symlink or a hard
     link -- so a run never replaces its own input.
+
+    Inside the ``jaxcrawl`` command, a SIGINT/SIGTERM received during the write -- also one
+    whose exception was lost where Python raised it (``jaxcrawl/_src/interrupts.py``) --
+    raises before the rename, so an interrupted command never replaces an output;
+    ``keep_if_interrupted=True`` (finished work: checkpoints) renames first, then raises.
     """
     path = os.fspath(path)
     for inp in inputs:
@@ -67,8 +74,11 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
         os.chmod(tmp, mode)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
+        if not keep_if_interrupted:
+            interrupts.raise_if_received()
         os.replace(tmp, path)
         _fsync_directory(d)
+        interrupts.raise_if_received()
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -172,7 +182,7 @@ class CheckpointStore:
             with open(tmp, "wb") as fh:
                 pickle.dump(record, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
-        atomic_write(self._path(chunk), write)
+        atomic_write(self._path(chunk), write, keep_if_interrupted=True)
 
     def get_or_compute(self, chunk: str, fn: Callable[[], Any]) -> Any:
         """The stored value of ``chunk``, or ``fn()`` (converted to NumPy, then stored)."""

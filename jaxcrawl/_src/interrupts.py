@@ -1,0 +1,136 @@
+"""SIGINT and SIGTERM for the ``jaxcrawl`` command: recorded first, raised where it is safe.
+
+Python runs a signal handler in the main thread between two bytecodes, wherever that thread
+is.  When it is inside a garbage-collector callback (JAX registers one, which runs during
+ordinary allocation), an exception the handler raises is *unraisable*: Python prints it and
+carries on, so a Ctrl-C raised there is lost and the command would finish and write its
+output as if nothing had happened (found in CI: a ``jaxcrawl solve`` signalled while reading
+its table exited 0).  So the command's handlers first *record* the signal, then raise; and
+the places that make a command's work permanent ask :func:`raise_if_received` first:
+
+* :func:`jaxcrawl.io.checkpoint.atomic_write` before it renames a finished temporary file over
+  an output (a plan is never replaced after an interrupt, raised or lost);
+* :class:`jaxcrawl.io.checkpoint.CheckpointStore` just *after* storing a chunk (finished work
+  is kept, and a long ``reproduce`` stops at its next chunk);
+* :func:`jaxcrawl.cli.main` when the command returns (status 130/143 rather than 0).
+
+Before the command's handlers exist, the process spends a second or two importing JAX, with
+Python's default handler (whose ``KeyboardInterrupt`` can be lost the same way).
+:func:`install_early` -- called by ``jaxcrawl/__init__.py`` before anything imports JAX,
+and only when the process *is* the command (``jaxcrawl ...`` or ``python -m jaxcrawl.cli``)
+-- records the signals of that window without raising; :func:`handlers` then raises at once.
+
+Outside a command nothing is recorded and :func:`raise_if_received` does nothing, so library
+callers of ``atomic_write`` see no change.  Standard library only: this module is imported
+before JAX.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+__all__ = ["Terminated", "install_early", "handlers", "received", "raise_if_received"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []  # signals received while armed (the first decides the status)
+_armed = False  # a command's handlers (early or full) are installed
+_early_previous: dict[int, object] = {}  # the handlers install_early replaced
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when SIGTERM arrives during a command (exit status 143).
+
+    A ``KeyboardInterrupt`` so that every clean-up that handles Ctrl-C (atomic writes,
+    checkpoint stores, ``reproduce``'s resumable chunks) handles SIGTERM the same way."""
+
+
+def _interrupt_for(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def received() -> int | None:
+    """The first signal received by the running command, or None."""
+    return _received[0] if _received else None
+
+
+def raise_if_received() -> None:
+    """Raise the running command's interrupt (``KeyboardInterrupt`` or :class:`Terminated`)
+    if a signal was received -- also one whose exception was lost where it was raised."""
+    if _armed and _received:
+        raise _interrupt_for(_received[0])
+
+
+def _is_command(argv: list[str]) -> bool:
+    """Whether this interpreter was started as the ``jaxcrawl`` command (the console script,
+    or ``python -m jaxcrawl.cli``/``jaxcrawl.cli.__main__``)."""
+    if argv and os.path.basename(argv[0]) in ("jaxcrawl", "jaxcrawl.exe"):
+        return True
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m":
+            return argv[i + 1] in ("jaxcrawl.cli", "jaxcrawl.cli.__main__")
+    return False
+
+
+def _record(signum, frame) -> None:
+    _received.append(signum)
+
+
+def install_early() -> None:
+    """Record (without raising) SIGINT/SIGTERM from now until :func:`handlers` takes over,
+    when this process is the ``jaxcrawl`` command; otherwise do nothing.  Signals the parent
+    set to be ignored stay ignored."""
+    global _armed
+    if _armed or threading.current_thread() is not threading.main_thread():
+        return
+    if not _is_command(list(getattr(sys, "orig_argv", sys.argv))):
+        return
+    for sig in _SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            _early_previous[sig] = signal.signal(sig, _record)
+    _armed = True
+
+
+@contextlib.contextmanager
+def handlers() -> Iterator[list[int]]:
+    """The command's handlers: SIGINT raises ``KeyboardInterrupt`` and SIGTERM
+    :class:`Terminated` in the main thread, after recording the signal (the context yields
+    the list of signals received).  Only the first signal raises: a second one while the
+    first unwinds (removing a temporary file, say) is recorded and ignored, so the clean-up
+    finishes.  A signal recorded by :func:`install_early` stays recorded (the command calls
+    :func:`raise_if_received` before it starts).  The handlers in
+    place before the command -- before :func:`install_early`'s, if it ran -- are restored on
+    exit.  Outside the main thread (where handlers cannot be installed) nothing changes."""
+    global _armed
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    early = dict(_early_previous)
+    _early_previous.clear()
+    pending = list(_received)
+    del _received[:]
+
+    def handler(signum, frame):
+        _received.append(signum)
+        if len(_received) == 1:
+            raise _interrupt_for(signum)
+
+    previous = {}
+    for sig in _SIGNALS:
+        current = signal.getsignal(sig)
+        if current is signal.SIG_IGN:
+            continue
+        previous[sig] = early.get(sig, current)
+        signal.signal(sig, handler)
+    _armed = True
+    _received.extend(pending)  # received while importing: raised by the command's first check
+    try:
+        yield _received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        del _received[:]
+        _armed = False
