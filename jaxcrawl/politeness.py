@@ -61,6 +61,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from ._src import budget as _budget
+from ._src import gap as _gap
 from ._src.checks import is_concrete, raise_unless_converged
 from ._src.rootfind import default_rtol
 from .io.hosts import host_index as host_index
@@ -69,7 +70,7 @@ from .io.hosts import load_host_caps
 from .io.hosts import read_host_caps as read_host_caps
 from .io.hosts import read_page_hosts as read_page_hosts
 from .problem import CrawlProblem, Policy, make_policy, raw_problem
-from .utilities import BINARY, Utility, _gap_fallback, _rescale_dual, binary_epsilon, get_utility, normalising_scales
+from .utilities import BINARY, Utility, binary_epsilon, get_utility, normalising_scales
 
 __all__ = [
     "HostCapSolution",
@@ -151,18 +152,31 @@ def _check_hosts(problem, host_id, host_cap, lower, upper):
 
 
 def _batched_solve(utility: Utility, params, budget, lower, upper, host, cap, opts):
-    def one(p, b, lo, up, c):
-        sol = _budget.solve(utility.rate, utility.marginal, p, b, lo, up, hosts=(host, c), **opts)
-        if utility.gap is None or not utility.separable:
-            return sol
-        return _uncapped_where_no_cap_binds(utility, (opts["max_steps"], opts["rtol"]), p, b, lo, up, host, c, sol)
+    cfg = (opts["max_steps"], opts["rtol"])
+
+    def plain(p, b, lo, up, c):
+        return _budget.solve(utility.rate, utility.marginal, p, b, lo, up, hosts=(host, c), **opts)
+
+    def fix(sol, p, b, lo, up, c):
+        return _uncapped_where_no_cap_binds(utility, cfg, p, b, lo, up, host, c, sol)
 
     if lower.ndim == 1:
-        return one(params, budget, lower, upper, cap)
-    batch, n, H = lower.shape[:-1], lower.shape[-1], cap.shape[-1]
-    flat = lambda a, tail: jnp.broadcast_to(a, batch + tail).reshape((-1,) + tail)  # noqa: E731
-    sol = jax.vmap(one)(jax.tree_util.tree_map(lambda a: flat(a, (n,)), params),
-                        flat(budget, ()), flat(lower, (n,)), flat(upper, (n,)), flat(cap, (H,)))
+        args = (params, budget, lower, upper, cap)
+        sol = plain(*args)
+    else:
+        batch, n, H = lower.shape[:-1], lower.shape[-1], cap.shape[-1]
+        flat = lambda a, tail: jnp.broadcast_to(a, batch + tail).reshape((-1,) + tail)  # noqa: E731
+        args = (jax.tree_util.tree_map(lambda a: flat(a, (n,)), params),
+                flat(budget, ()), flat(lower, (n,)), flat(upper, (n,)), flat(cap, (H,)))
+        sol = jax.vmap(plain)(*args)
+        fix = jax.vmap(fix)
+    # the log-gap fallback only where the capped solve did not converge: decided on the host
+    # for an eager solve (nothing compiled otherwise), inside the program under a trace
+    if utility.gap is not None and utility.separable and not (
+            is_concrete(sol) and bool(np.all(np.asarray(sol.converged)))):
+        sol = fix(sol, *args)
+    if lower.ndim == 1:
+        return sol
     return jax.tree_util.tree_map(lambda a: a.reshape(batch + a.shape[1:]), sol)
 
 
@@ -178,8 +192,9 @@ def _uncapped_where_no_cap_binds(utility: Utility, cfg: tuple, params, budget, l
     converged."""
     max_steps, rtol = cfg
     gap_opts = tuple(sorted(dict(max_steps=max_steps, rtol=rtol, adjoint="implicit").items()))
-    x, nu, residual, steps, converged = _gap_fallback(
-        utility, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged)
+    x, nu, residual, steps, converged = _gap.refine(
+        utility.gap, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps,
+        sol.converged)
     H = cap.shape[-1]
     seg = jnp.where((host >= 0) & (host < H), host, H)
     sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
@@ -284,9 +299,9 @@ def solve_with_host_caps(problem: CrawlProblem, host_id: ArrayLike, host_cap: Ar
     sol = _host_caps_in_units(scaled, host_id, cap / c_, objective, epsilon, div(lower), div(upper), **opts,
                               check=False)
     pol = sol.policy
-    policy = make_policy(problem, pol.rate * c_, _rescale_dual(pol.dual, a, c), pol.residual * c, pol.num_steps,
+    policy = make_policy(problem, pol.rate * c_, _budget.rescale_dual(pol.dual, a, c), pol.residual * c, pol.num_steps,
                          on_signal=pol.on_signal, converged=pol.converged)
-    return HostCapSolution(policy=policy, host_dual=_rescale_dual(sol.host_dual, a_, c_),
+    return HostCapSolution(policy=policy, host_dual=_budget.rescale_dual(sol.host_dual, a_, c_),
                            host_rate=sol.host_rate * c_, binding=sol.binding, num_steps=sol.num_steps)
 
 

@@ -37,6 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
+from ._src import budget as _budget
+from ._src import gap as _gap
 from ._src import rootfind, special
 from ._src.checks import is_concrete, raise_unless_converged
 from .allocate import allocate
@@ -260,13 +262,6 @@ def normalising_scales(problem: CrawlProblem) -> tuple[jax.Array, jax.Array]:
     return jax.lax.stop_gradient(fix(a)), jax.lax.stop_gradient(fix(c))
 
 
-def _rescale_dual(dual, a, c):
-    """``dual * a / c`` in the order that stays finite (a/c alone may overflow)."""
-    first = dual * (a / c)
-    second = (dual * a) / c
-    return jnp.where(jnp.isfinite(first), first, jnp.where(jnp.isfinite(second), second, (dual / c) * a))
-
-
 def _tighter(a, b, pick):
     """The tighter of two optional bounds (None when both are None)."""
     if a is None:
@@ -287,7 +282,7 @@ def _solve_one(problem, u: Utility, lower, upper, **opts) -> Policy:
         up = None if upper is None else jnp.asarray(upper, problem.dtype) / c
         pol = _solve_units(scaled, u, low, up, **opts)
         params = u.params(problem)
-        return make_policy(problem, pol.rate * c, _rescale_dual(pol.dual, a, c), pol.residual * c, pol.num_steps,
+        return make_policy(problem, pol.rate * c, _budget.rescale_dual(pol.dual, a, c), pol.residual * c, pol.num_steps,
                            on_signal=u.signal_mask(params, problem.importance.shape),
                            converged=pol.converged)
     return _solve_units(problem, u, lower, upper, **opts)
@@ -312,8 +307,8 @@ def _solve_units(problem, u: Utility, lower, upper, **opts) -> Policy:
     sol = allocate(u.rate, params, problem.bandwidth, lo, hi, marginal_fn=u.marginal, bracket=bracket, **opts)
     x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
     if u.gap is not None and u.separable:
-        x, dual, residual, steps, converged = _gap_fallback(
-            u, tuple(sorted(opts.items())), params, problem.bandwidth, lo, hi, x, dual, residual, steps, converged)
+        x, dual, residual, steps, converged = _gap.refine(
+            u.gap, tuple(sorted(opts.items())), params, problem.bandwidth, lo, hi, x, dual, residual, steps, converged)
     if throw:
         raise_unless_converged(f"solve({u.name!r})", converged, steps, residual)
     dual = dual if u.dual is None else u.dual(dual, params)
@@ -322,115 +317,8 @@ def _solve_units(problem, u: Utility, lower, upper, **opts) -> Policy:
                        converged=converged)
 
 
-_GAP_SWITCH = 0.5  # log(m_top / nu) below which solve() re-solves on the GapForm
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _gap_fallback(u: Utility, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
-    """The plain solve's result, or the GapForm re-solve where the plain dual cannot resolve it.
-
-    The plain dual loses the top pages' rates once it is within a fraction of the largest
-    marginal at zero (x_top has relative error ~2 eps / t, t = log(m_top / nu), and nothing is
-    left to resolve once t < eps): there the dual's log-gap (GapForm) is at least as accurate
-    for every page.  The re-solve runs only when needed (under vmap, where lax.cond becomes a
-    select, for the whole batch); its passes are added to the step count.  Jitted (static
-    utility and options) so an eager solve compiles it once.
-    """
-    # the trigger costs one reduction over the pages; everything else runs only when needed
-    log_nu = jax.lax.stop_gradient(jnp.log(dual))
-    t_top = jax.lax.stop_gradient(jnp.max(u.gap.top(params)) - log_nu)
-    need = ~converged | ~(t_top >= _GAP_SWITCH)
-
-    def gap_solve(args):
-        params, lo, hi = args
-        top = u.gap.top(params)
-        live = jnp.isfinite(top)
-        highest = jax.lax.stop_gradient(jnp.argmax(jnp.where(live, top, -jnp.inf)))
-        # The origin: the page whose marginal at zero is nearest above the plain dual (the
-        # plain solve stopped at its threshold: a jump of the sum in this dtype); if that
-        # fails or no page is above, the top page (the plain dual failed near the largest
-        # marginal: a bandwidth far below the change rates) -- the top page first when the
-        # plain dual sits at it or is not a number.
-        slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
-        above = live & (top >= log_nu - slack)
-        nearest = jax.lax.stop_gradient(
-            jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
-        top_first = ~(t_top >= 1e-2) | ~jnp.isfinite(residual)
-        first_k = jnp.where(top_first, highest, nearest)
-        other_k = jnp.where(top_first, nearest, highest)
-
-        def from_origin(k):
-            big = jnp.where(live[k], top[k], 0.0)
-            return _gap_allocation(u.gap, params, bandwidth, lo, hi, live, k, big, dict(opts))
-
-        first = from_origin(first_k)
-        retry = ~first[4] & (first_k != other_k)
-        gx, gnu, gres, gsteps, gconv = jax.lax.cond(retry, lambda: from_origin(other_k), lambda: first)
-        return gx, gnu, gres, steps + gsteps + jnp.where(retry, first[3], 0), gconv
-
-    def keep(args):
-        return x, dual, residual, steps, converged
-
-    return jax.lax.cond(need, gap_solve, keep, (params, lo, hi))
-
-
 _LOG2 = float(np.log(2.0))  # Python floats: weakly typed, so float32 stays float32 under x64
 _SQRT2 = float(np.sqrt(2.0))
-
-
-def _gap_allocation(gap: GapForm, params, bandwidth, lo, hi, live, k, big, opts):
-    """The budget solve on the dual ``tau = -log log(m_k / nu)`` of :class:`GapForm` (origin:
-    page ``k``'s marginal at zero ``m_k``, ``log m_k = big``), for a dual below ``m_k``:
-    ``(x, nu, residual, steps, converged)`` with ``nu`` on the plain scale.
-
-    ``nu = m_k exp(-e^{-tau})`` moves with page ``k``'s parameters; every page's rate is
-    written through the same map (``d_i = log(m_k / m_i)`` keeps page ``k``'s params
-    differentiable), so the implicit rule of :func:`jaxcrawl.allocate` differentiates it
-    exactly.  The bracket starts where page ``k`` alone takes the whole bandwidth and where
-    it takes ``1/n`` of it, and is widened geometrically until it holds the root.
-    """
-    if gap.log_ratio is None:
-        d = big - gap.top(params)
-    else:
-        own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], params)
-        d = gap.log_ratio(params, own)
-    d = jnp.where(live, d, jnp.inf)
-    d = jnp.where(jnp.arange(d.shape[-1]) == k, 0.0 * d, d)  # exactly 0 (its tangent is 0 too)
-    own = jax.tree_util.tree_map(lambda v: jax.lax.stop_gradient(jnp.asarray(v)[..., k]), params)
-    n = d.shape[-1]
-    a = gap.marginal(jnp.asarray(bandwidth, d.dtype), own)
-    b = gap.marginal(jnp.asarray(bandwidth, d.dtype) / n, own)
-    ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
-    a, b = jnp.where(ok, a, 0.5), jnp.where(ok, b, 1.0)
-    rate_fn = _gap_rate_function(gap)
-    sol = allocate(rate_fn, (params, d), bandwidth, lo, hi, bracket=(a, b), **opts)
-    nu = jnp.exp(big - jnp.exp(-sol.dual))
-    return sol.x, nu, sol.residual, sol.num_steps, sol.converged
-
-
-@functools.cache
-def _gap_rate_function(gap: GapForm) -> Callable:
-    """The rate of ``gap`` in the dual ``tau = -log log(m_k / nu)``, with params ``(params, d)``,
-    ``d_i = log(m_k / m_i)`` (negative for pages above the origin; cached: one compilation).
-    Page ``i``'s ``q`` is ``-log(e^{-tau} - d_i) = tau - log(1 - d_i e^tau)`` (``tau`` itself at
-    the origin), and it is not crawled once ``d_i e^tau >= 1``."""
-
-    def rate(tau, p):
-        params, d = p
-        mag = jnp.abs(d)
-        nz = mag > 0
-        log_mag = jnp.log(jnp.where(nz, mag, 1.0))
-        # below the origin (d > 0): w = d e^tau formed in logs (d may be tiny and e^tau huge),
-        # q = tau - log(1 - w), crawled while w < 1; the origin: q = tau (with d's tangent);
-        # above it (d < 0): q = -log(e^{-tau} + |d|), always crawled
-        w = jnp.where(d > 0, jnp.exp(log_mag + tau), d)
-        crawled = w < 1.0
-        below = tau - jnp.log1p(-jnp.where(crawled & (d >= 0), w, 0.0))
-        above = -jnp.logaddexp(-tau, log_mag)
-        q = jnp.where(d < 0, above, below)
-        return jnp.where(crawled, gap.rate(jnp.where(crawled, q, 0.0), params), 0.0)
-
-    return rate
 
 
 def _log_ratio_top(params):

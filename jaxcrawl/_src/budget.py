@@ -348,3 +348,10 @@ def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: 
         out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
     x, nu, kappa, residual, converged, steps = out
     return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps)
+
+
+def rescale_dual(dual, a, c):
+    """``dual * a / c`` in the order that stays finite (a/c alone may overflow)."""
+    first = dual * (a / c)
+    second = (dual * a) / c
+    return jnp.where(jnp.isfinite(first), first, jnp.where(jnp.isfinite(second), second, (dual / c) * a))

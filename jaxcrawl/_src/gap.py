@@ -1,0 +1,155 @@
+r"""The log-gap re-solve behind :func:`jaxcrawl.solve` and the host-capped solves.
+
+For a utility with a :class:`jaxcrawl.GapForm` (finite marginal at zero :math:`m_i`), a
+bandwidth far below the change rates puts the optimal dual so close to :math:`\max_i m_i`
+that the plain dual cannot resolve the rates (or is not representable).  :func:`refine`
+keeps the plain solve's answer where it is accurate and otherwise re-solves on
+:math:`\tau = -\log\log(m_k/\nu)` from an origin page :math:`k` (:func:`gap_allocation`).
+
+The decision is made on the host when the inputs are concrete (an eager solve: nothing of
+the re-solve is compiled or run when it is not needed), and by ``lax.cond`` under a trace
+(jit, vmap -- where the cond becomes a select for the whole batch -- or grad).
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from . import budget as _budget
+from .checks import is_concrete
+
+__all__ = ["SWITCH", "refine", "needed", "gap_allocation", "gap_rate_function"]
+
+SWITCH = 0.5  # log(m_top / nu) below which the plain dual is replaced by the log-gap re-solve
+
+
+def _needs(gap, params, dual, converged):
+    log_nu = jax.lax.stop_gradient(jnp.log(dual))
+    t_top = jax.lax.stop_gradient(jnp.max(gap.top(params)) - log_nu)
+    return ~converged | ~(t_top >= SWITCH), log_nu, t_top
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def needed(gap, params, dual, converged) -> jax.Array:
+    """Whether the plain solve's ``dual`` must be replaced: not converged, or within
+    ``e^SWITCH`` of the largest marginal at zero (one reduction over the pages)."""
+    return _needs(gap, params, dual, converged)[0]
+
+
+def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+    """``(x, dual, residual, steps, converged)``: the plain solve's, or the log-gap re-solve's
+    where the plain dual cannot resolve the answer.  ``opts``: sorted ``(name, value)`` pairs
+    of ``max_steps``, ``rtol`` and ``adjoint``.  The re-solve's passes are added to ``steps``."""
+    plain = (x, dual, residual, steps, converged)
+    if is_concrete(params, bandwidth, lo, hi, dual, converged):
+        if not bool(needed(gap, params, dual, converged)):
+            return plain
+        return _re_solve(gap, opts, params, bandwidth, lo, hi, *plain)
+    return _fallback(gap, opts, params, bandwidth, lo, hi, *plain)
+
+
+def _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+    _, log_nu, t_top = _needs(gap, params, dual, converged)
+    top = gap.top(params)
+    live = jnp.isfinite(top)
+    highest = jax.lax.stop_gradient(jnp.argmax(jnp.where(live, top, -jnp.inf)))
+    # The origin: the page whose marginal at zero is nearest above the plain dual (the plain
+    # solve stopped at its threshold: a jump of the sum in this dtype); if that fails or no
+    # page is above, the top page (the plain dual failed near the largest marginal: a
+    # bandwidth far below the change rates) -- the top page first when the plain dual sits at
+    # it or is not a number.
+    slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
+    above = live & (top >= log_nu - slack)
+    nearest = jax.lax.stop_gradient(
+        jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
+    top_first = ~(t_top >= 1e-2) | ~jnp.isfinite(residual)
+    first_k = jnp.where(top_first, highest, nearest)
+    other_k = jnp.where(top_first, nearest, highest)
+
+    def from_origin(k):
+        return gap_allocation(gap, params, bandwidth, lo, hi, live, k, dict(opts))
+
+    first = from_origin(first_k)
+    retry = ~first[4] & (first_k != other_k)
+    gx, gnu, gres, gsteps, gconv = jax.lax.cond(retry, lambda: from_origin(other_k), lambda: first)
+    return gx, gnu, gres, steps + gsteps + jnp.where(retry, first[3], 0), gconv
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _re_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+    """The log-gap re-solve, unconditionally (the host decided it is needed)."""
+    return _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _fallback(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+    """The same decision under a trace: ``lax.cond`` on :func:`needed`."""
+    need = _needs(gap, params, dual, converged)[0]
+    return jax.lax.cond(
+        need,
+        lambda a: _gap_solve(gap, opts, a[0], bandwidth, a[1], a[2], x, dual, residual, steps, converged),
+        lambda a: (x, dual, residual, steps, converged),
+        (params, lo, hi))
+
+
+def gap_allocation(gap, params, bandwidth, lo, hi, live, k, opts: dict):
+    """The budget solve on the dual ``tau = -log log(m_k / nu)`` of the GapForm ``gap``
+    (origin: page ``k``'s marginal at zero ``m_k``), for a dual below ``m_k``:
+    ``(x, nu, residual, steps, converged)`` with ``nu`` on the plain scale.
+
+    ``nu = m_k exp(-e^{-tau})`` moves with page ``k``'s parameters; every page's rate is
+    written through the same map (``d_i = log(m_k / m_i)`` keeps page ``k``'s params
+    differentiable), so the implicit rule of the budget solve differentiates it exactly.
+    The bracket starts where page ``k`` alone takes the whole bandwidth and where it takes
+    ``1/n`` of it, and is widened geometrically until it holds the root.
+    """
+    top = gap.top(params)
+    big = jnp.where(live[k], top[k], 0.0)
+    if gap.log_ratio is None:
+        d = big - top
+    else:
+        own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], params)
+        d = gap.log_ratio(params, own)
+    d = jnp.where(live, d, jnp.inf)
+    d = jnp.where(jnp.arange(d.shape[-1]) == k, 0.0 * d, d)  # exactly 0 (its tangent is 0 too)
+    own = jax.tree_util.tree_map(lambda v: jax.lax.stop_gradient(jnp.asarray(v)[..., k]), params)
+    n = d.shape[-1]
+    budget = jnp.asarray(bandwidth, d.dtype)
+    a = gap.marginal(budget, own)
+    b = gap.marginal(budget / n, own)
+    ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
+    a, b = jnp.where(ok, a, 0.5), jnp.where(ok, b, 1.0)
+    sol = _budget.solve(gap_rate_function(gap), None, (params, d), budget, jnp.asarray(lo, d.dtype),
+                        jnp.asarray(hi, d.dtype), bracket=(a, b), max_steps=opts["max_steps"],
+                        rtol=opts["rtol"], unrolled=opts.get("adjoint", "implicit") == "unrolled")
+    nu = jnp.exp(big - jnp.exp(-sol.dual))
+    return sol.x, nu, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
+
+
+@functools.cache
+def gap_rate_function(gap) -> Callable[[Any, Any], jax.Array]:
+    """The rate of ``gap`` in the dual ``tau = -log log(m_k / nu)``, with params ``(params, d)``,
+    ``d_i = log(m_k / m_i)`` (negative for pages above the origin; cached: one compilation).
+    Page ``i``'s ``q`` is ``-log(e^{-tau} - d_i) = tau - log(1 - d_i e^tau)`` (``tau`` itself at
+    the origin), and it is not crawled once ``d_i e^tau >= 1``."""
+
+    def rate(tau, p):
+        params, d = p
+        mag = jnp.abs(d)
+        nz = mag > 0
+        log_mag = jnp.log(jnp.where(nz, mag, 1.0))
+        # below the origin (d > 0): w = d e^tau formed in logs (d may be tiny and e^tau huge),
+        # q = tau - log(1 - w), crawled while w < 1; the origin: q = tau (with d's tangent);
+        # above it (d < 0): q = -log(e^{-tau} + |d|), always crawled
+        w = jnp.where(d > 0, jnp.exp(log_mag + tau), d)
+        crawled = w < 1.0
+        below = tau - jnp.log1p(-jnp.where(crawled & (d >= 0), w, 0.0))
+        above = -jnp.logaddexp(-tau, log_mag)
+        q = jnp.where(d < 0, above, below)
+        return jnp.where(crawled, gap.rate(jnp.where(crawled, q, 0.0), params), 0.0)
+
+    return rate
