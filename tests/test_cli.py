@@ -37,7 +37,8 @@ def test_solve_csv_roundtrip(tmp_path, capsys):
     np.testing.assert_allclose(summary["dual"], float(pol.dual), rtol=1e-9)
 
 
-@pytest.mark.parametrize("objective", ["harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay", "uniform"])
+@pytest.mark.parametrize("objective", ["harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay",
+                                       pytest.param("uniform", marks=pytest.mark.long)])
 def test_solve_synthetic_default_every_objective(objective, capsys):
     assert main(["solve", "--num-pages", "500", "--objective", objective]) == 0
     s = last_json(capsys)

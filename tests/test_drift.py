@@ -169,6 +169,7 @@ def test_discounted_mle_tracks_a_regime_switch_and_the_plain_mle_does_not():
     assert errs_plain[-1] > 0.3 and errs_plain[-1] > 2 * errs_disc[-1]
 
 
+@pytest.mark.long
 def test_discounted_mle_without_forgetting_is_the_mle():
     gaps, changed, mask, _ = _switch_histories(jax.random.PRNGKey(6), 32, 0.7, 0.7, 0.0, 60.0, 1.0, 96)
     a = estimators.discounted_mle(gaps, changed, mask, half_life=jnp.inf, smoothing=0.0)

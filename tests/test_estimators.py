@@ -1056,6 +1056,7 @@ def test_warm_started_mle_equals_the_cold_one(h, smoothed):
     np.testing.assert_array_equal(np.asarray(public), np.asarray(warm.rate))
 
 
+@pytest.mark.long
 def test_warm_start_float32_agrees_and_needs_few_steps():
     """Simulated Poisson-crawl histories (NeurIPS-19 / L2C: intervals Exp(ρ), changed with
     probability 1 - e^{-λ w}) in float32: the warm-started MLE equals the cold one to float32

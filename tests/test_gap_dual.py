@@ -144,6 +144,7 @@ def test_gradient_through_the_gap_solve_matches_finite_differences(name):
         np.testing.assert_allclose(float(exact), float(approx), rtol=1e-5, atol=1e-9)
 
 
+@pytest.mark.long  # ~10 s of compilation (jit(vmap) of three utilities' both paths)
 def test_a_batch_mixes_both_paths_like_a_loop():
     """Under vmap (a batch of problems, one far below its change rates, one ordinary), each
     problem's result equals its own solve."""
@@ -158,6 +159,7 @@ def test_a_batch_mixes_both_paths_like_a_loop():
             np.testing.assert_allclose(np.asarray(out.rate[k]), np.asarray(one.rate), rtol=4 * float(np.finfo(dtype()).eps))
 
 
+@pytest.mark.long
 def test_a_page_at_its_uniform_threshold_gets_its_rate():
     """Uniform-interval freshness: a page's rate falls to 0 at its threshold m_i = nu only
     like xi / log(1 / (1 - nu / m_i)), so in float32 the sum jumps by ~xi/17 between adjacent
@@ -181,7 +183,7 @@ def test_a_page_at_its_uniform_threshold_gets_its_rate():
     check_kkt("uniform", zeta, xi, R, rate, 0.0)
 
 
-@pytest.mark.parametrize("name", ["binary", "uniform"])
+@pytest.mark.parametrize("name", ["binary", pytest.param("uniform", marks=pytest.mark.long)])
 def test_host_capped_far_below_the_change_rates(name):
     """Host caps that do not bind at the uncapped optimum leave it optimal (every host
     multiplier 0): a capped solve far below the change rates, which the capped iteration on

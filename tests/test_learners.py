@@ -560,7 +560,7 @@ def test_suffix_estimate_refuses_bad_smoothing_eagerly(flat_capacity, smoothing)
         lc.suffix_estimate(hist, jnp.zeros(n, bool), 1, 2, smoothing, 1.0, jnp.ones(n), flat_capacity=flat_capacity)
 
 
-@pytest.mark.parametrize("mode", ["auto", None, "forget"])
+@pytest.mark.parametrize("mode", [pytest.param("auto", marks=pytest.mark.long), None, "forget"])
 def test_suffix_estimate_reports_its_convergence(mode):
     """``return_converged=True`` adds each page's likelihood-solve flag (flat, padded and
     discounted paths) without changing the estimates."""

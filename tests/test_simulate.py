@@ -391,6 +391,7 @@ def _reference_window(ev_page, ev_time, ev_chg, ev_crl, ev_valid, n0, since, w, 
     return harm, stale, obs, n, since_new, int(np.sum(ev_chg[sel]))
 
 
+@pytest.mark.long
 def test_windows_match_a_numpy_event_loop():
     """Every integral, observation and carried state equals a plain event loop on the same
     events, over four consecutive windows with a different policy in each (carry-over
@@ -556,6 +557,7 @@ def test_overflow_is_counted_and_reported(mixed_config):
     assert int(ev.overflow) > 0
 
 
+@pytest.mark.long
 def test_pool_overflow_flags_the_pages_past_it():
     """A pool too small for all pages: the pages past it are flagged, the first are not."""
     wd = world()

@@ -90,6 +90,7 @@ def test_lambda_crawl_kkt(seed):
     assert abs(rho.sum() - float(p.bandwidth)) <= 1e-9 * float(p.bandwidth)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_envelope_theorem_bandwidth_derivative_equals_dual():
     p, _ = random_problem(7, complete_fraction=0.1)

@@ -338,7 +338,7 @@ def data_problem(n=512):
     return jaxcrawl.data.synthetic(jax.random.key(11), n)
 
 
-@pytest.mark.parametrize("name", HOMOGENEOUS)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n == "uniform" else n for n in HOMOGENEOUS])
 def test_converged_means_budget_met_at_every_bandwidth_float32(name):
     """Honest convergence across 60 decades of bandwidth (float32, natural change rates):
     at every bandwidth the solve either meets the budget to its tolerance with finite rates

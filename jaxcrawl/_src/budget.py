@@ -143,9 +143,8 @@ def _hosts(host, num_hosts):
 def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled):
     max_steps, _, rtol = cfg
 
-    def total(nu):
-        x, *_ = eval_pages(rate_fn, params, nu, lower, upper)
-        return jnp.sum(x)
+    def total(nu):  # the sum only (no derivative: a smaller program in each bracket loop)
+        return jnp.sum(jnp.clip(rate_fn(nu, params), lower, upper))
 
     if marginal_fn is not None:
         shape = jax.eval_shape(lambda: rate_fn(bracket[0], params)).shape

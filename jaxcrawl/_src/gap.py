@@ -70,13 +70,20 @@ def _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, c
     first_k = jnp.where(top_first, highest, nearest)
     other_k = jnp.where(top_first, nearest, highest)
 
-    def from_origin(k):
-        return gap_allocation(gap, params, bandwidth, lo, hi, live, k, dict(opts))
+    # The two origins as a two-step scan, so the re-solve appears once in the program (half
+    # the compilation of writing it twice); the second runs only when the first failed.
+    def attempt(carry, origin):
+        k, wanted = origin
+        run = wanted & ~carry[4]
+        out = jax.lax.cond(run, lambda: gap_allocation(gap, params, bandwidth, lo, hi, live, k, dict(opts)),
+                           lambda: carry[:5])
+        return (*out[:4], out[4], carry[5] + jnp.where(run, out[3], 0)), None
 
-    first = from_origin(first_k)
-    retry = ~first[4] & (first_k != other_k)
-    gx, gnu, gres, gsteps, gconv = jax.lax.cond(retry, lambda: from_origin(other_k), lambda: first)
-    return gx, gnu, gres, steps + gsteps + jnp.where(retry, first[3], 0), gconv
+    zero = jnp.zeros_like(steps)
+    init = (x, dual, residual, zero, jnp.zeros_like(converged), zero)
+    origins = (jnp.stack([first_k, other_k]), jnp.stack([jnp.array(True), first_k != other_k]))
+    (gx, gnu, gres, _, gconv, gsteps), _ = jax.lax.scan(attempt, init, origins)
+    return gx, gnu, gres, steps + gsteps, gconv
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
