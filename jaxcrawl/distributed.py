@@ -486,19 +486,35 @@ class LocalSolution(NamedTuple):
 @functools.partial(jax.jit, static_argnames=("utility", "num_pages", "capped", "max_steps", "rtol"))
 def _global_solve(imp, lam, comp, valid, host, cap, budget, *, utility, num_pages, capped, max_steps, rtol):
     from ._src import budget as _budget
+    from ._src import gap as _gap
     from .problem import make_policy, raw_problem
 
     problem = raw_problem(imp, lam, budget, comp)
-    params = utility.params(problem)
-    lo, hi = utility.page_bounds(params, budget, num_pages, budget.dtype)
+    a = c = 1.0
+    if utility.homogeneous:
+        # jaxcrawl.solve's exact change of units: the largest importance and the mean rate at
+        # 1 (host caps scale like the bandwidth), then rates, dual and residual scaled back
+        fix = lambda v: jnp.where(jnp.isfinite(v) & (v > 0), v, jnp.ones_like(v))  # noqa: E731
+        a = fix(jnp.max(jnp.where(valid, jnp.abs(imp), 0.0)))
+        c = fix(budget / num_pages)
+    params = utility.params(raw_problem(imp / a, lam / c, budget / c, comp))
+    lo, hi = utility.page_bounds(params, budget / c, num_pages, budget.dtype)
     lo = jnp.where(valid, jnp.broadcast_to(lo, imp.shape), 0.0)
     hi = jnp.where(valid, jnp.broadcast_to(hi, imp.shape), 0.0)
-    sol = _budget.solve(utility.rate, utility.marginal, params, budget, lo, hi,
-                        hosts=(host, cap) if capped else None, max_steps=max_steps, inner_steps=max_steps,
+    sol = _budget.solve(utility.rate, utility.marginal, params, budget / c, lo, hi,
+                        hosts=(host, cap / c) if capped else None, max_steps=max_steps, inner_steps=max_steps,
                         rtol=rtol)
-    dual = sol.dual if utility.dual is None else utility.dual(sol.dual, params)
-    policy = make_policy(problem, sol.x, dual, sol.residual, sol.num_steps,
-                         on_signal=utility.signal_mask(params, imp.shape) & valid, converged=sol.converged)
+    x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
+    if utility.gap is not None and not capped:
+        # jaxcrawl.solve's log-gap re-solve where the plain dual cannot resolve the answer
+        # (a bandwidth far below the change rates); the padding rows are never its origin
+        opts = (("adjoint", "implicit"), ("max_steps", max_steps), ("rtol", rtol))
+        x, dual, residual, steps, converged = _gap.refine(
+            _gap.masked(utility.gap), opts, (params, valid), budget / c, lo, hi, x, dual, residual, steps,
+            converged)
+    dual = dual if utility.dual is None else utility.dual(dual, params)
+    policy = make_policy(problem, x * c, _budget.rescale_dual(dual, a, c), residual * c, steps,
+                         on_signal=utility.signal_mask(params, imp.shape) & valid, converged=converged)
     return policy.rate, policy.prob, policy.dual, policy.residual, policy.num_steps, policy.converged
 
 
@@ -566,7 +582,10 @@ def solve_local_rows(importance: Any, change_rate: Any, complete: Any, bandwidth
     The rows of process 0, then 1, ... form the global problem (in that order).  The dual
     root-find is :func:`jaxcrawl.solve`'s (the same ``_src`` code) on global arrays sharded
     over every device of every process, so its sums are cross-process all-reduces; the
-    result equals the single-process solve of the concatenated rows to rounding.
+    result equals the single-process solve of the concatenated rows to rounding.  As there,
+    a homogeneous utility is solved in units where the largest importance and the mean rate
+    are 1, and a utility with a :class:`~jaxcrawl.GapForm` re-solves on the dual's log-gap
+    where the plain dual cannot resolve the answer (without host caps).
 
     Args:
       importance, change_rate, complete: this process's ``(k,)`` rows (``k`` may differ

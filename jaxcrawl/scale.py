@@ -23,6 +23,7 @@ same dual; each writes its own rows of the plan).
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -32,6 +33,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ._src import budget as _budget
+from ._src import gap as _gap
 from ._src import rootfind
 from .io.page_table import PageTable as PageTable
 from .io.page_table import write_page_table as write_page_table
@@ -128,7 +130,8 @@ class StreamResult(NamedTuple):
       residual: ``sum(x(ν)) - bandwidth`` at the returned dual, before the closing correction.
       num_steps: root-finding steps.
       num_passes: full reads of the page table.
-      converged: whether the root-find met its tolerance before ``max_steps``.
+      converged: whether the root-find met its tolerance before ``max_steps`` and the plan
+        meets the budget (see :func:`stream_solve`).
       start: the global index of ``rate[0]`` (0 unless several processes each returned
         their own rows).
     """
@@ -167,6 +170,141 @@ def _row_chunks(table: PageTable, chunk_size: int, start: int, stop: int):
                np.asarray(table.complete[a:b]).astype(bool))
 
 
+def _log(v: float) -> float:
+    return float(np.log(v)) if v > 0 else -np.inf
+
+
+def _best(pair: tuple[float, int], multi: bool, pick) -> tuple[float, int]:
+    """The ``(value, global row)`` pair with the largest (``pick=max``) or smallest
+    (``pick=min``) value over the processes (ties: the lowest process)."""
+    if not multi:
+        return pair
+    from . import distributed as _dist
+
+    g = _dist.allgather_host(np.asarray(pair, np.float64))
+    j = int(np.argmax(g[:, 0]) if pick is max else np.argmin(g[:, 0]))
+    return float(g[j, 0]), int(g[j, 1])
+
+
+class _GapFound(NamedTuple):
+    nu: float
+    residual: float
+    slope: float
+    converged: bool
+    steps: int
+    passes: int
+    write: Any
+
+
+def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, multi, budget, nu, residual,
+                      t_top, k_top, max_steps, rtol, dtype) -> _GapFound:
+    """:func:`jaxcrawl.solve`'s log-gap re-solve (``_src/gap.py``), chunk by chunk: the budget
+    solve on ``tau = -log log(m_k / nu)`` from an origin page ``k`` -- the page whose marginal
+    at zero is nearest above the plain dual, or the top page (first when the plain dual sits
+    at the top page's marginal or did not converge), the other origin when the first fails.
+    Every pass reads the table once; the origin's row is read on its own."""
+    grate = _gap.gap_rate_function(gap)
+    budget_f = float(budget)
+    tol = (rootfind.default_rtol(dtype) if rtol is None else rtol) * budget_f
+    counts = [0, 0]  # passes, steps
+
+    @jax.jit
+    def own_of(m, l, c):
+        params, _, _ = chunk_parts(m, l, c)
+        own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., 0], params)
+        return own, gap.top(own)
+
+    def rates(m, l, c, valid, pos, own, big, tau):
+        params, lo, hi = chunk_parts(m, l, c)
+        live = valid & jnp.isfinite(gap.top(params))
+        d = _gap.log_ratios(gap, params, own, big, live, jnp.arange(m.shape[0]) == pos)
+        return _budget.eval_pages(grate, (params, d), tau, lo, hi)[:2] + (lo, hi)
+
+    @jax.jit
+    def sums(m, l, c, valid, pos, own, big, tau):
+        x, dx, _, _ = rates(m, l, c, valid, pos, own, big, tau)
+        return jnp.sum(jnp.where(valid, x, 0.0)), jnp.sum(jnp.where(valid, dx, 0.0))
+
+    @jax.jit
+    def final(m, l, c, valid, pos, own, big, tau, factor):
+        x, dx, lo, hi = rates(m, l, c, valid, pos, own, big, tau)
+        return jnp.clip(x + factor * dx, lo, hi)
+
+    @jax.jit
+    def nearest(m, l, c, valid, log_nu):
+        params, _, _ = chunk_parts(m, l, c)
+        top = gap.top(params)
+        slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
+        t = jnp.where(valid & jnp.isfinite(top) & (top >= log_nu - slack), top, jnp.inf)
+        return jnp.min(t), jnp.argmin(t)
+
+    def pos_in(k, start):
+        return jnp.asarray(k - start if 0 <= k - start < size else -1, jnp.int32)
+
+    def total(k, own, big, tau, label):
+        f = df = 0.0
+        for chunk in row_chunks(label):
+            start, _, m, l, c, valid = load(chunk)
+            s_, ds = sums(m, l, c, valid, pos_in(k, start), own, big, jnp.asarray(tau, dtype))
+            f, df = f + float(s_), df + float(ds)
+        counts[0] += 1
+        f, df = add([f, df])
+        return float(f), float(df)
+
+    def nearest_page():
+        best = (np.inf, -1)
+        log_nu = jnp.asarray(_log(nu), dtype)
+        for chunk in row_chunks("log-gap origin"):
+            start, _, m, l, c, valid = load(chunk)
+            t, i = nearest(m, l, c, valid, log_nu)
+            if float(t) < best[0]:
+                best = (float(t), start + int(i))
+        counts[0] += 1
+        t, k = _best(best, multi, min)
+        return k if np.isfinite(t) else k_top
+
+    def attempt(k):
+        _, _, m, l, c, _ = load(next(_row_chunks(table, size, k, k + 1)))
+        own, big = own_of(m, l, c)
+        a, b = (float(v) for v in _gap.origin_bracket(gap, own, budget, n))
+        # widen until total(a) >= budget >= total(b), as _budget.expand_bracket (a pass a test)
+        for _ in range(64):
+            if total(k, own, big, a, "log-gap bracket")[0] >= budget_f:
+                break
+            a = a / 4.0 if a > 0 else a - 2.0 * max(abs(b - a), 1.0)
+        for _ in range(64):
+            if total(k, own, big, b, "log-gap bracket")[0] <= budget_f:
+                break
+            b = b * 4.0 if b > 0 else b + 2.0 * max(abs(b - a), 1.0)
+        state, log_mode = rootfind.root_init(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
+        start_steps = counts[1]
+        while not bool(state.done) and int(state.k) < max_steps:
+            tau = rootfind.root_value(state, log_mode)
+            f, df = total(k, own, big, tau, f"log-gap step {int(state.k) + 1}")
+            state = rootfind.root_update(state, jnp.asarray(f - budget_f, dtype), jnp.asarray(df, dtype),
+                                         log_mode, tol)
+        counts[1] = start_steps + int(state.k)
+        tau = rootfind.root_value(state, log_mode)
+        f, df = total(k, own, big, tau, "log-gap residual")
+        res = f - budget_f
+
+        def write(start, m, l, c, *, factor):
+            valid = jnp.ones(m.shape, bool)
+            return final(m, l, c, valid, pos_in(k, start), own, big, tau, factor)
+
+        ok = bool(state.done) and bool(np.isfinite(res)) and abs(res) <= 4.0 * tol
+        return _GapFound(float(_gap.dual_of(big, tau)), res, df, ok, 0, 0, write)
+
+    top_first = not (t_top - _log(nu) >= 1e-2) or not np.isfinite(residual)
+    first_k = k_top if top_first else nearest_page()
+    found = attempt(first_k)
+    if not found.converged:
+        other = nearest_page() if top_first else k_top
+        if other != first_k:
+            found = attempt(other)
+    return found._replace(steps=counts[1], passes=counts[0])
+
+
 def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility = "harmonic",
                  epsilon: float = 0.0, chunk_size: int = 1 << 20, dtype: Any = None,
                  out_path: str | None = None, max_steps: int = 100,
@@ -179,7 +317,10 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     from per-chunk sums: one pass for the bounds' statistics, one for the dual bracket,
     one per root-finding step (the same :func:`root_update` as the in-memory solve,
     driven from the host), one for the residual at the final dual, and one to write the
-    plan.  Memory is O(chunk_size).
+    plan.  Memory is O(chunk_size).  For a utility with a :class:`~jaxcrawl.GapForm`
+    (binary, BLCε, uniform freshness), where the plain dual cannot resolve the answer (a
+    bandwidth far below the change rates) the solve continues on the dual's log-gap, as
+    :func:`jaxcrawl.solve` does: a few more passes, only then.
 
     Args:
       table: the page table.
@@ -206,7 +347,9 @@ def stream_solve(table: PageTable, bandwidth: float, *, objective: str | Utility
     every process's rows: one ``.npy`` file of the whole plan.
 
     Returns:
-      :class:`StreamResult` (with ``converged`` and the pre-correction residual).
+      :class:`StreamResult` (with the pre-correction residual; ``converged`` requires the
+      root-find to stop within ``max_steps``, that residual within 4 × the tolerance and the
+      written plan's sum within it).
     """
     if not np.isfinite(bandwidth) or bandwidth <= 0:
         raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
@@ -305,12 +448,18 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
                 jnp.sum(jnp.where(valid, lo, 0.0)),
                 jnp.argmax(valid & (lo > hi)), jnp.any(valid & (lo > hi)), jnp.max(jnp.where(valid, m, 0.0)))
 
+    gap = utility.gap
+
     @jax.jit
     def bracket(m, l, c, valid, slack, big, total):
         params, lo, hi = chunk_parts(m, l, c)
         width = hi - lo
         xbar = lo + slack * jnp.where(jnp.isfinite(width), width, big) / total
-        return _budget.marginal_range(utility.marginal, params, xbar, valid & (width > 0))
+        a, b = _budget.marginal_range(utility.marginal, params, xbar, valid & (width > 0))
+        if gap is None:
+            return a, b, -jnp.inf, 0
+        top = jnp.where(valid, gap.top(params), -jnp.inf)  # the log marginals at zero (GapForm)
+        return a, b, jnp.max(top), jnp.argmax(top)
 
     @jax.jit
     def sums(m, l, c, valid, nu):
@@ -319,10 +468,13 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
         return jnp.sum(jnp.where(valid, x, 0.0)), jnp.sum(jnp.where(valid, dx, 0.0))
 
     @jax.jit
-    def final(m, l, c, nu, factor):
+    def _final(m, l, c, nu, factor):
         params, lo, hi = chunk_parts(m, l, c)
         x, dx, *_ = _budget.eval_pages(utility.rate, params, nu, lo, hi)
         return jnp.clip(x + factor * dx, lo, hi)
+
+    def final(start, m, l, c, *, nu, factor):
+        return _final(m, l, c, nu, factor)
 
     def total_sums(nu, label):
         f = df = 0.0
@@ -358,10 +510,13 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
     big = max(slack, mw) if max(slack, mw) > 0 else 1.0
     total = sw + ninf * big
     lo_nu, hi_nu = np.inf, -np.inf
+    highest = (-np.inf, -1)  # the largest log marginal at zero and its page (GapForm utilities)
     for chunk in row_chunks("bracket"):
-        _, _, m, l, c, valid = load(chunk)
-        a, b_ = bracket(m, l, c, valid, slack, big, total)
+        start, _, m, l, c, valid = load(chunk)
+        a, b_, t, i = bracket(m, l, c, valid, slack, big, total)
         lo_nu, hi_nu = min(lo_nu, float(a)), max(hi_nu, float(b_))
+        if float(t) > highest[0]:
+            highest = (float(t), start + int(i))
     lo_nu, hi_nu = (float(v) for v in big_([-lo_nu, hi_nu]) * np.array([-1.0, 1.0]))
     passes += 1
     if not (np.isfinite(lo_nu) and np.isfinite(hi_nu)):
@@ -380,6 +535,22 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
     f, df = total_sums(nu, "residual")
     passes += 1
     residual = f - float(budget)
+    # as jaxcrawl.allocate: the dual the iteration stopped at must itself (nearly) meet the
+    # budget, or the closing correction would pass off a bracket collapsed on a jump of the
+    # sum (uniform freshness far below the change rates: 1e10 of the budget) as converged
+    converged = bool(state.done) and bool(np.isfinite(residual)) and abs(residual) <= 4.0 * tol
+    steps = int(state.k)
+    write = functools.partial(final, nu=nu)
+    if gap is not None:
+        t_top, k_top = _best(highest, multi, max)
+        if not converged or not (t_top - _log(float(nu)) >= _gap.SWITCH):
+            found = _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, multi, budget,
+                                      float(nu), residual, t_top, k_top, max_steps, rtol, dtype)
+            passes += found.passes
+            steps += found.steps
+            if found.converged or not converged:  # the plain answer stands where the re-solve fails
+                nu, residual, df, converged = found.nu, found.residual, found.slope, found.converged
+                write = found.write
     factor = -residual / df if df < 0 else 0.0  # x + factor*dx == x + r * w / sum(w), w = -dx
     if out_path and multi:  # process 0 creates the file, then every process writes its rows
         if jax.process_index() == 0:
@@ -390,20 +561,24 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
     else:
         out = (np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(n,)) if out_path
                else np.empty(last - first, dtype=dtype))
+    written = 0.0
     for chunk in row_chunks("writing rates"):
         start, k, m, l, c, valid = load(chunk)
-        x = np.asarray(final(m, l, c, nu, jnp.asarray(factor, dtype)))[:k]
+        x = np.asarray(write(start, m, l, c, factor=jnp.asarray(factor, dtype)))[:k]
+        written += float(np.sum(x, dtype=np.float64))
         out[start - first:start - first + k] = x if tscale == 1.0 else np.asarray(x, np.float64) * tscale
     passes += 1
+    # ... and the plan written meets the budget to the tolerance and is finite
+    written = float(add([written])[0])
+    converged = converged and np.isfinite(written) and abs(written - float(budget)) <= tol
     if out_path:
         out.flush()
         if multi:
             del full
             _dist.barrier("jaxcrawl.stream_solve.written")
             out = np.load(out_path, mmap_mode="r")[first:last]
-    converged = bool(state.done) and bool(np.isfinite(residual))
     nu, a = float(nu), iscale[0]  # back to the caller's units: nu * a / tscale, in an order that stays finite
     dual = next((v for v in (nu * (a / tscale), (nu * a) / tscale, (nu / tscale) * a) if np.isfinite(v) and v != 0),
                 nu * (a / tscale))
-    return StreamResult(rate=out, dual=dual, residual=float(residual) * tscale, num_steps=int(state.k),
+    return StreamResult(rate=out, dual=dual, residual=float(residual) * tscale, num_steps=steps,
                         num_passes=passes, converged=converged, start=first)

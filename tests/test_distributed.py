@@ -147,6 +147,25 @@ def test_solves_equal_single_process(inputs, tmp_path, num_processes):
 
 
 @pytest.mark.long
+def test_far_below_the_change_rates_across_processes(inputs, tmp_path):
+    """BinaryLambdaCrawl at 1e-30 of the bandwidth (the dual within ~1e-33 of the largest
+    marginal at zero: the log-gap re-solve), from 2 processes' rows (the second padded) and
+    streamed by both: converged, the same dual everywhere, and the single-process plan."""
+    d, (imp, lam, comp, bandwidth) = inputs
+    run_job(2, d, tmp_path, "far", "far_stream")
+    with jax.enable_x64(True):
+        ref = jaxcrawl.solve(jaxcrawl.CrawlProblem(imp, lam, bandwidth * 1e-30, comp), "binary")
+    assert bool(ref.converged)
+    R = bandwidth * 1e-30
+    for task in ("far", "far_stream"):
+        rate, dual, _ = gather(tmp_path, task, 2)
+        assert abs(rate.sum() / R - 1) <= 1e-12, (task, rate.sum() / R)
+        assert np.max(np.abs(rate - np.asarray(ref.rate))) <= 1e-9 * R, task
+        assert abs(dual / float(ref.dual) - 1) <= 1e-12, (task, dual, float(ref.dual))
+    assert np.max(np.abs(np.load(tmp_path / "far_stream_rate.npy") - np.asarray(ref.rate))) <= 1e-9 * R
+
+
+@pytest.mark.long
 def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_path):
     """The simulator (5 windows, LambdaCrawl's schedule) with its pages sharded over 2
     processes gives every per-page total of the single-process run, exactly (the random

@@ -87,6 +87,45 @@ def test_far_below_the_change_rates_solves_to_the_dtype(name, seed):
                   float(problem.bandwidth), rate, lower)
 
 
+@pytest.mark.parametrize("name,full", [("uniform", False), pytest.param("uniform", True, marks=pytest.mark.long),
+                                       pytest.param("binary", True, marks=pytest.mark.long),
+                                       pytest.param("binary-epsilon", True, marks=pytest.mark.long)])
+def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, name, full):
+    """``scale.stream_solve`` (chunk by chunk from a page table on disk: 40 pages in chunks of
+    16, the last padded) and ``distributed.solve_local_rows`` (one process here; two in
+    tests/test_distributed.py) re-solve on the log-gap as ``solve`` does: at every bandwidth,
+    converged, the budget to 16 eps, the KKT conditions, and ``solve``'s plan to the solver's
+    tolerance.  (Before, both kept the plain dual: not converged far below the change rates,
+    and the streamed uniform solve reported a plan 1e10 times the budget as converged.)
+    The default selection runs the smallest bandwidth and one in the middle (each streamed
+    solve compiles its chunk programs anew)."""
+    from jaxcrawl import distributed
+    from jaxcrawl.scale import stream_solve, write_page_table
+
+    imp, lam = (v.astype(dtype()) for v in pages(5, 40))
+    comp = np.zeros(imp.size, bool)
+    table = write_page_table(str(tmp_path / "t"), imp, lam, comp)
+    eps = float(np.finfo(dtype()).eps)
+    u = binary_epsilon(0.4) if name == "binary-epsilon" else get_utility(name)
+    objective, epsilon = ("binary", 0.4) if name == "binary-epsilon" else (name, 0.0)
+    solve = jax.jit(lambda p: jaxcrawl.solve(p, u))
+    for e in exponents() if full else exponents()[::3][:2]:
+        R = float(np.sum(lam, dtype=np.float64)) * 10.0 ** e
+        ref = solve(jaxcrawl.CrawlProblem(imp, lam, R))
+        assert bool(ref.converged), (name, e)
+        streamed = stream_solve(table, R, objective=objective, epsilon=epsilon, chunk_size=16, progress=False)
+        local = distributed.solve_local_rows(imp, lam, comp, R, objective, epsilon=epsilon)
+        for label, got in (("stream", streamed), ("local", local)):
+            rate = np.asarray(got.rate, np.float64)
+            assert got.converged, (label, name, e)
+            assert np.all(np.isfinite(rate)) and np.all(rate >= 0), (label, name, e)
+            assert abs(rate.sum() / R - 1) <= 16 * eps, (label, name, e, rate.sum() / R - 1)
+            lower = 0.4 * R / imp.size if name == "binary-epsilon" else 0.0
+            check_kkt(name, imp.astype(np.float64), lam.astype(np.float64), R, rate, lower)
+            np.testing.assert_allclose(rate, np.asarray(ref.rate, np.float64), rtol=0,
+                                       atol=8 * float(np.sqrt(eps)) * R, err_msg=f"{label} {name} 1e{e}")
+
+
 def test_far_below_the_change_rates_the_budget_goes_to_the_top_page():
     """At 1e-30 of the change rates (no ties), binary freshness crawls only the page with the
     largest importance / change rate, at the whole bandwidth (the plain dual returned 8.6e-16

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from . import budget as _budget
 from .checks import is_concrete
 
-__all__ = ["SWITCH", "refine", "needed", "gap_allocation", "gap_rate_function"]
+__all__ = ["SWITCH", "refine", "needed", "gap_allocation", "gap_rate_function", "log_ratios", "origin_bracket",
+           "dual_of", "masked"]
 
 SWITCH = 0.5  # log(m_top / nu) below which the plain dual is replaced by the log-gap re-solve
 
@@ -116,25 +117,40 @@ def gap_allocation(gap, params, bandwidth, lo, hi, live, k, opts: dict):
     """
     top = gap.top(params)
     big = jnp.where(live[k], top[k], 0.0)
-    if gap.log_ratio is None:
-        d = big - top
-    else:
-        own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], params)
-        d = gap.log_ratio(params, own)
-    d = jnp.where(live, d, jnp.inf)
-    d = jnp.where(jnp.arange(d.shape[-1]) == k, 0.0 * d, d)  # exactly 0 (its tangent is 0 too)
-    own = jax.tree_util.tree_map(lambda v: jax.lax.stop_gradient(jnp.asarray(v)[..., k]), params)
-    n = d.shape[-1]
+    own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], params)
+    d = log_ratios(gap, params, own, big, live, jnp.arange(top.shape[-1]) == k)
+    own = jax.lax.stop_gradient(own)
     budget = jnp.asarray(bandwidth, d.dtype)
-    a = gap.marginal(budget, own)
-    b = gap.marginal(budget / n, own)
-    ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
-    a, b = jnp.where(ok, a, 0.5), jnp.where(ok, b, 1.0)
+    a, b = origin_bracket(gap, own, budget, d.shape[-1])
     sol = _budget.solve(gap_rate_function(gap), None, (params, d), budget, jnp.asarray(lo, d.dtype),
                         jnp.asarray(hi, d.dtype), bracket=(a, b), max_steps=opts["max_steps"],
                         rtol=opts["rtol"], unrolled=opts.get("adjoint", "implicit") == "unrolled")
-    nu = jnp.exp(big - jnp.exp(-sol.dual))
+    nu = dual_of(big, sol.dual)
     return sol.x, nu, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
+
+
+def log_ratios(gap, params, own, big, live, is_origin) -> jax.Array:
+    """``d_i = log(m_k / m_i)`` of every page against the origin ``k`` (params ``own``, log
+    marginal at zero ``big``): ``inf`` for pages not ``live``, exactly 0 (with a zero
+    tangent) where ``is_origin``."""
+    d = big - gap.top(params) if gap.log_ratio is None else gap.log_ratio(params, own)
+    d = jnp.where(live, d, jnp.inf)
+    return jnp.where(is_origin, 0.0 * d, d)
+
+
+def origin_bracket(gap, own, budget, n) -> tuple[jax.Array, jax.Array]:
+    """The starting bracket of ``tau``: where the origin page alone takes the whole
+    ``budget`` and where it takes ``budget / n`` (``(0.5, 1)`` when those are not usable;
+    either way the caller widens it until it holds the root)."""
+    a = gap.marginal(budget, own)
+    b = gap.marginal(budget / n, own)
+    ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
+    return jnp.where(ok, a, 0.5), jnp.where(ok, b, 1.0)
+
+
+def dual_of(big, tau) -> jax.Array:
+    """The plain dual ``nu = m_k exp(-e^{-tau})`` of the log-gap dual ``tau``."""
+    return jnp.exp(big - jnp.exp(-tau))
 
 
 @functools.cache
@@ -160,3 +176,17 @@ def gap_rate_function(gap) -> Callable[[Any, Any], jax.Array]:
         return jnp.where(crawled, gap.rate(jnp.where(crawled, q, 0.0), params), 0.0)
 
     return rate
+
+
+@functools.cache
+def masked(gap):
+    """``gap`` on params ``(params, valid)``: pages where ``valid`` is False (the padding
+    rows of a sharded solve) have ``top = -inf``, so they are never an origin and take no
+    rate.  Cached per ``gap`` (one compilation)."""
+    from ..utilities import GapForm
+
+    log_ratio = None if gap.log_ratio is None else (lambda p, own: gap.log_ratio(p[0], own[0]))
+    return GapForm(top=lambda p: jnp.where(p[1], gap.top(p[0]), -jnp.inf),
+                   rate=lambda q, p: gap.rate(q, p[0]),
+                   marginal=lambda x, own: gap.marginal(x, own[0]),
+                   log_ratio=log_ratio)

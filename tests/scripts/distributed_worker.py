@@ -15,6 +15,9 @@ row's global index, the dual).  Tasks:
   sweep       run_sweep of AsyncMirrorSync, 8 seeds, checkpoints in OUT_DIR/sweep
   sweep_grid  the same with 1 seed (fewer seeds than processes: split by grid chunks of 4,
               so process 0 computes chunk 0 and process 1 chunk 1, the shorter last one)
+  far         BinaryLambdaCrawl at 1e-30 of the bandwidth (far below the change rates: the
+              log-gap re-solve) from INPUT_DIR/table
+  far_stream  stream_solve (binary) of the same into OUT_DIR/far_stream_rate.npy
   mismatch    a solve whose bandwidth differs on process 1 (must be refused)
   simulate    5 windows of the simulator under the LambdaCrawl schedule, pages sharded
               over the processes (global_tree); every per-page total of this process's rows
@@ -81,6 +84,17 @@ for task in tasks:
 
         res = stream_solve(PageTable(os.path.join(inputs, "table")), bandwidth, objective="harmonic",
                            chunk_size=1500, out_path=os.path.join(out, "stream_rate.npy"))
+        save(task, rate=np.asarray(res.rate), start=res.start, dual=res.dual, converged=res.converged)
+    elif task == "far":
+        rows = distributed.read_local_rows(os.path.join(inputs, "table"))
+        sol = distributed.solve_local_rows(rows.importance, rows.change_rate, rows.complete, bandwidth * 1e-30,
+                                           "binary")
+        save(task, rate=sol.rate, start=sol.start, dual=sol.dual, converged=sol.converged)
+    elif task == "far_stream":
+        from jaxcrawl.scale import PageTable, stream_solve
+
+        res = stream_solve(PageTable(os.path.join(inputs, "table")), bandwidth * 1e-30, objective="binary",
+                           chunk_size=1500, out_path=os.path.join(out, "far_stream_rate.npy"))
         save(task, rate=np.asarray(res.rate), start=res.start, dual=res.dual, converged=res.converged)
     elif task == "mismatch":
         try:
