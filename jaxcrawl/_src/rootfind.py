@@ -202,6 +202,10 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
         x0 = jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(x0, dtype), shape))
     if int(compact) < 2:
         raise ValueError(f"compact must be >= 2; got {compact}")
+    if int(np.prod(shape)) <= 1:
+        # one element (e.g. one history per call under vmap): nothing to compact, and the
+        # gather of its params would copy them once per batch element
+        take = None
     cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol), take, int(unroll),
            int(compact))
     if bracket is not None:
