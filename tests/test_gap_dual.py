@@ -97,8 +97,8 @@ def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, 
     converged, the budget to 16 eps, the KKT conditions, and ``solve``'s plan to the solver's
     tolerance.  (Before, both kept the plain dual: not converged far below the change rates,
     and the streamed uniform solve reported a plan 1e10 times the budget as converged.)
-    The default selection runs the smallest bandwidth and one in the middle (each streamed
-    solve compiles its chunk programs anew)."""
+    The default selection runs the smallest bandwidth only (each streamed solve compiles
+    its chunk programs anew)."""
     from jaxcrawl import distributed
     from jaxcrawl.scale import stream_solve, write_page_table
 
@@ -109,7 +109,7 @@ def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, 
     u = binary_epsilon(0.4) if name == "binary-epsilon" else get_utility(name)
     objective, epsilon = ("binary", 0.4) if name == "binary-epsilon" else (name, 0.0)
     solve = jax.jit(lambda p: jaxcrawl.solve(p, u))
-    for e in exponents() if full else exponents()[::3][:2]:
+    for e in exponents() if full else exponents()[:1]:
         R = float(np.sum(lam, dtype=np.float64)) * 10.0 ** e
         ref = solve(jaxcrawl.CrawlProblem(imp, lam, R))
         assert bool(ref.converged), (name, e)
@@ -126,6 +126,7 @@ def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, 
                                        atol=8 * float(np.sqrt(eps)) * R, err_msg=f"{label} {name} 1e{e}")
 
 
+@pytest.mark.long  # default-suite time: the smallest bandwidth's KKT check above implies it
 def test_far_below_the_change_rates_the_budget_goes_to_the_top_page():
     """At 1e-30 of the change rates (no ties), binary freshness crawls only the page with the
     largest importance / change rate, at the whole bandwidth (the plain dual returned 8.6e-16
