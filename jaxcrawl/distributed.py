@@ -505,13 +505,19 @@ def _global_solve(imp, lam, comp, valid, host, cap, budget, *, utility, num_page
                         hosts=(host, cap / c) if capped else None, max_steps=max_steps, inner_steps=max_steps,
                         rtol=rtol)
     x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
+    # jaxcrawl.solve's log-gap re-solve where the plain dual cannot resolve the answer (a
+    # bandwidth far below the change rates; the padding rows are never its origin); with
+    # host caps, as politeness.solve_with_host_caps: the uncapped log-gap optimum where the
+    # capped solve failed and that optimum keeps every host within its cap
     if utility.gap is not None and not capped:
-        # jaxcrawl.solve's log-gap re-solve where the plain dual cannot resolve the answer
-        # (a bandwidth far below the change rates); the padding rows are never its origin
         opts = (("adjoint", "implicit"), ("max_steps", max_steps), ("rtol", rtol))
         x, dual, residual, steps, converged = _gap.refine(
             _gap.masked(utility.gap), opts, (params, valid), budget / c, lo, hi, x, dual, residual, steps,
             converged)
+    elif utility.gap is not None:
+        sol = _gap.uncapped_where_no_cap_binds(_gap.masked(utility.gap), (max_steps, rtol), (params, valid),
+                                               budget / c, lo, hi, host, cap / c, sol)
+        x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
     dual = dual if utility.dual is None else utility.dual(dual, params)
     policy = make_policy(problem, x * c, _budget.rescale_dual(dual, a, c), residual * c, steps,
                          on_signal=utility.signal_mask(params, imp.shape) & valid, converged=converged)
@@ -585,7 +591,9 @@ def solve_local_rows(importance: Any, change_rate: Any, complete: Any, bandwidth
     result equals the single-process solve of the concatenated rows to rounding.  As there,
     a homogeneous utility is solved in units where the largest importance and the mean rate
     are 1, and a utility with a :class:`~jaxcrawl.GapForm` re-solves on the dual's log-gap
-    where the plain dual cannot resolve the answer (without host caps).
+    where the plain dual cannot resolve the answer (with host caps: where the capped solve
+    fails and the uncapped answer keeps every host within its cap, as
+    :func:`jaxcrawl.politeness.solve_with_host_caps`).
 
     Args:
       importance, change_rate, complete: this process's ``(k,)`` rows (``k`` may differ

@@ -51,7 +51,6 @@ Files (used by ``jaxcrawl solve --host-caps FILE``): see :func:`read_host_caps` 
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -63,7 +62,6 @@ from jax.typing import ArrayLike
 from ._src import budget as _budget
 from ._src import gap as _gap
 from ._src.checks import is_concrete, raise_unless_converged
-from ._src.rootfind import default_rtol
 from .io.hosts import host_index as host_index
 from .io.hosts import hosts_from_dataset as hosts_from_dataset
 from .io.hosts import load_host_caps
@@ -158,7 +156,7 @@ def _batched_solve(utility: Utility, params, budget, lower, upper, host, cap, op
         return _budget.solve(utility.rate, utility.marginal, p, b, lo, up, hosts=(host, c), **opts)
 
     def fix(sol, p, b, lo, up, c):
-        return _uncapped_where_no_cap_binds(utility, cfg, p, b, lo, up, host, c, sol)
+        return _gap.uncapped_where_no_cap_binds(utility.gap, cfg, p, b, lo, up, host, c, sol)
 
     if lower.ndim == 1:
         args = (params, budget, lower, upper, cap)
@@ -178,34 +176,6 @@ def _batched_solve(utility: Utility, params, budget, lower, upper, host, cap, op
     if lower.ndim == 1:
         return sol
     return jax.tree_util.tree_map(lambda a: a.reshape(batch + a.shape[1:]), sol)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _uncapped_where_no_cap_binds(utility: Utility, cfg: tuple, params, budget, lower, upper, host, cap,
-                                 sol: _budget.BudgetSolution) -> _budget.BudgetSolution:
-    """A capped solve that did not converge, replaced by the uncapped optimum (with
-    :func:`jaxcrawl.solve`'s log-gap re-solve, :class:`jaxcrawl.GapForm`) when that optimum
-    keeps every host within its cap: it then satisfies the capped problem's KKT conditions
-    with every host multiplier 0, so it is the capped optimum.  This solves a bandwidth far
-    below the change rates (where the capped iteration on the plain dual cannot resolve the
-    rates) whenever the caps do not bind there; a binding cap stays reported as not
-    converged."""
-    max_steps, rtol = cfg
-    gap_opts = tuple(sorted(dict(max_steps=max_steps, rtol=rtol, adjoint="implicit").items()))
-    x, nu, residual, steps, converged = _gap.refine(
-        utility.gap, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps,
-        sol.converged)
-    H = cap.shape[-1]
-    seg = jnp.where((host >= 0) & (host < H), host, H)
-    sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
-    tol = 4.0 * (default_rtol(cap.dtype) if rtol is None else rtol)
-    fits = jnp.all(sums <= cap * (1.0 + tol))
-    use = ~sol.converged & converged & fits
-    return _budget.BudgetSolution(
-        x=jnp.where(use, x, sol.x), dual=jnp.where(use, nu, sol.dual),
-        host_dual=jnp.where(use, jnp.zeros_like(sol.host_dual), sol.host_dual),
-        residual=jnp.where(use, residual, sol.residual), converged=sol.converged | use,
-        num_steps=jnp.where(use, steps, sol.num_steps))
 
 
 def _capped_utility(objective, epsilon, dtype, bandwidth, n):

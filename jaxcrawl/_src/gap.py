@@ -21,9 +21,10 @@ import jax.numpy as jnp
 
 from . import budget as _budget
 from .checks import is_concrete
+from .rootfind import default_rtol
 
 __all__ = ["SWITCH", "refine", "needed", "gap_allocation", "gap_rate_function", "log_ratios", "origin_bracket",
-           "dual_of", "masked"]
+           "dual_of", "masked", "uncapped_where_no_cap_binds"]
 
 SWITCH = 0.5  # log(m_top / nu) below which the plain dual is replaced by the log-gap re-solve
 
@@ -190,3 +191,31 @@ def masked(gap):
                    rate=lambda q, p: gap.rate(q, p[0]),
                    marginal=lambda x, own: gap.marginal(x, own[0]),
                    log_ratio=log_ratio)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def uncapped_where_no_cap_binds(gap, cfg: tuple, params, budget, lower, upper, host, cap,
+                                sol: _budget.BudgetSolution) -> _budget.BudgetSolution:
+    """A capped solve that did not converge, replaced by the uncapped optimum (with
+    :func:`jaxcrawl.solve`'s log-gap re-solve on the GapForm ``gap``) when that optimum
+    keeps every host within its cap: it then satisfies the capped problem's KKT conditions
+    with every host multiplier 0, so it is the capped optimum.  This solves a bandwidth far
+    below the change rates (where the capped iteration on the plain dual cannot resolve the
+    rates) whenever the caps do not bind there; a binding cap stays reported as not
+    converged."""
+    max_steps, rtol = cfg
+    gap_opts = tuple(sorted(dict(max_steps=max_steps, rtol=rtol, adjoint="implicit").items()))
+    x, nu, residual, steps, converged = refine(
+        gap, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps,
+        sol.converged)
+    H = cap.shape[-1]
+    seg = jnp.where((host >= 0) & (host < H), host, H)
+    sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
+    tol = 4.0 * (default_rtol(cap.dtype) if rtol is None else rtol)
+    fits = jnp.all(sums <= cap * (1.0 + tol))
+    use = ~sol.converged & converged & fits
+    return _budget.BudgetSolution(
+        x=jnp.where(use, x, sol.x), dual=jnp.where(use, nu, sol.dual),
+        host_dual=jnp.where(use, jnp.zeros_like(sol.host_dual), sol.host_dual),
+        residual=jnp.where(use, residual, sol.residual), converged=sol.converged | use,
+        num_steps=jnp.where(use, steps, sol.num_steps))
