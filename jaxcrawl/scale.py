@@ -214,20 +214,20 @@ def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, m
         own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., 0], params)
         return own, gap.top(own)
 
-    def rates(m, l, c, valid, pos, own, big, tau):
+    def rates(m, l, c, valid, pos, own, big, t0, s):
         params, lo, hi = chunk_parts(m, l, c)
         live = valid & jnp.isfinite(gap.top(params))
         d = _gap.log_ratios(gap, params, own, big, live, jnp.arange(m.shape[0]) == pos)
-        return _budget.eval_pages(grate, (params, d), tau, lo, hi)[:2] + (lo, hi)
+        return _budget.eval_pages(grate, (params, d, t0), s, lo, hi)[:2] + (lo, hi)
 
     @jax.jit
-    def sums(m, l, c, valid, pos, own, big, tau):
-        x, dx, _, _ = rates(m, l, c, valid, pos, own, big, tau)
+    def sums(m, l, c, valid, pos, own, big, t0, s):
+        x, dx, _, _ = rates(m, l, c, valid, pos, own, big, t0, s)
         return jnp.sum(jnp.where(valid, x, 0.0)), jnp.sum(jnp.where(valid, dx, 0.0))
 
     @jax.jit
-    def final(m, l, c, valid, pos, own, big, tau, factor):
-        x, dx, lo, hi = rates(m, l, c, valid, pos, own, big, tau)
+    def final(m, l, c, valid, pos, own, big, t0, s, factor):
+        x, dx, lo, hi = rates(m, l, c, valid, pos, own, big, t0, s)
         return jnp.clip(x + factor * dx, lo, hi)
 
     @jax.jit
@@ -241,11 +241,11 @@ def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, m
     def pos_in(k, start):
         return jnp.asarray(k - start if 0 <= k - start < size else -1, jnp.int32)
 
-    def total(k, own, big, tau, label):
+    def total(k, own, big, t0, s, label):
         f = df = 0.0
         for chunk in row_chunks(label):
             start, _, m, l, c, valid = load(chunk)
-            s_, ds = sums(m, l, c, valid, pos_in(k, start), own, big, jnp.asarray(tau, dtype))
+            s_, ds = sums(m, l, c, valid, pos_in(k, start), own, big, t0, jnp.asarray(s, dtype))
             f, df = f + float(s_), df + float(ds)
         counts[0] += 1
         f, df = add([f, df])
@@ -266,34 +266,37 @@ def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, m
     def attempt(k):
         _, _, m, l, c, _ = load(next(_row_chunks(table, size, k, k + 1)))
         own, big = own_of(m, l, c)
-        a, b = (float(v) for v in _gap.origin_bracket(gap, own, budget, n))
+        a, b = _gap.origin_bracket(gap, own, budget, n)
+        # iterate on s = tau - t0 (as _src/gap.gap_allocation: linear, not log, mode)
+        t0 = a
+        a, b = 0.0, float(b - t0)
         # widen until total(a) >= budget >= total(b), as _budget.expand_bracket (a pass a test)
         for _ in range(64):
-            if total(k, own, big, a, "log-gap bracket")[0] >= budget_f:
+            if total(k, own, big, t0, a, "log-gap bracket")[0] >= budget_f:
                 break
             a = a / 4.0 if a > 0 else a - 2.0 * max(abs(b - a), 1.0)
         for _ in range(64):
-            if total(k, own, big, b, "log-gap bracket")[0] <= budget_f:
+            if total(k, own, big, t0, b, "log-gap bracket")[0] <= budget_f:
                 break
             b = b * 4.0 if b > 0 else b + 2.0 * max(abs(b - a), 1.0)
         state, log_mode = rootfind.root_init(jnp.asarray(a, dtype), jnp.asarray(b, dtype))
         start_steps = counts[1]
         while not bool(state.done) and int(state.k) < max_steps:
-            tau = rootfind.root_value(state, log_mode)
-            f, df = total(k, own, big, tau, f"log-gap step {int(state.k) + 1}")
+            s = rootfind.root_value(state, log_mode)
+            f, df = total(k, own, big, t0, s, f"log-gap step {int(state.k) + 1}")
             state = rootfind.root_update(state, jnp.asarray(f - budget_f, dtype), jnp.asarray(df, dtype),
                                          log_mode, tol)
         counts[1] = start_steps + int(state.k)
-        tau = rootfind.root_value(state, log_mode)
-        f, df = total(k, own, big, tau, "log-gap residual")
+        s = rootfind.root_value(state, log_mode)
+        f, df = total(k, own, big, t0, s, "log-gap residual")
         res = f - budget_f
 
         def write(start, m, l, c, *, factor):
             valid = jnp.ones(m.shape, bool)
-            return final(m, l, c, valid, pos_in(k, start), own, big, tau, factor)
+            return final(m, l, c, valid, pos_in(k, start), own, big, t0, s, factor)
 
         ok = bool(state.done) and bool(np.isfinite(res)) and abs(res) <= 4.0 * tol
-        return _GapFound(float(_gap.dual_of(big, tau)), res, df, ok, 0, 0, write)
+        return _GapFound(float(_gap.dual_of(big, s + t0)), res, df, ok, 0, 0, write)
 
     top_first = not (t_top - _log(nu) >= 1e-2) or not np.isfinite(residual)
     first_k = k_top if top_first else nearest_page()

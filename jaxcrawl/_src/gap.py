@@ -123,10 +123,14 @@ def gap_allocation(gap, params, bandwidth, lo, hi, live, k, opts: dict):
     own = jax.lax.stop_gradient(own)
     budget = jnp.asarray(bandwidth, d.dtype)
     a, b = origin_bracket(gap, own, budget, d.shape[-1])
-    sol = _budget.solve(gap_rate_function(gap), None, (params, d), budget, jnp.asarray(lo, d.dtype),
-                        jnp.asarray(hi, d.dtype), bracket=(a, b), max_steps=opts["max_steps"],
+    # iterate on s = tau - t0 from the bracket's left end: tau is large far below the change
+    # rates (~70 at 1e-30), where the root-finder's log mode (a > 0) would resolve it only to
+    # ~ulp(log tau) * tau, a few times 1e-5 in float32 -- coarser than the budget's tolerance
+    t0 = jax.lax.stop_gradient(a)
+    sol = _budget.solve(gap_rate_function(gap), None, (params, d, t0), budget, jnp.asarray(lo, d.dtype),
+                        jnp.asarray(hi, d.dtype), bracket=(a - t0, b - t0), max_steps=opts["max_steps"],
                         rtol=opts["rtol"], unrolled=opts.get("adjoint", "implicit") == "unrolled")
-    nu = dual_of(big, sol.dual)
+    nu = dual_of(big, sol.dual + t0)
     return sol.x, nu, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
 
 
@@ -156,13 +160,15 @@ def dual_of(big, tau) -> jax.Array:
 
 @functools.cache
 def gap_rate_function(gap) -> Callable[[Any, Any], jax.Array]:
-    """The rate of ``gap`` in the dual ``tau = -log log(m_k / nu)``, with params ``(params, d)``,
-    ``d_i = log(m_k / m_i)`` (negative for pages above the origin; cached: one compilation).
-    Page ``i``'s ``q`` is ``-log(e^{-tau} - d_i) = tau - log(1 - d_i e^tau)`` (``tau`` itself at
-    the origin), and it is not crawled once ``d_i e^tau >= 1``."""
+    """The rate of ``gap`` in the dual ``tau = -log log(m_k / nu)``, as a function of
+    ``s = tau - t0`` with params ``(params, d, t0)``, ``d_i = log(m_k / m_i)`` (negative for
+    pages above the origin; cached: one compilation).  Page ``i``'s ``q`` is
+    ``-log(e^{-tau} - d_i) = tau - log(1 - d_i e^tau)`` (``tau`` itself at the origin), and it
+    is not crawled once ``d_i e^tau >= 1``."""
 
-    def rate(tau, p):
-        params, d = p
+    def rate(s, p):
+        params, d, t0 = p
+        tau = s + t0
         mag = jnp.abs(d)
         nz = mag > 0
         log_mag = jnp.log(jnp.where(nz, mag, 1.0))
