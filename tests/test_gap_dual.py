@@ -134,6 +134,22 @@ def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, 
                                        atol=8 * float(np.sqrt(eps)) * R, err_msg=f"{label} {name} 1e{e}")
 
 
+def test_the_gap_dual_is_resolved_finely_far_below_the_change_rates():
+    """Far below the change rates the log-gap dual is large (tau ~ 70 at 1e-30); iterated in
+    the root-finder's log mode it was resolved only to ~3e-5 relative, and these float32
+    solves (40 pages, R = 1e-30 and 1e-36) stopped with the budget 1.3e-4 off, not
+    converged.  The re-solve iterates on tau - t0 from its bracket's left end."""
+    imp, lam = (v.astype(dtype()) for v in pages(0, 40))
+    eps = float(np.finfo(dtype()).eps)
+    solve = jax.jit(lambda p: jaxcrawl.solve(p, "binary"))
+    for R in (1e-30, 1e-36):
+        pol = solve(jaxcrawl.CrawlProblem(imp, lam, R))
+        rate = np.asarray(pol.rate, np.float64)
+        assert bool(pol.converged), R
+        assert abs(rate.sum() / R - 1) <= 16 * eps, (R, rate.sum() / R - 1)
+        check_kkt("binary", imp.astype(np.float64), lam.astype(np.float64), R, rate, 0.0)
+
+
 @pytest.mark.long  # default-suite time: the smallest bandwidth's KKT check above implies it
 def test_far_below_the_change_rates_the_budget_goes_to_the_top_page():
     """At 1e-30 of the change rates (no ties), binary freshness crawls only the page with the
