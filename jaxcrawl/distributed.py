@@ -494,9 +494,8 @@ def _global_solve(imp, lam, comp, valid, host, cap, budget, *, utility, num_page
     if utility.homogeneous:
         # jaxcrawl.solve's exact change of units: the largest importance and the mean rate at
         # 1 (host caps scale like the bandwidth), then rates, dual and residual scaled back
-        fix = lambda v: jnp.where(jnp.isfinite(v) & (v > 0), v, jnp.ones_like(v))  # noqa: E731
-        a = fix(jnp.max(jnp.where(valid, jnp.abs(imp), 0.0)))
-        c = fix(budget / num_pages)
+        a = _budget.unit_scale(jnp.max(jnp.where(valid, jnp.abs(imp), 0.0)))
+        c = _budget.unit_scale(budget / num_pages)
     params = utility.params(raw_problem(imp / a, lam / c, budget / c, comp))
     lo, hi = utility.page_bounds(params, budget / c, num_pages, budget.dtype)
     lo = jnp.where(valid, jnp.broadcast_to(lo, imp.shape), 0.0)

@@ -197,15 +197,15 @@ class _GapFound(NamedTuple):
 
 
 def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, multi, budget, nu, residual,
-                      t_top, k_top, max_steps, rtol, dtype) -> _GapFound:
+                      t_top, k_top, max_steps, tol, dtype) -> _GapFound:
     """:func:`jaxcrawl.solve`'s log-gap re-solve (``_src/gap.py``), chunk by chunk: the budget
     solve on ``tau = -log log(m_k / nu)`` from an origin page ``k`` -- the page whose marginal
     at zero is nearest above the plain dual, or the top page (first when the plain dual sits
     at the top page's marginal or did not converge), the other origin when the first fails.
-    Every pass reads the table once; the origin's row is read on its own."""
+    Every pass reads the table once; the origin's row is read on its own.  ``tol``: the
+    plain solve's absolute budget tolerance."""
     grate = _gap.gap_rate_function(gap)
     budget_f = float(budget)
-    tol = (rootfind.default_rtol(dtype) if rtol is None else rtol) * budget_f
     counts = [0, 0]  # passes, steps
 
     @jax.jit
@@ -234,8 +234,7 @@ def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, m
     def nearest(m, l, c, valid, log_nu):
         params, _, _ = chunk_parts(m, l, c)
         top = gap.top(params)
-        slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
-        t = jnp.where(valid & jnp.isfinite(top) & (top >= log_nu - slack), top, jnp.inf)
+        t = jnp.where(valid & jnp.isfinite(top) & _gap.at_or_above(top, log_nu), top, jnp.inf)
         return jnp.min(t), jnp.argmin(t)
 
     def pos_in(k, start):
@@ -298,7 +297,7 @@ def _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, m
         ok = bool(state.done) and bool(np.isfinite(res)) and abs(res) <= 4.0 * tol
         return _GapFound(float(_gap.dual_of(big, s + t0)), res, df, ok, 0, 0, write)
 
-    top_first = not (t_top - _log(nu) >= 1e-2) or not np.isfinite(residual)
+    top_first = not (t_top - _log(nu) >= _gap.TOP_FIRST) or not np.isfinite(residual)
     first_k = k_top if top_first else nearest_page()
     found = attempt(first_k)
     if not found.converged:
@@ -548,7 +547,7 @@ def _stream_passes(table, bandwidth, utility, dtype, n, multi, first, last, size
         t_top, k_top = _best(highest, multi, max)
         if not converged or not (t_top - _log(float(nu)) >= _gap.SWITCH):
             found = _stream_gap_solve(gap, table, n, size, load, chunk_parts, row_chunks, add, multi, budget,
-                                      float(nu), residual, t_top, k_top, max_steps, rtol, dtype)
+                                      float(nu), residual, t_top, k_top, max_steps, tol, dtype)
             passes += found.passes
             steps += found.steps
             if found.converged or not converged:  # the plain answer stands where the re-solve fails

@@ -258,8 +258,7 @@ def normalising_scales(problem: CrawlProblem) -> tuple[jax.Array, jax.Array]:
     dtype = problem.dtype
     a = jnp.max(jnp.abs(problem.importance), axis=-1)
     c = jnp.asarray(problem.bandwidth, dtype) / problem.importance.shape[-1]
-    fix = lambda v: jnp.where(jnp.isfinite(v) & (v > 0), v, jnp.ones_like(v))  # noqa: E731
-    return jax.lax.stop_gradient(fix(a)), jax.lax.stop_gradient(fix(c))
+    return jax.lax.stop_gradient(_budget.unit_scale(a)), jax.lax.stop_gradient(_budget.unit_scale(c))
 
 
 def _tighter(a, b, pick):

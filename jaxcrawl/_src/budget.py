@@ -350,6 +350,12 @@ def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: 
     return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps)
 
 
+def unit_scale(v):
+    """``v`` where it is a usable unit (finite and > 0), else 1: the importance and time
+    scales of the exact change of units (``utilities.normalising_scales``)."""
+    return jnp.where(jnp.isfinite(v) & (v > 0), v, jnp.ones_like(v))
+
+
 def rescale_dual(dual, a, c):
     """``dual * a / c`` in the order that stays finite (a/c alone may overflow)."""
     first = dual * (a / c)

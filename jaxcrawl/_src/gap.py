@@ -23,10 +23,18 @@ from . import budget as _budget
 from .checks import is_concrete
 from .rootfind import default_rtol
 
-__all__ = ["SWITCH", "refine", "needed", "gap_allocation", "gap_rate_function", "log_ratios", "origin_bracket",
+__all__ = ["SWITCH", "TOP_FIRST", "at_or_above", "refine", "needed", "gap_allocation", "gap_rate_function", "log_ratios", "origin_bracket",
            "dual_of", "masked", "uncapped_where_no_cap_binds"]
 
 SWITCH = 0.5  # log(m_top / nu) below which the plain dual is replaced by the log-gap re-solve
+TOP_FIRST = 1e-2  # log(m_top / nu) below which the top page is the first origin tried
+
+
+def at_or_above(top, log_nu) -> jax.Array:
+    """Pages whose log marginal at zero ``top`` is at or above the plain dual's ``log_nu``
+    (within 16 eps: the plain solve stops at a page's threshold to rounding)."""
+    slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
+    return top >= log_nu - slack
 
 
 def _needs(gap, params, dual, converged):
@@ -64,11 +72,10 @@ def _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, c
     # page is above, the top page (the plain dual failed near the largest marginal: a
     # bandwidth far below the change rates) -- the top page first when the plain dual sits at
     # it or is not a number.
-    slack = 16.0 * jnp.finfo(top.dtype).eps * jnp.maximum(jnp.abs(log_nu), 1.0)
-    above = live & (top >= log_nu - slack)
+    above = live & at_or_above(top, log_nu)
     nearest = jax.lax.stop_gradient(
         jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
-    top_first = ~(t_top >= 1e-2) | ~jnp.isfinite(residual)
+    top_first = ~(t_top >= TOP_FIRST) | ~jnp.isfinite(residual)
     first_k = jnp.where(top_first, highest, nearest)
     other_k = jnp.where(top_first, nearest, highest)
 
