@@ -227,11 +227,14 @@ def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host,
     inner = rootfind.iterate(inner_f, state_h, log_h, rtol * jnp.where(bind, cap, 1.0), inner_steps)
     mu = jnp.where(bind, rootfind.root_value(inner, log_h), nu)
 
-    # closing corrections: each binding host to its cap, the other pages to the budget
     x, dx, *_ = at(jnp.where(bind_page, mu[hs.hidx], nu))
+    x = _across_jumps(at, hs, outer, log_mode, inner, log_h, bind, bind_page, x, budget, cap,
+                      rtol)
     residual = jnp.sum(x) - budget
-    w = -dx
     r_h = cap - hs.sum(x)
+
+    # closing corrections: each binding host to its cap, the other pages to the budget
+    w = -dx
     w_h = hs.sum(jnp.where(bind_page, w, 0.0))
     corr_h = jnp.where(bind & (w_h > 0), r_h / jnp.where(w_h > 0, w_h, 1.0), 0.0)
     x = x + jnp.where(bind_page, corr_h[hs.hidx] * w, 0.0)
@@ -239,13 +242,73 @@ def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host,
     w_g = jnp.sum(jnp.where(bind_page, 0.0, w))
     corr = jnp.where(w_g > 0, r / jnp.where(w_g > 0, w_g, 1.0), 0.0)
     x = x + jnp.where(bind_page, 0.0, corr * w)
+    # The test of the duals (the corrections must not hide a dual that stopped on the wrong
+    # side of a page's jump): each binding cap and the budget met before the corrections to
+    # the iteration's tolerance, or by a correction that moves the dual by less than its
+    # resolution in this dtype (a page so steep there that it takes the rest).
+    res_ok = lambda r, target: jnp.abs(r) <= 4.0 * rtol * jnp.abs(target)  # noqa: E731
+    ulps = lambda d: 16.0 * jnp.finfo(dtype).eps * jnp.maximum(jnp.abs(jnp.log(d)), 1.0) * d  # noqa: E731
+    duals_ok = (res_ok(residual, budget) | (jnp.abs(corr) <= ulps(nu))) & jnp.all(
+        ~bind | res_ok(r_h, cap) | (jnp.abs(corr_h) <= ulps(mu)))
     x = jnp.clip(x, lower, upper)
     s = hs.sum(x)
     scale = jnp.where(s > cap, cap / jnp.where(s > 0, s, 1.0), 1.0)
     x = jnp.where(hs.has_host, x * scale[hs.hidx], x)
     kappa = jnp.where(bind, mu - nu, 0.0)
-    converged = outer.done & jnp.all(inner.done | ~bind) & jnp.isfinite(residual)
+    converged = outer.done & jnp.all(inner.done | ~bind) & jnp.isfinite(residual) & duals_ok
     return x, nu, kappa, residual, converged, outer.k + inner.k
+
+
+def _collapsed(state, log_mode, tol_f, f):
+    """Where the iteration stopped on a bracket a few ulps wide with ``|f|`` above its
+    tolerance: the root lies on a jump of the sum that the dtype cannot resolve."""
+    eps = jnp.finfo(state.z.dtype).eps
+    width = state.zb - state.za
+    return (width <= 8.0 * eps * jnp.maximum(jnp.abs(state.z), 1.0)) & (jnp.abs(f) > tol_f)
+
+
+def _across_jumps(at, hs, outer, log_mode, inner, log_h, bind, bind_page, x, budget, cap, rtol):
+    r"""Where a dual's bracket collapsed on a jump of its sum, the allocation between the
+    bracket's ends that meets the target.
+
+    Every rate is nonincreasing in its dual, so with the dual in ``[a, b]`` each page's
+    rate lies in ``[x_i(b), x_i(a)]``.  A bracket a few ulps wide whose sums still straddle
+    the target by more than the tolerance holds a page whose rate jumps there in this dtype
+    (uniform-interval freshness at its threshold falls to 0 like
+    :math:`\lambda/\log(1/(1-
+u/m))`: by ~λ/17 within one float32 ulp of the dual).  The
+    target is met by ``x(b) + θ (x(a) - x(b))``: the pages that do not jump stay at their
+    rate to the dual's resolution, and a single jumping page receives exactly what the
+    budget (or its host's cap) leaves — its exact optimum.  Several pages whose jumps fall
+    in the same ulps share it in proportion to their jumps (their split is below the
+    dtype's resolution of the dual).  Binding hosts first (their caps), then the other
+    pages (the budget less the binding caps).  Two extra passes over the pages.
+    """
+    value = lambda z, lm: jnp.where(lm, jnp.exp(z), z)  # noqa: E731
+    nu_a, nu_b = value(outer.za, log_mode), value(outer.zb, log_mode)
+    mu_a = jnp.where(bind, value(inner.za, log_h), nu_a)
+    mu_b = jnp.where(bind, value(inner.zb, log_h), nu_b)
+    x_a = at(jnp.where(bind_page, mu_a[hs.hidx], nu_a))[0]
+    x_b = at(jnp.where(bind_page, mu_b[hs.hidx], nu_b))[0]
+
+    def blend(target, lo_sum, hi_sum, go):
+        span = hi_sum - lo_sum
+        theta = jnp.clip((target - lo_sum) / jnp.where(span > 0, span, 1.0), 0.0, 1.0)
+        return go & (span > 0), theta
+
+    # binding hosts: to their caps
+    s_h = hs.sum(x)
+    go_h = bind & _collapsed(inner, log_h, rtol * cap, s_h - cap)
+    go_h, th_h = blend(cap, hs.sum(x_b), hs.sum(x_a), go_h)
+    on_h = bind_page & go_h[hs.hidx]
+    x = jnp.where(on_h, x_b + th_h[hs.hidx] * (x_a - x_b), x)
+    # the other pages: to the budget less what the binding hosts take
+    rest = ~bind_page
+    target = budget - jnp.sum(jnp.where(rest, 0.0, x))
+    s = jnp.sum(jnp.where(rest, x, 0.0))
+    go = _collapsed(outer, log_mode, rtol * jnp.abs(budget), s - target)
+    go, th = blend(target, jnp.sum(jnp.where(rest, x_b, 0.0)), jnp.sum(jnp.where(rest, x_a, 0.0)), go)
+    return jnp.where(rest & go, x_b + th * (x_a - x_b), x)
 
 
 def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, unrolled=False):
