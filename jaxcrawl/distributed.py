@@ -514,7 +514,7 @@ def _global_solve(imp, lam, comp, valid, host, cap, budget, *, utility, num_page
             _gap.masked(utility.gap), opts, (params, valid), budget / c, lo, hi, x, dual, residual, steps,
             converged)
     elif utility.gap is not None:
-        sol = _gap.uncapped_where_no_cap_binds(_gap.masked(utility.gap), (max_steps, rtol), (params, valid),
+        sol = _gap.capped_fallback(_gap.masked(utility.gap), (max_steps, rtol), (params, valid),
                                                budget / c, lo, hi, host, cap / c, sol)
         x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
     dual = dual if utility.dual is None else utility.dual(dual, params)

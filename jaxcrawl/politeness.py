@@ -42,6 +42,16 @@ pages plus segment sums.  Both loops have fixed iteration caps, so the solver ji
 vmaps; a final Newton correction per binding host and over the other pages makes every
 cap and the budget hold to rounding.
 
+**Far below the change rates** (utilities with a :class:`~jaxcrawl.GapForm`: binary,
+BLCε, uniform-interval freshness), the duals sit so close to the pages' marginals at zero
+that the plain duals cannot resolve the rates.  There, given the binding hosts, the KKT
+conditions split into independent budget problems (each binding host's pages share its
+cap, the others share :math:`R-\sum_{\text{binding}}C_h`), each solved on its own log-gap
+dual from its own top page; the binding set is corrected until consistent
+(:math:`\kappa_h\ge0`, every cap held).  A dual whose final bracket collapsed on a jump of
+its sum (a uniform page at its threshold) is interpolated across the jump, and the duals
+are tested before the closing corrections (docs/utilities.md).
+
 Derivatives are exact: a ``jax.custom_jvp`` applies the implicit function theorem to the
 active constraints (each binding host's cap and the global budget), so forward and
 reverse mode never unroll the root-finders.
@@ -156,7 +166,7 @@ def _batched_solve(utility: Utility, params, budget, lower, upper, host, cap, op
         return _budget.solve(utility.rate, utility.marginal, p, b, lo, up, hosts=(host, c), **opts)
 
     def fix(sol, p, b, lo, up, c):
-        return _gap.uncapped_where_no_cap_binds(utility.gap, cfg, p, b, lo, up, host, c, sol)
+        return _gap.capped_fallback(utility.gap, cfg, p, b, lo, up, host, c, sol)
 
     if lower.ndim == 1:
         args = (params, budget, lower, upper, cap)
@@ -168,11 +178,18 @@ def _batched_solve(utility: Utility, params, budget, lower, upper, host, cap, op
                 flat(budget, ()), flat(lower, (n,)), flat(upper, (n,)), flat(cap, (H,)))
         sol = jax.vmap(plain)(*args)
         fix = jax.vmap(fix)
-    # the log-gap fallback only where the capped solve did not converge: decided on the host
-    # for an eager solve (nothing compiled otherwise), inside the program under a trace
-    if utility.gap is not None and utility.separable and not (
-            is_concrete(sol) and bool(np.all(np.asarray(sol.converged)))):
-        sol = fix(sol, *args)
+    # the log-gap fallback only where the capped solve did not converge or a dual is too
+    # close to its pages' marginals at zero: decided on the host for an eager solve (nothing
+    # compiled otherwise), inside the program under a trace
+    if utility.gap is not None and utility.separable:
+        if not is_concrete(sol, *args):
+            sol = fix(sol, *args)
+        else:
+            needed = (_gap.capped_needed(utility.gap, args[0], host, args[4], sol) if lower.ndim == 1 else
+                      jax.vmap(lambda p, c, s: _gap.capped_needed(utility.gap, p, host, c, s))(
+                          args[0], args[4], sol))
+            if bool(np.any(np.asarray(needed))):
+                sol = fix(sol, *args)
     if lower.ndim == 1:
         return sol
     return jax.tree_util.tree_map(lambda a: a.reshape(batch + a.shape[1:]), sol)

@@ -150,13 +150,29 @@ def test_solves_equal_single_process(inputs, tmp_path, num_processes):
 def test_far_below_the_change_rates_across_processes(inputs, tmp_path):
     """BinaryLambdaCrawl at 1e-30 of the bandwidth (the dual within ~1e-33 of the largest
     marginal at zero: the log-gap re-solve), from 2 processes' rows (the second padded) and
-    streamed by both: converged, the same dual everywhere, and the single-process plan."""
+    streamed by both: converged, the same dual everywhere, and the single-process plan; and
+    the same solve under host caps that bind there (the per-segment log-gap solve on the
+    sharded arrays) equals the in-memory capped solve."""
+    from jaxcrawl import politeness
+
     d, (imp, lam, comp, bandwidth) = inputs
-    run_job(2, d, tmp_path, "far", "far_stream")
+    R = bandwidth * 1e-30
+    host = (np.arange(N) // HOST_SIZE).astype(np.int32)
+    caps = np.full(host.max() + 1, np.inf)
+    order = np.argsort(-(imp / lam))  # binary freshness: the marginal at zero is importance / change rate
+    caps[host[order[0]]] = 0.3 * R
+    caps[host[order[np.argmax(host[order] != host[order[0]])]]] = 0.2 * R
+    np.save(d / "far_caps.npy", caps)
+    run_job(2, d, tmp_path, "far", "far_stream", "far_capped")
+    with jax.enable_x64(True):
+        capped = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, caps, "binary")
+    assert bool(capped.policy.converged) and int(np.asarray(capped.binding).sum()) == 2
+    rate, _, _ = gather(tmp_path, "far_capped", 2)
+    assert abs(rate.sum() / R - 1) <= 1e-12
+    assert np.max(np.abs(rate - np.asarray(capped.policy.rate))) <= 1e-9 * R
     with jax.enable_x64(True):
         ref = jaxcrawl.solve(jaxcrawl.CrawlProblem(imp, lam, bandwidth * 1e-30, comp), "binary")
     assert bool(ref.converged)
-    R = bandwidth * 1e-30
     for task in ("far", "far_stream"):
         rate, dual, _ = gather(tmp_path, task, 2)
         assert abs(rate.sum() / R - 1) <= 1e-12, (task, rate.sum() / R)

@@ -20,11 +20,12 @@ import jax
 import jax.numpy as jnp
 
 from . import budget as _budget
+from . import rootfind
 from .checks import is_concrete
 from .rootfind import default_rtol
 
 __all__ = ["SWITCH", "TOP_FIRST", "at_or_above", "refine", "needed", "gap_allocation", "gap_rate_function", "log_ratios", "origin_bracket",
-           "dual_of", "masked", "uncapped_where_no_cap_binds"]
+           "dual_of", "masked", "capped_needed", "capped_fallback", "capped_on_log_gap"]
 
 SWITCH = 0.5  # log(m_top / nu) below which the plain dual is replaced by the log-gap re-solve
 TOP_FIRST = 1e-2  # log(m_top / nu) below which the top page is the first origin tried
@@ -206,29 +207,256 @@ def masked(gap):
                    log_ratio=log_ratio)
 
 
+def _near_top(gap, params, host, cap, sol):
+    """Whether some segment's dual (``nu``, or ``nu + kappa_h`` on a binding host) is within
+    ``e^SWITCH`` of the largest marginal at zero of its pages, where the plain duals cannot
+    resolve the rates (the capped analogue of :func:`needed`)."""
+    H = cap.shape[-1]
+    has_host = (host >= 0) & (host < H)
+    bind = sol.host_dual > 0
+    g = jnp.where(has_host & bind[jnp.where(has_host, host, 0)], jnp.where(has_host, host, 0), H)
+    top = jax.lax.stop_gradient(gap.top(params))
+    best = jax.ops.segment_max(jnp.where(jnp.isfinite(top), top, -jnp.inf), g, num_segments=H + 1)
+    dual = jax.lax.stop_gradient(jnp.concatenate([sol.dual + sol.host_dual, sol.dual[None]]))
+    t = best - jnp.log(dual)
+    return jnp.any(jnp.isfinite(best) & ~(t >= SWITCH))
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def capped_needed(gap, params, host, cap, sol: _budget.BudgetSolution) -> jax.Array:
+    """Whether :func:`capped_fallback` may change the capped solve ``sol``: not converged, or
+    a segment's dual too close to its pages' marginals at zero (one pass over the pages)."""
+    return ~sol.converged | _near_top(gap, params, host, cap, sol)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def uncapped_where_no_cap_binds(gap, cfg: tuple, params, budget, lower, upper, host, cap,
-                                sol: _budget.BudgetSolution) -> _budget.BudgetSolution:
-    """A capped solve that did not converge, replaced by the uncapped optimum (with
-    :func:`jaxcrawl.solve`'s log-gap re-solve on the GapForm ``gap``) when that optimum
-    keeps every host within its cap: it then satisfies the capped problem's KKT conditions
-    with every host multiplier 0, so it is the capped optimum.  This solves a bandwidth far
-    below the change rates (where the capped iteration on the plain dual cannot resolve the
-    rates) whenever the caps do not bind there; a binding cap stays reported as not
-    converged."""
+def capped_fallback(gap, cfg: tuple, params, budget, lower, upper, host, cap,
+                    sol: _budget.BudgetSolution) -> _budget.BudgetSolution:
+    """The host-capped solve ``sol`` (the capped iteration on the plain duals), replaced
+    where the plain duals cannot resolve the answer -- not converged, or a segment's dual
+    within ``e^SWITCH`` of its pages' largest marginal at zero (a bandwidth or cap far below
+    the change rates):
+
+    1. if ``sol`` did not converge, the uncapped optimum (:func:`refine`, i.e.
+       :func:`jaxcrawl.solve`'s log-gap re-solve) where it keeps every host within its cap
+       (it then satisfies the capped KKT conditions with every host multiplier 0);
+    2. otherwise, or if that fails, :func:`capped_on_log_gap` (every segment on its own
+       log-gap dual), from the hosts the uncapped optimum or ``sol`` puts over their caps.
+
+    A result replaces ``sol`` only if it converged; a converged ``sol`` is kept where the
+    log-gap solve fails."""
     max_steps, rtol = cfg
     gap_opts = tuple(sorted(dict(max_steps=max_steps, rtol=rtol, adjoint="implicit").items()))
-    x, nu, residual, steps, converged = refine(
-        gap, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps,
-        sol.converged)
     H = cap.shape[-1]
     seg = jnp.where((host >= 0) & (host < H), host, H)
-    sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
     tol = 4.0 * (default_rtol(cap.dtype) if rtol is None else rtol)
-    fits = jnp.all(sums <= cap * (1.0 + tol))
-    use = ~sol.converged & converged & fits
-    return _budget.BudgetSolution(
-        x=jnp.where(use, x, sol.x), dual=jnp.where(use, nu, sol.dual),
-        host_dual=jnp.where(use, jnp.zeros_like(sol.host_dual), sol.host_dual),
-        residual=jnp.where(use, residual, sol.residual), converged=sol.converged | use,
-        num_steps=jnp.where(use, steps, sol.num_steps))
+
+    def replace(sol):
+        x, nu, residual, steps, converged = refine(
+            gap, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps,
+            sol.converged)
+        sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
+        fits = jnp.all(sums <= cap * (1.0 + tol))
+        use = ~sol.converged & converged & fits
+        out = _budget.BudgetSolution(
+            x=jnp.where(use, x, sol.x), dual=jnp.where(use, nu, sol.dual),
+            host_dual=jnp.where(use, jnp.zeros_like(sol.host_dual), sol.host_dual),
+            residual=jnp.where(use, residual, sol.residual), converged=sol.converged | use,
+            num_steps=jnp.where(use, steps, sol.num_steps))
+        bind0 = (sums > cap * (1.0 + tol)) | (sol.host_dual > 0)
+        again = ~use & (~out.converged | _near_top(gap, params, host, cap, sol))
+        return jax.lax.cond(again, lambda: _prefer_converged(
+            out, capped_on_log_gap(gap, cfg, params, budget, lower, upper, host, cap, bind0)), lambda: out)
+
+    need = ~sol.converged | _near_top(gap, params, host, cap, sol)
+    return jax.lax.cond(need, replace, lambda s: s, sol)
+
+
+def _prefer_converged(old, new):
+    """``new`` where it converged, else ``old``."""
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(new.converged, b, a), old, new)
+
+
+# --------------------------------------------------------------- host caps on the log-gap
+def _segment_origins(top, live, group, num):
+    """Per segment, the live page with the largest ``top`` (the first of ties), and whether
+    the segment has one."""
+    n = top.shape[-1]
+    t = jnp.where(live, top, -jnp.inf)
+    best = jax.ops.segment_max(t, group, num_segments=num)
+    idx = jnp.arange(n)
+    cand = jnp.where(live & (t >= best[group]), idx, n)
+    k = jax.ops.segment_min(cand, group, num_segments=num)
+    has = (k < n) & (k >= 0)
+    return jnp.where(has, k, 0), has
+
+
+def _grouped_setup(gap, params, live, group, num):
+    """Origins and offsets of a grouped log-gap solve: each segment's top page ``k_g``
+    (params ``own_g``, log marginal at zero ``big_g``) and every page's
+    ``d_i = log(m_{k_g(i)} / m_i)``, differentiable in every page's params (the origins'
+    included, as in :func:`gap_allocation`)."""
+    top = gap.top(params)
+    n = top.shape[-1]
+    k, has = _segment_origins(jax.lax.stop_gradient(top), live, group, num)
+    own_g = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(jnp.asarray(v), top.shape)[k], params)
+    big_g = jnp.where(has, top[k], 0.0)
+    own = jax.tree_util.tree_map(lambda v: v[group], own_g)
+    d = log_ratios(gap, params, own, big_g[group], live, jnp.arange(n) == k[group])
+    return k, has, jax.lax.stop_gradient(own_g), big_g, d
+
+
+def _grouped_impl(gap, cfg, params, budgets, lo, hi, live, group):
+    """The per-segment budget problems ``sum_{i in g} x_i = B_g`` (each its own dual
+    ``tau_g`` from its own origin), one vectorised safeguarded iteration on
+    ``s_g = tau_g - t0_g`` with segment sums, then a closing correction per segment.
+    Returns ``(x, tau, residual, converged, steps)``; ``residual`` and ``converged`` per
+    segment, before the correction."""
+    max_steps, rtol = cfg
+    num = budgets.shape[-1]
+    rtol = default_rtol(budgets.dtype) if rtol is None else rtol
+    _, has, own_g, _, d = _grouped_setup(gap, params, live, group, num)
+    count = jax.ops.segment_sum(live.astype(budgets.dtype), group, num_segments=num)
+    rate = gap_rate_function(gap)
+    segsum = lambda v: jax.ops.segment_sum(v, group, num_segments=num)  # noqa: E731
+    active = has & (budgets > 0)
+    a, b = origin_bracket(gap, own_g, budgets, jnp.maximum(count, 1.0))
+
+    def sums(tau):
+        return segsum(jnp.clip(rate(tau[group], (params, d, 0.0)), lo, hi))
+
+    def widen(s):  # rates fall with tau: sums(a) >= B_g >= sums(b), geometrically in width
+        a, b, i = s
+        step = 2.0 * jnp.maximum(jnp.abs(b - a), 1.0)
+        low, high = sums(a) < budgets, sums(b) > budgets
+        return jnp.where(active & low, a - step, a), jnp.where(active & high, b + step, b), i + 1
+
+    def unbracketed(s):
+        a, b, i = s
+        return jnp.any(active & ((sums(a) < budgets) | (sums(b) > budgets))) & (i < 64)
+
+    a, b, _ = jax.lax.while_loop(unbracketed, widen, (a, b, 0))
+    t0 = jax.lax.stop_gradient(a)
+    p = (params, d, t0[group])
+
+    def f_and_df(s):
+        x, dx, *_ = _budget.eval_pages(rate, p, s[group], lo, hi)
+        return segsum(x) - budgets, segsum(dx)
+
+    state, log_mode = rootfind.root_init(jnp.zeros_like(a), b - t0, done=~active)
+    final = rootfind.iterate(f_and_df, state, log_mode, rtol * budgets, max_steps)
+    s = rootfind.root_value(final, log_mode)
+    x, dx, *_ = _budget.eval_pages(rate, p, s[group], lo, hi)
+    residual = segsum(x) - budgets
+    slope = segsum(dx)
+    c = jnp.where(slope < 0, -residual / jnp.where(slope < 0, slope, -1.0), 0.0)
+    x = jnp.clip(x + c[group] * dx, lo, hi)
+    ok = final.done & jnp.isfinite(residual) & (jnp.abs(residual) <= 4.0 * rtol * budgets)
+    converged = jnp.where(active, ok, jnp.abs(segsum(x) - budgets) <= rtol * budgets)
+    return x, s + t0, residual, converged, final.k
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _grouped(gap, cfg, params, budgets, lo, hi, live, group):
+    return _grouped_impl(gap, cfg, params, budgets, lo, hi, live, group)
+
+
+@_grouped.defjvp
+def _grouped_jvp(gap, cfg, primals, tangents):
+    """The implicit rule per segment: ``dx_i = fixed_i + phi_i' ds_g`` with
+    ``ds_g = (dB_g - sum_g fixed) / sum_g phi'`` (``fixed``: the params' and bounds' part)."""
+    params, budgets, lo, hi, live, group = primals
+    dparams, dbudgets, dlo, dhi, _, _ = tangents
+    out = _grouped(gap, cfg, params, budgets, lo, hi, live, group)
+    x, tau, residual, converged, steps = out
+    num = budgets.shape[-1]
+    k, _, _, _, _ = _grouped_setup(gap, params, live, group, num)
+    rate = gap_rate_function(gap)
+    t = jax.lax.stop_gradient(tau)[group]
+    shape = x.shape
+
+    def page_rates(p):
+        d = _grouped_setup(gap, p, live, group, num)[4]
+        return rate(t, (p, d, 0.0))
+
+    phi, dphi_dth = jax.jvp(page_rates, (params,), (dparams,))
+    _, dphi_ds, free, at_lo, at_hi = _budget.eval_pages(
+        rate, (params, _grouped_setup(gap, params, live, group, num)[4], 0.0), t, lo, hi)
+    dphi_dth = jnp.where(free, jnp.broadcast_to(dphi_dth, shape), 0.0)
+    dbound = jnp.where(at_lo, jnp.broadcast_to(dlo, shape), jnp.where(at_hi, jnp.broadcast_to(dhi, shape), 0.0))
+    fixed = dbound + dphi_dth
+    segsum = lambda v: jax.ops.segment_sum(v, group, num_segments=num)  # noqa: E731
+    den = segsum(dphi_ds)
+    ds = jnp.where(den != 0, (dbudgets - segsum(fixed)) / jnp.where(den != 0, den, 1.0), 0.0)
+    dx = jnp.where(free, dphi_dth + dphi_ds * ds[group], dbound)
+    del k, phi
+    zeros = rootfind.float0_tangents((converged, steps))
+    return out, (dx, ds, jnp.zeros_like(residual), *zeros)
+
+
+def _log_dual_gap(big_h, tau_h, big_r, tau_r):
+    """``log(mu_h / nu)`` of two log-gap duals from different origins, without cancelling
+    the tiny gaps against the origins' logs."""
+    return (big_h - big_r) + (jnp.exp(-tau_r) - jnp.exp(-tau_h))
+
+
+def capped_on_log_gap(gap, cfg: tuple, params, budget, lower, upper, host, cap, bind0):
+    r"""The host-capped optimum on the log-gap (caps that bind far below the change rates).
+
+    Given the set of binding hosts, the capped KKT conditions split into independent budget
+    problems: each binding host's pages share its cap :math:`C_h` (dual :math:`\mu_h`), the
+    other pages share :math:`B-\sum_{\text{binding}}C_h` (dual :math:`\nu`).  Each is solved on
+    its own log-gap dual from its own top page (:func:`_grouped`, one vectorised iteration
+    with segment sums), so every segment's rates are resolved however close its dual is to
+    its pages' marginals at zero.  The binding set starts at ``bind0`` and is corrected (a
+    binding host with :math:`\mu_h<\nu` is released, a free host over its cap is bound) until
+    it is consistent -- then the KKT conditions hold: every host within its cap, every
+    binding host's multiplier :math:`\kappa_h=\mu_h-\nu\ge0`.  At most 8 corrections; an
+    inconsistent set is reported as not converged.  Derivatives: the implicit rule per
+    segment (the binding set is locally constant).
+    """
+    max_steps, rtol = cfg
+    dtype = budget.dtype
+    rtol_ = default_rtol(dtype) if rtol is None else rtol
+    H = cap.shape[-1]
+    has_host = (host >= 0) & (host < H)
+    hidx = jnp.where(has_host, host, 0)
+    seg = jnp.where(has_host, host, H)
+    live = jnp.isfinite(gap.top(params))
+    fixed_params = jax.lax.stop_gradient(params)
+    slack = 16.0 * jnp.finfo(dtype).eps
+
+    def groups(bind):
+        g = jnp.where(has_host & bind[hidx], hidx, H)
+        taken = jnp.where(bind, cap, 0.0)
+        return g, jnp.concatenate([taken, (budget - jnp.sum(taken))[None]])
+
+    def consistent(bind, x, tau, g):
+        big = _grouped_setup(gap, fixed_params, live, g, H + 1)[3]
+        rest_has = _segment_origins(gap.top(fixed_params), live, g, H + 1)[1][H]
+        diff = _log_dual_gap(big[:H], tau[:H], big[H], tau[H])
+        sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
+        drop = bind & rest_has & (diff < -slack * jnp.maximum(jnp.abs(big[H]), 1.0))
+        add = ~bind & (sums > cap * (1.0 + 4.0 * rtol_))
+        return (bind & ~drop) | add, ~jnp.any(drop | add), diff
+
+    def step(s):
+        bind, _, i, steps = s
+        g, budgets = groups(bind)
+        x, tau, _, _, k = _grouped_impl(gap, cfg, fixed_params, budgets, lower, upper, live, g)
+        new, same, _ = consistent(bind, x, tau, g)
+        return new, same, i + 1, steps + k
+
+    bind, _, _, steps = jax.lax.while_loop(lambda s: ~s[1] & (s[2] < 8), step,
+                                           (bind0, jnp.array(False), 0, jnp.asarray(0, jnp.int32)))
+    g, budgets = groups(bind)
+    x, tau, residual, conv, k = _grouped(gap, (max_steps, rtol), params, budgets, lower, upper, live, g)
+    _, same, diff = consistent(bind, jax.lax.stop_gradient(x), jax.lax.stop_gradient(tau), g)
+    big = _grouped_setup(gap, params, live, g, H + 1)[3]
+    nu = dual_of(big[H], tau[H])
+    kappa = jnp.where(bind, nu * jnp.expm1(jnp.maximum(diff, 0.0)), 0.0)
+    total = jnp.sum(x)
+    converged = (jnp.all(conv) & same & jnp.isfinite(total)
+                 & (jnp.abs(total - budget) <= rtol_ * jnp.abs(budget)))
+    return _budget.BudgetSolution(x=x, dual=nu, host_dual=kappa, residual=jnp.sum(residual),
+                                  converged=converged, num_steps=steps + k)

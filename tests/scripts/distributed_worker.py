@@ -18,6 +18,8 @@ row's global index, the dual).  Tasks:
   far         BinaryLambdaCrawl at 1e-30 of the bandwidth (far below the change rates: the
               log-gap re-solve) from INPUT_DIR/table
   far_stream  stream_solve (binary) of the same into OUT_DIR/far_stream_rate.npy
+  far_capped  the same solve under host caps that bind (INPUT_DIR/far_caps.npy, host = page // HOST_SIZE):
+              the per-segment log-gap solve on the sharded arrays
   mismatch    a solve whose bandwidth differs on process 1 (must be refused)
   simulate    5 windows of the simulator under the LambdaCrawl schedule, pages sharded
               over the processes (global_tree); every per-page total of this process's rows
@@ -89,6 +91,12 @@ for task in tasks:
         rows = distributed.read_local_rows(os.path.join(inputs, "table"))
         sol = distributed.solve_local_rows(rows.importance, rows.change_rate, rows.complete, bandwidth * 1e-30,
                                            "binary")
+        save(task, rate=sol.rate, start=sol.start, dual=sol.dual, converged=sol.converged)
+    elif task == "far_capped":
+        rows = distributed.read_local_rows(os.path.join(inputs, "table"))
+        host = ((rows.start + np.arange(np.shape(rows.importance)[0])) // HOST_SIZE).astype(np.int32)
+        sol = distributed.solve_local_rows(rows.importance, rows.change_rate, rows.complete, bandwidth * 1e-30,
+                                           "binary", host_id=host, host_cap=np.load(os.path.join(inputs, "far_caps.npy")))
         save(task, rate=sol.rate, start=sol.start, dual=sol.dual, converged=sol.converged)
     elif task == "far_stream":
         from jaxcrawl.scale import PageTable, stream_solve
