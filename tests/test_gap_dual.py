@@ -144,8 +144,8 @@ def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, 
             tight = tight.astype(dtype())
             got = distributed.solve_local_rows(imp, lam, comp, R, objective, epsilon=epsilon, host_id=host,
                                                host_cap=tight)
-            mem = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, tight, objective,
-                                                  epsilon=epsilon)
+            mem = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, tight,
+                                                  "binary-epsilon" if epsilon else objective, epsilon=epsilon)
             assert got.converged and bool(mem.policy.converged), (name, e)
             lower = 0.4 * R / imp.size if name == "binary-epsilon" else 0.0
             check_capped_kkt("uniform" if name == "uniform" else "binary", imp.astype(np.float64),
