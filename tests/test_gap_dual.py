@@ -289,7 +289,8 @@ def check_capped_kkt(name, imp, lam, R, host, caps, sol, lower=0.0):
     return binding
 
 
-@pytest.mark.parametrize("name", ["binary", "uniform", pytest.param("binary-epsilon", marks=pytest.mark.long)])
+@pytest.mark.parametrize("name", ["binary", pytest.param("uniform", marks=pytest.mark.long),
+                                  pytest.param("binary-epsilon", marks=pytest.mark.long)])
 def test_host_capped_far_below_the_change_rates(name):
     """Far below the change rates the capped iteration on the plain dual cannot resolve the
     rates.  Caps that do not bind at the uncapped optimum leave it optimal (every host
@@ -341,6 +342,7 @@ def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, 
         caps = np.full(3, np.inf)
         caps[host[np.argmax(imp / lam)]] = 0.3 * R  # the top page's host binds
 
+        @jax.jit
         def f(i, l, r, c):
             sol = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(i, l, r), host, c, name)
             return sol.policy.rate
@@ -361,8 +363,8 @@ def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, 
                                        err_msg=f"{name} d/d arg {which}")
 
 
-@pytest.mark.parametrize("seed", [5, pytest.param(0, marks=pytest.mark.long), pytest.param(2, marks=pytest.mark.long)])
-def test_a_page_at_its_uniform_threshold_under_host_caps(seed):
+@pytest.mark.parametrize("seed, full", [(5, False)] + [pytest.param(s, True, marks=pytest.mark.long) for s in (5, 0, 2)])
+def test_a_page_at_its_uniform_threshold_under_host_caps(seed, full):
     """The host-capped iteration at a uniform page's threshold (its rate jumps by ~xi/17
     between adjacent float32 duals).  Before, a dual that stopped on the wrong side of the
     jump left the page at 0 and the closing corrections spread its rate over the other
@@ -377,7 +379,7 @@ def test_a_page_at_its_uniform_threshold_under_host_caps(seed):
     host = np.arange(40) % 4
     eps = float(np.finfo(dtype()).eps)
     solved = 0
-    for frac in (1e-1, 1e-2, 1e-3):
+    for frac in (1e-1, 1e-2, 1e-3) if full else (1e-3,):  # default: seed 5's silently wrong case
         R = float(lam.sum()) * frac
         for share in (2.0, 0.3):
             caps = np.array([share, share, share, np.inf]) * R
@@ -398,4 +400,4 @@ def test_a_page_at_its_uniform_threshold_under_host_caps(seed):
             rest = ~binding[host]
             if np.any(rate[rest] > 0):
                 check_kkt("uniform", imp[rest], lam[rest], R, rate[rest], 0.0)
-    assert solved >= 4, solved
+    assert solved >= (4 if full else 2), solved

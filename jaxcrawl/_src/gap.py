@@ -232,41 +232,24 @@ def capped_needed(gap, params, host, cap, sol: _budget.BudgetSolution) -> jax.Ar
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def capped_fallback(gap, cfg: tuple, params, budget, lower, upper, host, cap,
                     sol: _budget.BudgetSolution) -> _budget.BudgetSolution:
-    """The host-capped solve ``sol`` (the capped iteration on the plain duals), replaced
-    where the plain duals cannot resolve the answer -- not converged, or a segment's dual
-    within ``e^SWITCH`` of its pages' largest marginal at zero (a bandwidth or cap far below
-    the change rates):
-
-    1. if ``sol`` did not converge, the uncapped optimum (:func:`refine`, i.e.
-       :func:`jaxcrawl.solve`'s log-gap re-solve) where it keeps every host within its cap
-       (it then satisfies the capped KKT conditions with every host multiplier 0);
-    2. otherwise, or if that fails, :func:`capped_on_log_gap` (every segment on its own
-       log-gap dual), from the hosts the uncapped optimum or ``sol`` puts over their caps.
-
-    A result replaces ``sol`` only if it converged; a converged ``sol`` is kept where the
-    log-gap solve fails."""
-    max_steps, rtol = cfg
-    gap_opts = tuple(sorted(dict(max_steps=max_steps, rtol=rtol, adjoint="implicit").items()))
+    """The host-capped solve ``sol`` (the capped iteration on the plain duals), replaced by
+    :func:`capped_on_log_gap` (every segment on its own log-gap dual, starting from the
+    hosts ``sol`` puts at their caps) where the plain duals cannot resolve the answer --
+    ``sol`` not converged, or a segment's dual within ``e^SWITCH`` of its pages' largest
+    marginal at zero (a bandwidth or cap far below the change rates).  The replacement is
+    taken only if it converged: a converged ``sol`` is kept where it fails."""
+    rtol = cfg[1]
     H = cap.shape[-1]
     seg = jnp.where((host >= 0) & (host < H), host, H)
     tol = 4.0 * (default_rtol(cap.dtype) if rtol is None else rtol)
 
     def replace(sol):
-        x, nu, residual, steps, converged = refine(
-            gap, gap_opts, params, budget, lower, upper, sol.x, sol.dual, sol.residual, sol.num_steps,
-            sol.converged)
+        x = jax.lax.stop_gradient(sol.x)
         sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
-        fits = jnp.all(sums <= cap * (1.0 + tol))
-        use = ~sol.converged & converged & fits
-        out = _budget.BudgetSolution(
-            x=jnp.where(use, x, sol.x), dual=jnp.where(use, nu, sol.dual),
-            host_dual=jnp.where(use, jnp.zeros_like(sol.host_dual), sol.host_dual),
-            residual=jnp.where(use, residual, sol.residual), converged=sol.converged | use,
-            num_steps=jnp.where(use, steps, sol.num_steps))
-        bind0 = (sums > cap * (1.0 + tol)) | (sol.host_dual > 0)
-        again = ~use & (~out.converged | _near_top(gap, params, host, cap, sol))
-        return jax.lax.cond(again, lambda: _prefer_converged(
-            out, capped_on_log_gap(gap, cfg, params, budget, lower, upper, host, cap, bind0)), lambda: out)
+        # from the hosts a converged plain solve puts at their caps; from none (the uncapped
+        # problem, hosts bound as they exceed their caps) when it did not converge
+        bind0 = sol.converged & ((sums >= cap * (1.0 - tol)) | (sol.host_dual > 0))
+        return _prefer_converged(sol, capped_on_log_gap(gap, cfg, params, budget, lower, upper, host, cap, bind0))
 
     need = ~sol.converged | _near_top(gap, params, host, cap, sol)
     return jax.lax.cond(need, replace, lambda s: s, sol)
@@ -356,42 +339,38 @@ def _grouped_impl(gap, cfg, params, budgets, lo, hi, live, group):
     return x, s + t0, residual, converged, final.k
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _grouped(gap, cfg, params, budgets, lo, hi, live, group):
-    return _grouped_impl(gap, cfg, params, budgets, lo, hi, live, group)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _with_implicit_tangents(gap, params, budgets, lo, hi, live, group, x, tau):
+    """``(x, tau)`` (a converged grouped solve at ``params``, computed without derivatives)
+    with the implicit rule per segment as their derivative: ``dx_i = fixed_i + phi_i' ds_g``,
+    ``ds_g = (dB_g - sum_g fixed) / sum_g phi'`` (``fixed``: the params' and bounds' part,
+    the origins' params included).  So the solve runs once and the loops are never
+    differentiated."""
+    return x, tau
 
 
-@_grouped.defjvp
-def _grouped_jvp(gap, cfg, primals, tangents):
-    """The implicit rule per segment: ``dx_i = fixed_i + phi_i' ds_g`` with
-    ``ds_g = (dB_g - sum_g fixed) / sum_g phi'`` (``fixed``: the params' and bounds' part)."""
-    params, budgets, lo, hi, live, group = primals
-    dparams, dbudgets, dlo, dhi, _, _ = tangents
-    out = _grouped(gap, cfg, params, budgets, lo, hi, live, group)
-    x, tau, residual, converged, steps = out
+@_with_implicit_tangents.defjvp
+def _implicit_tangents_jvp(gap, primals, tangents):
+    params, budgets, lo, hi, live, group, x, tau = primals
+    dparams, dbudgets, dlo, dhi = tangents[:4]
     num = budgets.shape[-1]
-    k, _, _, _, _ = _grouped_setup(gap, params, live, group, num)
     rate = gap_rate_function(gap)
     t = jax.lax.stop_gradient(tau)[group]
-    shape = x.shape
 
     def page_rates(p):
-        d = _grouped_setup(gap, p, live, group, num)[4]
-        return rate(t, (p, d, 0.0))
+        return rate(t, (p, _grouped_setup(gap, p, live, group, num)[4], 0.0))
 
-    phi, dphi_dth = jax.jvp(page_rates, (params,), (dparams,))
-    _, dphi_ds, free, at_lo, at_hi = _budget.eval_pages(
-        rate, (params, _grouped_setup(gap, params, live, group, num)[4], 0.0), t, lo, hi)
+    _, dphi_dth = jax.jvp(page_rates, (params,), (dparams,))
+    d = _grouped_setup(gap, params, live, group, num)[4]
+    _, dphi_ds, free, at_lo, at_hi = _budget.eval_pages(rate, (params, d, 0.0), t, lo, hi)
+    shape = x.shape
     dphi_dth = jnp.where(free, jnp.broadcast_to(dphi_dth, shape), 0.0)
     dbound = jnp.where(at_lo, jnp.broadcast_to(dlo, shape), jnp.where(at_hi, jnp.broadcast_to(dhi, shape), 0.0))
     fixed = dbound + dphi_dth
     segsum = lambda v: jax.ops.segment_sum(v, group, num_segments=num)  # noqa: E731
     den = segsum(dphi_ds)
     ds = jnp.where(den != 0, (dbudgets - segsum(fixed)) / jnp.where(den != 0, den, 1.0), 0.0)
-    dx = jnp.where(free, dphi_dth + dphi_ds * ds[group], dbound)
-    del k, phi
-    zeros = rootfind.float0_tangents((converged, steps))
-    return out, (dx, ds, jnp.zeros_like(residual), *zeros)
+    return (x, tau), (jnp.where(free, dphi_dth + dphi_ds * ds[group], dbound), ds)
 
 
 def _log_dual_gap(big_h, tau_h, big_r, tau_r):
@@ -406,7 +385,7 @@ def capped_on_log_gap(gap, cfg: tuple, params, budget, lower, upper, host, cap, 
     Given the set of binding hosts, the capped KKT conditions split into independent budget
     problems: each binding host's pages share its cap :math:`C_h` (dual :math:`\mu_h`), the
     other pages share :math:`B-\sum_{\text{binding}}C_h` (dual :math:`\nu`).  Each is solved on
-    its own log-gap dual from its own top page (:func:`_grouped`, one vectorised iteration
+    its own log-gap dual from its own top page (:func:`_grouped_impl`, one vectorised iteration
     with segment sums), so every segment's rates are resolved however close its dual is to
     its pages' marginals at zero.  The binding set starts at ``bind0`` and is corrected (a
     binding host with :math:`\mu_h<\nu` is released, a free host over its cap is bound) until
@@ -438,20 +417,27 @@ def capped_on_log_gap(gap, cfg: tuple, params, budget, lower, upper, host, cap, 
         sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
         drop = bind & rest_has & (diff < -slack * jnp.maximum(jnp.abs(big[H]), 1.0))
         add = ~bind & (sums > cap * (1.0 + 4.0 * rtol_))
-        return (bind & ~drop) | add, ~jnp.any(drop | add), diff
+        # binding caps that leave the other pages less than their floors: start over from none
+        rest_lo = jnp.sum(jnp.where(g == H, lower, 0.0))
+        over = jnp.sum(jnp.where(bind, cap, 0.0)) > (budget - rest_lo) * (1.0 + 4.0 * rtol_)
+        new = jnp.where(over, jnp.zeros_like(bind), (bind & ~drop) | add)
+        return new, ~jnp.any(new != bind), diff
 
     def step(s):
-        bind, _, i, steps = s
+        bind, _, i, steps, *_ = s
         g, budgets = groups(bind)
-        x, tau, _, _, k = _grouped_impl(gap, cfg, fixed_params, budgets, lower, upper, live, g)
+        x, tau, residual, conv, k = _grouped_impl(gap, cfg, fixed_params, budgets, lower, upper, live, g)
         new, same, _ = consistent(bind, x, tau, g)
-        return new, same, i + 1, steps + k
+        # the solve of this set is kept with its set; the next set is solved only if it differs
+        return jnp.where(same, bind, new), same, i + 1, steps + k, bind, x, tau, residual, conv
 
-    bind, _, _, steps = jax.lax.while_loop(lambda s: ~s[1] & (s[2] < 8), step,
-                                           (bind0, jnp.array(False), 0, jnp.asarray(0, jnp.int32)))
+    n = lower.shape[-1]
+    init = (bind0, jnp.array(False), 0, jnp.asarray(0, jnp.int32), bind0, jnp.zeros((n,), dtype),
+            jnp.zeros((H + 1,), dtype), jnp.zeros((H + 1,), dtype), jnp.zeros((H + 1,), bool))
+    _, same, _, steps, bind, x, tau, residual, conv = jax.lax.while_loop(lambda s: ~s[1] & (s[2] < 8), step, init)
     g, budgets = groups(bind)
-    x, tau, residual, conv, k = _grouped(gap, (max_steps, rtol), params, budgets, lower, upper, live, g)
-    _, same, diff = consistent(bind, jax.lax.stop_gradient(x), jax.lax.stop_gradient(tau), g)
+    x, tau = _with_implicit_tangents(gap, params, budgets, lower, upper, live, g, x, tau)
+    diff = consistent(bind, jax.lax.stop_gradient(x), jax.lax.stop_gradient(tau), g)[2]
     big = _grouped_setup(gap, params, live, g, H + 1)[3]
     nu = dual_of(big[H], tau[H])
     kappa = jnp.where(bind, nu * jnp.expm1(jnp.maximum(diff, 0.0)), 0.0)
@@ -459,4 +445,4 @@ def capped_on_log_gap(gap, cfg: tuple, params, budget, lower, upper, host, cap, 
     converged = (jnp.all(conv) & same & jnp.isfinite(total)
                  & (jnp.abs(total - budget) <= rtol_ * jnp.abs(budget)))
     return _budget.BudgetSolution(x=x, dual=nu, host_dual=kappa, residual=jnp.sum(residual),
-                                  converged=converged, num_steps=steps + k)
+                                  converged=converged, num_steps=steps)
