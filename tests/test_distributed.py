@@ -225,12 +225,13 @@ def _sweep_reference(num_seeds=8, chunk_size=1):
     from jaxcrawl.learners.sweep import run_sweep
     from jaxcrawl.sync_bandits import polynomial_bandit
 
-    bandits = jax.vmap(lambda k: polynomial_bandit(k, 20))(jax.random.split(jax.random.key(1), 2))
-    lr = jnp.asarray([0.05, 0.1, 0.2, 0.4, 0.8, 1.6])
-    grid = SyncHyperparams(lr, jnp.full(6, 0.1), jnp.full(6, 2.0))
-    res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=num_seeds, num_steps=30,
-                    chunk_size=chunk_size)
-    return jax.tree_util.tree_leaves(res.outputs)
+    with jax.enable_x64(False):  # the workers' dtype (float32) in the x64 lane too
+        bandits = jax.vmap(lambda k: polynomial_bandit(k, 20))(jax.random.split(jax.random.key(1), 2))
+        lr = jnp.asarray([0.05, 0.1, 0.2, 0.4, 0.8, 1.6])
+        grid = SyncHyperparams(lr, jnp.full(6, 0.1), jnp.full(6, 2.0))
+        res = run_sweep(jax.random.key(7), async_mirror_sync(), bandits, grid, num_seeds=num_seeds, num_steps=30,
+                        chunk_size=chunk_size)
+        return [np.asarray(v) for v in jax.tree_util.tree_leaves(res.outputs)]
 
 
 def _check_sweep(out, num_processes, reference, task="sweep"):
@@ -419,7 +420,8 @@ def test_cli_launch_solve_stream_sweep(inputs, tmp_path, capsys):
 
     sweep = ["sweep", "--seeds", "4", "--steps", "12", "--learning-rates", "0.1,0.4,1.6"]
     capsys.readouterr()
-    assert main([*sweep, "--out-dir", str(tmp_path / "one")]) == 0
+    with jax.enable_x64(False):  # the launched processes' dtype (float32) in the x64 lane too
+        assert main([*sweep, "--out-dir", str(tmp_path / "one")]) == 0
     one = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     out = launch(2, *sweep, "--out-dir", str(tmp_path / "two"))
     two = [json.loads(ln.split("] ", 1)[1]) for ln in out.splitlines() if ln[3:5] == " {"]
