@@ -515,7 +515,7 @@ def _global_solve(imp, lam, comp, valid, host, cap, budget, *, utility, num_page
             converged)
     elif utility.gap is not None:
         sol = _gap.capped_fallback(_gap.masked(utility.gap), (max_steps, rtol), (params, valid),
-                                               budget / c, lo, hi, host, cap / c, sol)
+                                   budget / c, lo, hi, host, cap / c, sol)
         x, dual, residual, steps, converged = sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged
     dual = dual if utility.dual is None else utility.dual(dual, params)
     policy = make_policy(problem, x * c, _budget.rescale_dual(dual, a, c), residual * c, steps,

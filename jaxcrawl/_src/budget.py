@@ -275,8 +275,7 @@ def _across_jumps(at, hs, outer, log_mode, inner, log_h, bind, bind_page, x, bud
     rate lies in ``[x_i(b), x_i(a)]``.  A bracket a few ulps wide whose sums still straddle
     the target by more than the tolerance holds a page whose rate jumps there in this dtype
     (uniform-interval freshness at its threshold falls to 0 like
-    :math:`\lambda/\log(1/(1-
-u/m))`: by ~λ/17 within one float32 ulp of the dual).  The
+    :math:`\lambda/\log(1/(1-\nu/m))`: by ~λ/17 within one float32 ulp of the dual).  The
     target is met by ``x(b) + θ (x(a) - x(b))``: the pages that do not jump stay at their
     rate to the dual's resolution, and a single jumping page receives exactly what the
     budget (or its host's cap) leaves — its exact optimum.  Several pages whose jumps fall

@@ -212,9 +212,7 @@ def _near_top(gap, params, host, cap, sol):
     ``e^SWITCH`` of the largest marginal at zero of its pages, where the plain duals cannot
     resolve the rates (the capped analogue of :func:`needed`)."""
     H = cap.shape[-1]
-    has_host = (host >= 0) & (host < H)
-    bind = sol.host_dual > 0
-    g = jnp.where(has_host & bind[jnp.where(has_host, host, 0)], jnp.where(has_host, host, 0), H)
+    g = _segments(_budget._hosts(host, H), sol.host_dual > 0)
     top = jax.lax.stop_gradient(gap.top(params))
     best = jax.ops.segment_max(jnp.where(jnp.isfinite(top), top, -jnp.inf), g, num_segments=H + 1)
     dual = jax.lax.stop_gradient(jnp.concatenate([sol.dual + sol.host_dual, sol.dual[None]]))
@@ -239,20 +237,17 @@ def capped_fallback(gap, cfg: tuple, params, budget, lower, upper, host, cap,
     marginal at zero (a bandwidth or cap far below the change rates).  The replacement is
     taken only if it converged: a converged ``sol`` is kept where it fails."""
     rtol = cfg[1]
-    H = cap.shape[-1]
-    seg = jnp.where((host >= 0) & (host < H), host, H)
+    hs = _budget._hosts(host, cap.shape[-1])
     tol = 4.0 * (default_rtol(cap.dtype) if rtol is None else rtol)
 
     def replace(sol):
-        x = jax.lax.stop_gradient(sol.x)
-        sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
+        sums = hs.sum(jax.lax.stop_gradient(sol.x))
         # from the hosts a converged plain solve puts at their caps; from none (the uncapped
         # problem, hosts bound as they exceed their caps) when it did not converge
         bind0 = sol.converged & ((sums >= cap * (1.0 - tol)) | (sol.host_dual > 0))
         return _prefer_converged(sol, capped_on_log_gap(gap, cfg, params, budget, lower, upper, host, cap, bind0))
 
-    need = ~sol.converged | _near_top(gap, params, host, cap, sol)
-    return jax.lax.cond(need, replace, lambda s: s, sol)
+    return jax.lax.cond(capped_needed(gap, params, host, cap, sol), replace, lambda s: s, sol)
 
 
 def _prefer_converged(old, new):
@@ -261,6 +256,11 @@ def _prefer_converged(old, new):
 
 
 # --------------------------------------------------------------- host caps on the log-gap
+def _segments(hs, bind):
+    """Segment of every page: its host where that host binds, else ``H`` (the other pages)."""
+    return jnp.where(hs.has_host & bind[hs.hidx], hs.hidx, hs.num)
+
+
 def _segment_origins(top, live, group, num):
     """Per segment, the live page with the largest ``top`` (the first of ties), and whether
     the segment has one."""
@@ -293,12 +293,13 @@ def _grouped_impl(gap, cfg, params, budgets, lo, hi, live, group):
     """The per-segment budget problems ``sum_{i in g} x_i = B_g`` (each its own dual
     ``tau_g`` from its own origin), one vectorised safeguarded iteration on
     ``s_g = tau_g - t0_g`` with segment sums, then a closing correction per segment.
-    Returns ``(x, tau, residual, converged, steps)``; ``residual`` and ``converged`` per
-    segment, before the correction."""
+    Returns ``(x, tau, residual, converged, steps, big, has)``; ``residual`` and
+    ``converged`` per segment, before the correction; ``big`` and ``has``: each segment's
+    origin's log marginal at zero and whether it has a live page."""
     max_steps, rtol = cfg
     num = budgets.shape[-1]
     rtol = default_rtol(budgets.dtype) if rtol is None else rtol
-    _, has, own_g, _, d = _grouped_setup(gap, params, live, group, num)
+    _, has, own_g, big, d = _grouped_setup(gap, params, live, group, num)
     count = jax.ops.segment_sum(live.astype(budgets.dtype), group, num_segments=num)
     rate = gap_rate_function(gap)
     segsum = lambda v: jax.ops.segment_sum(v, group, num_segments=num)  # noqa: E731
@@ -336,7 +337,7 @@ def _grouped_impl(gap, cfg, params, budgets, lo, hi, live, group):
     x = jnp.clip(x + c[group] * dx, lo, hi)
     ok = final.done & jnp.isfinite(residual) & (jnp.abs(residual) <= 4.0 * rtol * budgets)
     converged = jnp.where(active, ok, jnp.abs(segsum(x) - budgets) <= rtol * budgets)
-    return x, s + t0, residual, converged, final.k
+    return x, s + t0, residual, converged, final.k, big, has
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -357,11 +358,8 @@ def _implicit_tangents_jvp(gap, primals, tangents):
     rate = gap_rate_function(gap)
     t = jax.lax.stop_gradient(tau)[group]
 
-    def page_rates(p):
-        return rate(t, (p, _grouped_setup(gap, p, live, group, num)[4], 0.0))
-
-    _, dphi_dth = jax.jvp(page_rates, (params,), (dparams,))
-    d = _grouped_setup(gap, params, live, group, num)[4]
+    d, dd = jax.jvp(lambda p: _grouped_setup(gap, p, live, group, num)[4], (params,), (dparams,))
+    _, dphi_dth = jax.jvp(lambda p, dv: rate(t, (p, dv, 0.0)), (params, d), (dparams, dd))
     _, dphi_ds, free, at_lo, at_hi = _budget.eval_pages(rate, (params, d, 0.0), t, lo, hi)
     shape = x.shape
     dphi_dth = jnp.where(free, jnp.broadcast_to(dphi_dth, shape), 0.0)
@@ -398,25 +396,19 @@ def capped_on_log_gap(gap, cfg: tuple, params, budget, lower, upper, host, cap, 
     dtype = budget.dtype
     rtol_ = default_rtol(dtype) if rtol is None else rtol
     H = cap.shape[-1]
-    has_host = (host >= 0) & (host < H)
-    hidx = jnp.where(has_host, host, 0)
-    seg = jnp.where(has_host, host, H)
+    hs = _budget._hosts(host, H)
     live = jnp.isfinite(gap.top(params))
     fixed_params = jax.lax.stop_gradient(params)
     slack = 16.0 * jnp.finfo(dtype).eps
 
     def groups(bind):
-        g = jnp.where(has_host & bind[hidx], hidx, H)
         taken = jnp.where(bind, cap, 0.0)
-        return g, jnp.concatenate([taken, (budget - jnp.sum(taken))[None]])
+        return _segments(hs, bind), jnp.concatenate([taken, (budget - jnp.sum(taken))[None]])
 
-    def consistent(bind, x, tau, g):
-        big = _grouped_setup(gap, fixed_params, live, g, H + 1)[3]
-        rest_has = _segment_origins(gap.top(fixed_params), live, g, H + 1)[1][H]
+    def consistent(bind, x, tau, g, big, has):
         diff = _log_dual_gap(big[:H], tau[:H], big[H], tau[H])
-        sums = jax.ops.segment_sum(x, seg, num_segments=H + 1)[:H]
-        drop = bind & rest_has & (diff < -slack * jnp.maximum(jnp.abs(big[H]), 1.0))
-        add = ~bind & (sums > cap * (1.0 + 4.0 * rtol_))
+        drop = bind & has[H] & (diff < -slack * jnp.maximum(jnp.abs(big[H]), 1.0))
+        add = ~bind & (hs.sum(x) > cap * (1.0 + 4.0 * rtol_))
         # binding caps that leave the other pages less than their floors: start over from none
         rest_lo = jnp.sum(jnp.where(g == H, lower, 0.0))
         over = jnp.sum(jnp.where(bind, cap, 0.0)) > (budget - rest_lo) * (1.0 + 4.0 * rtol_)
@@ -426,19 +418,20 @@ def capped_on_log_gap(gap, cfg: tuple, params, budget, lower, upper, host, cap, 
     def step(s):
         bind, _, i, steps, *_ = s
         g, budgets = groups(bind)
-        x, tau, residual, conv, k = _grouped_impl(gap, cfg, fixed_params, budgets, lower, upper, live, g)
-        new, same, _ = consistent(bind, x, tau, g)
+        x, tau, residual, conv, k, big, has = _grouped_impl(gap, cfg, fixed_params, budgets, lower, upper, live, g)
+        new, same, diff = consistent(bind, x, tau, g, big, has)
         # the solve of this set is kept with its set; the next set is solved only if it differs
-        return jnp.where(same, bind, new), same, i + 1, steps + k, bind, x, tau, residual, conv
+        return jnp.where(same, bind, new), same, i + 1, steps + k, bind, x, tau, residual, conv, diff
 
     n = lower.shape[-1]
     init = (bind0, jnp.array(False), 0, jnp.asarray(0, jnp.int32), bind0, jnp.zeros((n,), dtype),
-            jnp.zeros((H + 1,), dtype), jnp.zeros((H + 1,), dtype), jnp.zeros((H + 1,), bool))
-    _, same, _, steps, bind, x, tau, residual, conv = jax.lax.while_loop(lambda s: ~s[1] & (s[2] < 8), step, init)
+            jnp.zeros((H + 1,), dtype), jnp.zeros((H + 1,), dtype), jnp.zeros((H + 1,), bool),
+            jnp.zeros((H,), dtype))
+    _, same, _, steps, bind, x, tau, residual, conv, diff = jax.lax.while_loop(
+        lambda s: ~s[1] & (s[2] < 8), step, init)
     g, budgets = groups(bind)
     x, tau = _with_implicit_tangents(gap, params, budgets, lower, upper, live, g, x, tau)
-    diff = consistent(bind, jax.lax.stop_gradient(x), jax.lax.stop_gradient(tau), g)[2]
-    big = _grouped_setup(gap, params, live, g, H + 1)[3]
+    big = _grouped_setup(gap, params, live, g, H + 1)[3]  # with the origins' tangents (the dual's)
     nu = dual_of(big[H], tau[H])
     kappa = jnp.where(bind, nu * jnp.expm1(jnp.maximum(diff, 0.0)), 0.0)
     total = jnp.sum(x)
