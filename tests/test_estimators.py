@@ -1038,7 +1038,8 @@ def _cold_and_warm(w, c, m, lo, hi, smoothed=False):
         m = jnp.concatenate([m, jnp.ones_like(s, bool), jnp.ones_like(s, bool)], -1)
     args = (_off._likelihood_score, _off._likelihood_params(w, c), w, c, m, lo, hi, 60, None, False, "t")
     cold = _off._solve_equation(*args)
-    warm = _off._solve_equation(*args, bracket=_off._likelihood_bracket(w, c, m))
+    # the public path: the bracket of the sufficient statistics, the sentinel-interval score
+    warm = _off._solve_likelihood(w, c, m, lo, hi, 60, None, False, "t")
     return cold, warm
 
 
