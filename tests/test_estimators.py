@@ -1158,3 +1158,41 @@ def test_fast_mle_matches_a_float64_numpy_root():
     assert np.all(np.asarray(est.converged))
     ref = _float64_likelihood_root(w, c, m, E.DEFAULT_MIN_RATE, E.DEFAULT_MAX_RATE)
     np.testing.assert_allclose(np.asarray(est.rate, np.float64), ref, rtol=1e-5)
+
+
+@pytest.mark.parametrize("probe_first", [False, True])
+def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
+    """`solve_monotone(bracket=, probe_first=True)` (long histories' likelihood solve): a
+    bracket that crosses a clip bound starts on that bound instead of a separate pass at
+    the bounds.  Same roots as the pass (to the root tolerance), every one converged, a
+    clipped root exactly its bound, with the bound's derivative; both bounds crossed."""
+    from jaxcrawl._src.rootfind import solve_monotone, take_rows
+
+    rng = np.random.default_rng(21)
+    n, k = 300, 40
+    lam = np.exp(rng.uniform(np.log(0.02), np.log(60.0), n))
+    w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
+    c = simulate_partial(rng, lam, w)
+    lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
+    wj, cj, mj = _eh.prepare(w, c, None)
+    stats = _off._likelihood_stats(wj, cj)
+    params = (_off._sentinel_intervals(wj, stats.c8), stats.w_u)
+    bracket = _off._bracket_from_stats(stats, wj.dtype)
+    crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
+    crossing_lo = np.asarray((bracket[0] < lo) & (bracket[1] > lo))
+    assert crossing_hi.sum() > 10 and crossing_lo.sum() >= 3
+
+    def roots(pf, lo, hi):
+        return solve_monotone(_off._sentinel_score, params, lo, hi, x0=bracket[0], bracket=bracket,
+                              take=take_rows, compact=4, probe_first=pf)
+
+    ref, got = roots(False, lo, hi), roots(probe_first, lo, hi)
+    assert np.all(np.asarray(got.converged))
+    np.testing.assert_allclose(np.asarray(got.x), np.asarray(ref.x), rtol=1e-5)
+    x = np.asarray(got.x)
+    assert np.sum(x == 8.0) > 0 and np.sum(x == np.float32(0.25)) > 0
+    assert np.array_equal(x == 8.0, np.asarray(ref.x) == 8.0)
+    # a root clipped at the upper bound moves with it, an interior one does not
+    d_hi = jax.jvp(lambda h: roots(probe_first, lo, h).x, (hi,), (jnp.ones_like(hi),))[1]
+    np.testing.assert_allclose(np.asarray(d_hi)[x == 8.0], 1.0)
+    np.testing.assert_allclose(np.asarray(d_hi)[(x > 0.26) & (x < 7.9)], 0.0)

@@ -154,7 +154,7 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
                    x0: Any | None = None, max_steps: int = 64, rtol: float | None = None,
                    ftol: float = 0.0, bracket: tuple[Any, Any] | None = None,
                    take: Callable[[Any, jax.Array, tuple], Any] | None = None, unroll: int = 0,
-                   compact: int = 16) -> Roots:
+                   compact: int = 16, probe_first: bool = False) -> Roots:
     r"""Elementwise roots of ``fn(x, params) = 0``, ``fn`` nonincreasing in ``x``, on a box.
 
     Each element of ``x`` has its own equation (``fn`` maps an array ``x`` of shape ``S``
@@ -180,6 +180,12 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     roots agree to rounding: the two programs may sum in another order).  ``compact``
     (static, default 16) sets that fraction to ``1/compact``: a smaller divisor gathers
     earlier, worth it when a pass is expensive and most elements finish together.
+
+    ``probe_first`` (static; with ``bracket``): an element whose bracket crosses a bound
+    starts its iteration on that bound instead of having the bound evaluated in a separate
+    pass over all elements before the loop (a pass saved whenever any element crosses; the
+    first evaluation on the bound decides whether the root is clipped, as the separate pass
+    did, and otherwise steps from it).  The roots are the same to the tolerance.
 
     ``unroll`` (static) takes the first steps outside the loop (same result; faster on
     XLA:CPU for large arrays, see :func:`_iterate_counting`).
@@ -207,7 +213,7 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
         # gather of its params would copy them once per batch element
         take = None
     cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol), take, int(unroll),
-           int(compact))
+           int(compact), bool(probe_first))
     if bracket is not None:
         bracket = tuple(jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(v, dtype), shape)) for v in bracket)
     x, converged, steps, element_steps = _monotone(fn, cfg, params, lower, upper, x0, bracket)
@@ -250,7 +256,7 @@ def take_rows(params: Any, idx: jax.Array, shape: tuple) -> Any:
 
 def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootState, log_mode: jax.Array,
                         tol: Any, max_steps: int, ztol: Any, unroll: int = 0,
-                        compact: int = 16) -> tuple[RootState, jax.Array]:
+                        compact: int = 16, count: jax.Array | None = None) -> tuple[RootState, jax.Array]:
     """:func:`_iterate_counting` in two phases: all elements until at most ``1/compact``
     (default a sixteenth) are left, then those stragglers gathered (with their params, by ``take``) and iterated on
     their own to the end, and scattered back.  Elementwise equations only."""
@@ -261,7 +267,8 @@ def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootSt
     def f_and_df(p):
         return lambda x: jax.jvp(lambda v: fn(v, p), (x,), (jnp.ones_like(x),))
 
-    state, count = _iterate_counting(f_and_df(params), state, log_mode, tol, max_steps, ztol, unroll, leave=small)
+    state, count = _iterate_counting(f_and_df(params), state, log_mode, tol, max_steps, ztol, unroll, count,
+                                     leave=small)
     left = ~state.done.reshape(-1)
     idx = jnp.nonzero(left, size=small, fill_value=0)[0]
     real = jnp.arange(small) < jnp.sum(left)
@@ -278,7 +285,7 @@ def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootSt
 
 
 def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
-    max_steps, rtol, ftol, take, unroll, compact = cfg
+    max_steps, rtol, ftol, take, unroll, compact, probe_first = cfg
 
     def f_and_df(x):
         return jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
@@ -297,6 +304,18 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         # whether the root is clipped, instead of bisecting towards the bound
         across_hi = ~(at_lo | at_hi) & (b > upper)
         across_lo = ~(at_lo | at_hi | across_hi) & (a < lower)
+    if bracket is not None and probe_first:
+        # the bound is the element's first iterate instead of a separate pass over every
+        # element: its first evaluation there either closes the bracket on the bound (the
+        # root is clipped) or makes the bound the bracket's end with a Newton step from it
+        a = jnp.clip(a, lower, upper)
+        b = jnp.clip(b, a, upper)
+        start = a if x0 is None else x0
+        x0 = jnp.where(across_hi, upper, jnp.where(across_lo, lower, start))
+        started_hi = across_hi
+        across_hi = across_lo = jnp.zeros(jnp.shape(a), bool)
+        f_probe = df_probe = jnp.zeros_like(a)
+    elif bracket is not None:
         probe = jnp.where(across_hi, upper, lower)
         f_probe, df_probe = jax.lax.cond(jnp.any(across_hi | across_lo), lambda: f_and_df(probe),
                                          lambda: (jnp.zeros_like(probe), jnp.zeros_like(probe)))
@@ -320,12 +339,31 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         z_hi = state.zb - f_probe / jnp.where(ok, dz, -1.0)
         near = z_hi > state.zb - jnp.where(log_mode, jnp.log(2.0), 0.5 * (state.zb - state.za))
         state = state._replace(z=jnp.where(ok & near & (z_hi > state.za) & (z_hi < state.zb), z_hi, state.z))
+    count = None
+    if bracket is not None and probe_first and max_steps > 0:
+        # the first step, taken here: an element that started on the upper bound and found
+        # the root below it keeps the Newton point from the bound only within a factor 2 of
+        # it (near the bound the estimators' scores are concave in log x, where Newton from
+        # the right approaches the root monotonically); otherwise it restarts from the
+        # bracket's left end, the warm start, rather than from the bisection point
+        f, df = f_and_df(root_value(state, log_mode))
+        new = root_update(state, f, df, log_mode, ftol, rtol)
+        near = new.z > state.zb - jnp.where(log_mode, jnp.log(2.0), 0.5 * (state.zb - state.za))
+        restart = started_hi & ~new.done & ~near
+        new = new._replace(z=jnp.where(restart, new.za, new.z),
+                           dz_old=jnp.where(restart, jnp.inf, new.dz_old))
+        count = (~state.done).astype(jnp.int32)
+        state = freeze(state, new)
     if take is None:
-        final, count = _iterate_counting(f_and_df, state, log_mode, ftol, max_steps, rtol, unroll)
+        final, count = _iterate_counting(f_and_df, state, log_mode, ftol, max_steps, rtol, unroll, count)
     else:
         final, count = _iterate_compacting(fn, params, take, state, log_mode, ftol, max_steps, rtol, unroll,
-                                           compact)
-    x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, jnp.clip(root_value(final, log_mode), lower, upper)))
+                                           compact, count)
+    inside = jnp.clip(root_value(final, log_mode), lower, upper)
+    if probe_first:  # an iterate that stopped on a bound is that bound exactly (not exp(log bound))
+        inside = jnp.where(final.z >= to_z(upper, log_mode), upper,
+                           jnp.where(final.z <= to_z(lower, log_mode), lower, inside))
+    x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, inside))
     return x, final.done, final.k, count
 
 
