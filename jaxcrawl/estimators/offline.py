@@ -44,6 +44,7 @@ from ._history import (
     DEFAULT_MAX_RATE,
     DEFAULT_MIN_RATE,
     clip_bounds,
+    float_dtype,
     prepare,
     suffix_mask,
     validate_bounds,
@@ -588,16 +589,77 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
-    w, c, m = prepare(intervals, changed, mask)
+    # broadcast and cast only: the solve reads the raw intervals and sanitises them on the
+    # way (no sanitised copy of the intervals is written; see _sentinel_stats)
+    intervals, changed = jnp.asarray(intervals), jnp.asarray(changed)
+    shape = jnp.broadcast_shapes(intervals.shape, changed.shape, () if mask is None else jnp.shape(mask))
+    w = jnp.broadcast_to(intervals, shape).astype(float_dtype(intervals))
+    c = jnp.broadcast_to(changed, shape)
+    m = None if mask is None else jnp.broadcast_to(jnp.asarray(mask), shape)
     return _solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, "estimators.mle")
 
 
+class _SentinelStats(NamedTuple):
+    """:class:`_Stats` of a history read once from its raw arrays, with the sentinel
+    intervals ``v`` of :func:`_sentinel_score` instead of the flags."""
+
+    v: jax.Array
+    u: jax.Array
+    s_c: jax.Array
+    w_u: jax.Array
+    w_min: jax.Array
+
+
+def _sentinel_stats(w, c, m):
+    """The sentinel intervals and the sufficient statistics of a history given raw:
+    ``w`` the intervals (any values; non-finite or non-positive ones count as masked out,
+    like :func:`prepare`), ``c`` the flags, ``m`` the mask or None.
+
+    Two arrays are written: ``v`` (a select on the raw arrays) and one byte per slot,
+    ``code = valid·(1 + changed)``.  Every statistic is then a select-free reduction
+    (XLA:CPU runs a select inside a reduction several times slower): ``u = Σ max(code-1, 0)``,
+    ``s_c = Σ v·max(code-1, 0)``, ``w_min = min v``.  The unchanged time
+    ``Σ w·(min(code, 1) - max(code-1, 0))`` reads the raw intervals, which is exact when
+    every interval is finite (an invalid slot then adds w·0 = 0); otherwise (checked by
+    one reduction) it is summed with a select.  A sanitised copy of the
+    intervals is never written: at 200,000 x 200 that copy alone took 35 ms."""
+    dtype = w.dtype
+    big = jnp.finfo(dtype).max
+    raw = (w, c) if m is None else (w, c, m)
+
+    def flags(w, c, m=None):  # recomputed inside each of the two passes: no bool array is written
+        valid = jnp.isfinite(w) & (w > 0)
+        if m is not None:
+            valid = valid & m.astype(bool)
+        return valid, valid & (c != 0)
+
+    v = _own_pass(lambda *a: jnp.where(flags(*a)[1], a[0], big), *raw)
+    code = _own_pass(lambda *a: sum(f.astype(jnp.uint8) for f in flags(*a)), *raw)
+
+    def chg(code):
+        return jnp.maximum(code.astype(dtype) - 1, 0)
+
+    def unchanged_flag(code):
+        cf = code.astype(dtype)
+        return jnp.minimum(cf, 1) - jnp.maximum(cf - 1, 0)
+
+    u = _own_pass(lambda code: jnp.sum(chg(code), axis=-1), code)
+    s_c = _own_pass(lambda v, code: jnp.sum(v * chg(code), axis=-1), v, code)
+    w_min = _own_pass(lambda v: jnp.min(v, axis=-1), v)
+    # every interval finite (a sum propagates NaN, a min reduction need not): then an
+    # invalid slot (flag 0) adds w·0 = 0 exactly, whatever its finite value
+    clean = _own_pass(lambda w: jnp.sum(w * 0) == 0, w)
+    w_u = jax.lax.cond(clean, lambda w, code: jnp.sum(w * unchanged_flag(code), axis=-1),
+                       lambda w, code: jnp.sum(jnp.where(unchanged_flag(code) > 0, w, 0), axis=-1), w, code)
+    return _SentinelStats(v, u, s_c, w_u, w_min)
+
+
 def _solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, what):
-    """The likelihood equation of a prepared history, solved from the bracket of its
-    sufficient statistics (each statistic computed once: the params, the bracket and the
-    singular cases share them)."""
-    stats = _likelihood_stats(w, c)
-    params = (_sentinel_intervals(w, stats.c8), stats.w_u)
+    """The likelihood equation of a history (raw or prepared; ``m`` may be None), solved
+    from the bracket of its sufficient statistics (each statistic computed once: the
+    params, the bracket and the singular cases share them)."""
+    stats = _sentinel_stats(w, c, m)
+    params = (stats.v, stats.w_u)
     min_rate = jnp.maximum(jnp.asarray(min_rate, w.dtype), _sentinel_floor(w.dtype))
     return _solve_equation(_sentinel_score, params, w, c, m, min_rate, max_rate,
                            max_steps, rtol, throw, what, bracket=_bracket_from_stats(stats, w.dtype),
