@@ -9,6 +9,12 @@ tolerance), and reports the time per page of each, the ratios, the iterations us
 per-page evaluation counts and whether every page converged.  The JAX result on the
 baselines' pages is checked against them.
 
+Then the same benchmark runs once more in a child process with transparent huge pages
+for large allocations (``GLIBC_TUNABLES=glibc.malloc.hugetlb=1``, Linux only; skip with
+``--no-huge-pages-run``) and its figures are printed beside these: XLA:CPU writes every
+large buffer afresh on each call, and the page faults of a 160 MB buffer are a large
+part of the solve here (docs/estimators.md, Performance).
+
 Usage: ``python benchmarks/estimators.py [--pages 200000] [--obs 200] [--baseline-pages 1000] [--x64]``.
 The last line printed is one JSON object.
 """
@@ -19,6 +25,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -124,6 +131,8 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline-pages", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--x64", action="store_true", help="run in float64")
+    parser.add_argument("--no-huge-pages-run", action="store_true",
+                        help="skip the second run with transparent huge pages (see below)")
     args = parser.parse_args(argv)
 
     import jax
@@ -222,8 +231,38 @@ def main(argv=None) -> int:
         "python": platform.python_version(),
         "jax": jax.__version__,
     }
+    huge = _huge_pages_run(argv, args)
+    if huge is not None:
+        summary["huge_pages_jax_us_per_page"] = huge["jax_us_per_page"]
+        summary["huge_pages_numpy_bisection_us_per_page"] = huge["numpy_bisection_us_per_page"]
+        summary["huge_pages_speedup_vs_bisection"] = huge["per_page_speedup_vs_bisection"]
+        print(f"huge pages     the same run under {HUGE_PAGES}: jax {huge['jax_us_per_page']:.3f} us/page, "
+              f"numpy bisection {huge['numpy_bisection_us_per_page']:.1f} us/page, "
+              f"ratio {huge['per_page_speedup_vs_bisection']:.0f}x")
     print(json.dumps(summary))
     return 0
+
+
+#: glibc's tunable that backs large allocations with transparent huge pages (Linux, glibc
+#: >= 2.35, THP in "madvise" mode).  XLA:CPU allocates every large buffer afresh on each
+#: call, and on this machine writing a fresh 160 MB buffer costs 35-48 ms in page faults
+#: with 4 KB pages and ~13 ms with 2 MB ones.  It can only be set when a process starts.
+HUGE_PAGES = "GLIBC_TUNABLES=glibc.malloc.hugetlb=1"
+
+
+def _huge_pages_run(argv, args):
+    """The same benchmark in a child process with :data:`HUGE_PAGES` (its JSON summary), or
+    None where it does not apply or was asked not to run."""
+    if args.no_huge_pages_run or not sys.platform.startswith("linux"):
+        return None
+    if "hugetlb" in os.environ.get("GLIBC_TUNABLES", ""):
+        return None  # this run already is the huge-pages one
+    key, value = HUGE_PAGES.split("=", 1)
+    env = dict(os.environ, **{key: value})
+    cmd = [sys.executable, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv),
+           "--no-huge-pages-run"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -1160,6 +1160,7 @@ def test_fast_mle_matches_a_float64_numpy_root():
     np.testing.assert_allclose(np.asarray(est.rate, np.float64), ref, rtol=1e-5)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("probe_first", [False, True])
 def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
     """`solve_monotone(bracket=, probe_first=True)` (long histories' likelihood solve): a
