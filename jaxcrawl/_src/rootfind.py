@@ -313,8 +313,6 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         start = a if x0 is None else x0
         x0 = jnp.where(across_hi, upper, jnp.where(across_lo, lower, start))
         started_hi = across_hi
-        across_hi = across_lo = jnp.zeros(jnp.shape(a), bool)
-        f_probe = df_probe = jnp.zeros_like(a)
     elif bracket is not None:
         probe = jnp.where(across_hi, upper, lower)
         f_probe, df_probe = jax.lax.cond(jnp.any(across_hi | across_lo), lambda: f_and_df(probe),
@@ -328,8 +326,14 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
     interior = ~(at_lo | at_hi)
     a, b = jnp.where(interior, a, lower), jnp.where(interior, b, upper)
     state, log_mode = root_init(a, b, x0, ~interior)
+
+    def near_upper(z, s):
+        """Within a factor 2 of the bracket's upper end (half the bracket in linear mode)."""
+        return z > s.zb - jnp.where(log_mode, jnp.log(2.0), 0.5 * (s.zb - s.za))
+
     if bracket is not None:  # the bracket may be narrow: let the first Newton step be any size inside it
         state = state._replace(dz_old=jnp.full_like(state.dz_old, jnp.inf))
+    if bracket is not None and not probe_first:
         # a root between the left end and the upper bound: the Newton point from the bound
         # (f < 0 there, known from the probe) when it lies inside the bracket within a
         # factor 2 of the bound (near the bound the estimators' scores are concave in
@@ -337,7 +341,7 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         dz = df_probe * jnp.where(log_mode, upper, 1.0)
         ok = across_hi & interior & (dz < 0) & jnp.isfinite(dz) & jnp.isfinite(f_probe)
         z_hi = state.zb - f_probe / jnp.where(ok, dz, -1.0)
-        near = z_hi > state.zb - jnp.where(log_mode, jnp.log(2.0), 0.5 * (state.zb - state.za))
+        near = near_upper(z_hi, state)
         state = state._replace(z=jnp.where(ok & near & (z_hi > state.za) & (z_hi < state.zb), z_hi, state.z))
     count = None
     if bracket is not None and probe_first and max_steps > 0:
@@ -348,8 +352,7 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         # bracket's left end, the warm start, rather than from the bisection point
         f, df = f_and_df(root_value(state, log_mode))
         new = root_update(state, f, df, log_mode, ftol, rtol)
-        near = new.z > state.zb - jnp.where(log_mode, jnp.log(2.0), 0.5 * (state.zb - state.za))
-        restart = started_hi & ~new.done & ~near
+        restart = started_hi & ~new.done & ~near_upper(new.z, state)
         new = new._replace(z=jnp.where(restart, new.za, new.z),
                            dz_old=jnp.where(restart, jnp.inf, new.dz_old))
         count = (~state.done).astype(jnp.int32)

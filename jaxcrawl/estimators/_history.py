@@ -145,6 +145,21 @@ def validate_window(window: ArrayLike | None, smoothing: ArrayLike, *,
             raise ValueError(f"smoothing must be finite and {rule}; got {smoothing!r}")
 
 
+def broadcast_history(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None,
+                      dtype: Any = None) -> tuple[jax.Array, jax.Array, jax.Array | None]:
+    """``(w, c, m)`` broadcast to one shape, the intervals cast to ``dtype`` (default
+    :func:`float_dtype`), nothing sanitised (``m`` stays None when ``mask`` is)."""
+    intervals = jnp.asarray(intervals)
+    changed = jnp.asarray(changed)
+    if dtype is None:
+        dtype = float_dtype(intervals)
+    shape = jnp.broadcast_shapes(intervals.shape, changed.shape,
+                                 () if mask is None else jnp.shape(mask))
+    w = jnp.broadcast_to(intervals, shape).astype(dtype)
+    m = None if mask is None else jnp.broadcast_to(jnp.asarray(mask), shape)
+    return w, jnp.broadcast_to(changed, shape), m
+
+
 def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
             counts: bool = False, dtype: Any = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Broadcast, sanitise masked entries and cast a history (the ``w_n, o_n`` of L2C
@@ -154,20 +169,11 @@ def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
     Guard (documented): non-positive or non-finite intervals are treated as masked out,
     so results stay finite inside ``jit`` where nothing can be raised.
     """
-    intervals = jnp.asarray(intervals)
-    changed = jnp.asarray(changed)
-    if dtype is None:
-        dtype = float_dtype(intervals)
-    shape = jnp.broadcast_shapes(intervals.shape, changed.shape,
-                                 () if mask is None else jnp.shape(mask))
-    w = jnp.broadcast_to(intervals, shape).astype(dtype)
-    if mask is None:
-        m = jnp.ones(shape, dtype=bool)
-    else:
-        m = jnp.broadcast_to(jnp.asarray(mask), shape).astype(bool)
+    w, c, mask = broadcast_history(intervals, changed, mask, dtype)
+    dtype = w.dtype
+    m = jnp.ones(w.shape, dtype=bool) if mask is None else mask.astype(bool)
     m = m & jnp.isfinite(w) & (w > 0)
     w = jnp.where(m, w, jnp.zeros((), dtype))
-    c = jnp.broadcast_to(changed, shape)
     if counts:
         c = jnp.where(m, jnp.nan_to_num(c.astype(dtype)), jnp.zeros((), dtype))
         c = jnp.maximum(c, 0)

@@ -43,8 +43,8 @@ from jaxcrawl._src.special import log_gap as _log_gap
 from ._history import (
     DEFAULT_MAX_RATE,
     DEFAULT_MIN_RATE,
+    broadcast_history,
     clip_bounds,
-    float_dtype,
     prepare,
     suffix_mask,
     validate_bounds,
@@ -210,19 +210,24 @@ def _likelihood_score_jvp(primals, tangents):
     x, (w, c8, w_unchanged) = primals
     dx, (dw, _, dwu) = tangents
     s = _changed_sum(x, w, c8)
-    psi = _log_gap(s, w_unchanged)
-    ok_s, ok_t = s > 0, w_unchanged > 0
-    inv_s = jnp.where(ok_s, 1 / jnp.where(ok_s, s, 1), 0)
     ds = jnp.zeros_like(s)
     if not isinstance(dx, SymbolicZero):
         ds = ds - _own_pass(_changed_slope, x, w, c8) * dx
     if not isinstance(dw, SymbolicZero):
         t, r = _changed_terms(x, w, c8)
         ds = ds + jnp.sum((r - x[..., None] * t * (1 + r)) * dw, axis=-1)
-    dpsi = ds * inv_s
+    return _log_gap_jvp(s, ds, w_unchanged, dwu)
+
+
+def _log_gap_jvp(s, ds, w_unchanged, dwu):
+    """``(ψ, dψ)`` of ``ψ = log s - log W_u`` from ``s``, its tangent ``ds`` and the
+    unchanged time's tangent ``dwu`` (a ``SymbolicZero`` or an array): the part both
+    likelihood scores share."""
+    ok_s, ok_t = s > 0, w_unchanged > 0
+    dpsi = ds * jnp.where(ok_s, 1 / jnp.where(ok_s, s, 1), 0)
     if not isinstance(dwu, SymbolicZero):
         dpsi = dpsi - jnp.where(ok_t, dwu / jnp.where(ok_t, w_unchanged, 1), 0)
-    return psi, dpsi
+    return _log_gap(s, w_unchanged), dpsi
 
 
 # ------------------------------------ the likelihood score on sentinel intervals (fast path)
@@ -260,9 +265,6 @@ def _sentinel_score_jvp(primals, tangents):
     x, (v, w_unchanged) = primals
     dx, (dv, dwu) = tangents
     s = _sentinel_sum(x, v)
-    psi = _log_gap(s, w_unchanged)
-    ok_s, ok_t = s > 0, w_unchanged > 0
-    inv_s = jnp.where(ok_s, 1 / jnp.where(ok_s, s, 1), 0)
     ds = jnp.zeros_like(s)
     if not isinstance(dx, SymbolicZero):
         ds = ds - _own_pass(_sentinel_slope, x, v) * dx
@@ -270,10 +272,7 @@ def _sentinel_score_jvp(primals, tangents):
         r = 1 / jnp.expm1(x[..., None] * v)
         t = v * r
         ds = ds + jnp.sum((r - x[..., None] * t * (1 + r)) * dv, axis=-1)
-    dpsi = ds * inv_s
-    if not isinstance(dwu, SymbolicZero):
-        dpsi = dpsi - jnp.where(ok_t, dwu / jnp.where(ok_t, w_unchanged, 1), 0)
-    return psi, dpsi
+    return _log_gap_jvp(s, ds, w_unchanged, dwu)
 
 
 def _sentinel_intervals(w, c8):
@@ -489,15 +488,14 @@ _UNROLL = 0
 #: gather never came before the last pass).  Short histories keep 1/16: at 18.5M x 8 the
 #: per-page state dominates a pass and 1/4 cost 11.5 s against 9.7-11.0 s (load ~7).
 _COMPACT = 4
-_LONG = 32
-
-
-#: Histories of at least ``_LONG`` observations start a root whose bracket crosses a clip
-#: bound on that bound (``solve_monotone(probe_first=True)``) instead of a separate pass at
-#: the bounds over every history: 200,000 x 200 0.294 -> 0.271 s.  Short histories keep the
-#: pass: at 18.5M x 8 many brackets cross the upper bound (a few unchanged crawls), the
+#: Histories of at least ``_LONG`` observations also start a root whose bracket crosses a
+#: clip bound on that bound (``solve_monotone(probe_first=True)``) instead of a separate
+#: pass at the bounds over every history (200,000 x 200: 0.294 -> 0.271 s), and their
+#: statistics read the raw arrays (:func:`_sentinel_stats`).  Short histories keep both
+#: as before: at 18.5M x 8 many brackets cross the upper bound (a few unchanged crawls), the
 #: times are equal (3.0-3.3 s) and the pages started on the bound need up to 13 evaluations
-#: instead of 5.
+#: instead of 5; the raw-array statistics were slower there (3.4-3.6 s against 3.0-3.4 s).
+_LONG = 32
 
 
 def _compact(num_obs: int) -> int:
@@ -591,11 +589,7 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
 def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, throw):
     # broadcast and cast only: the solve reads the raw intervals and sanitises them on the
     # way (no sanitised copy of the intervals is written; see _sentinel_stats)
-    intervals, changed = jnp.asarray(intervals), jnp.asarray(changed)
-    shape = jnp.broadcast_shapes(intervals.shape, changed.shape, () if mask is None else jnp.shape(mask))
-    w = jnp.broadcast_to(intervals, shape).astype(float_dtype(intervals))
-    c = jnp.broadcast_to(changed, shape)
-    m = None if mask is None else jnp.broadcast_to(jnp.asarray(mask), shape)
+    w, c, m = broadcast_history(intervals, changed, mask)
     return _solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, "estimators.mle")
 
 
@@ -661,9 +655,7 @@ def _solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, what)
     if w.shape[-1] >= _LONG:
         stats = _sentinel_stats(w, c, m)
         v = stats.v
-    else:
-        # short histories: the per-page work dominates and the sanitised copy is cheap next
-        # to it; reading the raw arrays was slower (18.5M x 8: 3.4-3.6 s against 3.0-3.4 s)
+    else:  # short histories (see _LONG)
         w, c, m = prepare(w, c, m)
         stats = _likelihood_stats(w, c)
         v = _sentinel_intervals(w, stats.c8)
