@@ -154,7 +154,7 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
                    x0: Any | None = None, max_steps: int = 64, rtol: float | None = None,
                    ftol: float = 0.0, bracket: tuple[Any, Any] | None = None,
                    take: Callable[[Any, jax.Array, tuple], Any] | None = None, unroll: int = 0,
-                   compact: int = 16, probe_first: bool = False) -> Roots:
+                   compact: int = 16, probe_first: bool = False, keep_start: bool = False) -> Roots:
     r"""Elementwise roots of ``fn(x, params) = 0``, ``fn`` nonincreasing in ``x``, on a box.
 
     Each element of ``x`` has its own equation (``fn`` maps an array ``x`` of shape ``S``
@@ -187,6 +187,11 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
     first evaluation on the bound decides whether the root is clipped, as the separate pass
     did, and otherwise steps from it).  The roots are the same to the tolerance.
 
+    ``keep_start`` (static; with ``probe_first`` and ``x0``): an element whose bracket
+    crosses the upper bound starts at ``x0`` when ``x0`` lies below the bound (a start
+    known to be close to the root), and its next iterate is the bound only when the
+    Newton step from ``x0`` reaches it.
+
     ``unroll`` (static) takes the first steps outside the loop (same result; faster on
     XLA:CPU for large arrays, see :func:`_iterate_counting`).
 
@@ -213,7 +218,7 @@ def solve_monotone(fn: Callable[[jax.Array, Any], jax.Array], params: Any, lower
         # gather of its params would copy them once per batch element
         take = None
     cfg = (int(max_steps), float(default_rtol(dtype) if rtol is None else rtol), float(ftol), take, int(unroll),
-           int(compact), bool(probe_first))
+           int(compact), bool(probe_first), bool(keep_start))
     if bracket is not None:
         bracket = tuple(jax.lax.stop_gradient(jnp.broadcast_to(jnp.asarray(v, dtype), shape)) for v in bracket)
     x, converged, steps, element_steps = _monotone(fn, cfg, params, lower, upper, x0, bracket)
@@ -285,7 +290,7 @@ def _iterate_compacting(fn: Callable, params: Any, take: Callable, state: RootSt
 
 
 def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
-    max_steps, rtol, ftol, take, unroll, compact, probe_first = cfg
+    max_steps, rtol, ftol, take, unroll, compact, probe_first, keep_start = cfg
 
     def f_and_df(x):
         return jax.jvp(lambda v: fn(v, params), (x,), (jnp.ones_like(x),))
@@ -311,8 +316,10 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         a = jnp.clip(a, lower, upper)
         b = jnp.clip(b, a, upper)
         start = a if x0 is None else x0
-        x0 = jnp.where(across_hi, upper, jnp.where(across_lo, lower, start))
-        started_hi = across_hi
+        on_hi = across_hi & ~(keep_start & (start < upper)) if x0 is not None else across_hi
+        x0 = jnp.where(on_hi, upper, jnp.where(across_lo, lower, start))
+        started_hi = on_hi
+        below_hi = across_hi & ~on_hi
     elif bracket is not None:
         probe = jnp.where(across_hi, upper, lower)
         f_probe, df_probe = jax.lax.cond(jnp.any(across_hi | across_lo), lambda: f_and_df(probe),
@@ -355,6 +362,11 @@ def _monotone_impl(fn, cfg, params, lower, upper, x0, bracket):
         restart = started_hi & ~new.done & ~near_upper(new.z, state)
         new = new._replace(z=jnp.where(restart, new.za, new.z),
                            dz_old=jnp.where(restart, jnp.inf, new.dz_old))
+        if keep_start:  # kept below a crossed upper bound: the bound next if Newton reaches it
+            df_z = df * jnp.where(log_mode, root_value(state, log_mode), 1.0)
+            ok = (df_z < 0) & jnp.isfinite(df_z) & jnp.isfinite(f)
+            reach = below_hi & ~new.done & (f > 0) & ~(state.z - f / jnp.where(ok, df_z, -1.0) < new.zb)
+            new = new._replace(z=jnp.where(reach, new.zb, new.z))
         count = (~state.done).astype(jnp.int32)
         state = freeze(state, new)
     if take is None:
