@@ -1197,3 +1197,129 @@ def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
     d_hi = jax.jvp(lambda h: roots(probe_first, lo, h).x, (hi,), (jnp.ones_like(hi),))[1]
     np.testing.assert_allclose(np.asarray(d_hi)[x == 8.0], 1.0)
     np.testing.assert_allclose(np.asarray(d_hi)[(x > 0.26) & (x < 7.9)], 0.0)
+
+
+# ----------------------------------------------------------------------------------------
+# Long histories: blocks that stay in cache, and the third-order start (issue 16)
+# ----------------------------------------------------------------------------------------
+@st.composite
+def long_histories(draw):
+    """``(6, 40)`` histories (long: the block and Taylor-start path), each with its own
+    rate and crawl scale over 8 decades, some padded (NaN beyond the mask)."""
+    rows, k = 6, 40
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    lam = 10.0 ** rng.uniform(-3, 2, rows)
+    scale = 10.0 ** rng.uniform(-3, 3, rows)
+    w = rng.exponential(scale[:, None], (rows, k)) + 1e-3 * scale[:, None]
+    c = simulate_partial(rng, lam * draw(st.floats(0.05, 20.0)) / scale, w)
+    n = draw(st.lists(st.integers(0, k), min_size=rows, max_size=rows))
+    m = np.arange(k)[None, :] < np.asarray(n)[:, None]
+    return np.where(m, w, np.nan), c, m
+
+
+@pytest.mark.x64
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_histories(), st.sampled_from([np.float32, np.float64]))
+def test_taylor_start_ends_contain_the_root(h, dtype):
+    """`_taylor_start`: from one evaluation at the bracket's left end (S, S', S''), the
+    Newton point in ξ and the smaller root of the upper quadratic (S''' <= 0: completely
+    monotone terms) are proven ends; computed in the working dtype with their rounding
+    margin they still contain the float64 root of the same data, the start lies between
+    them, and the MLE from there equals the float64 root (float32 and float64 data)."""
+    w, c, m = h
+    w = w.astype(dtype)
+    lo, hi = 1e-9, 1e9
+    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), jnp.asarray(m))
+    bracket = _off._bracket_from_stats(stats, dtype)
+    lo_a, hi_a = jnp.full(6, lo, dtype), jnp.full(6, hi, dtype)
+    (a, b), start, evaluated = _off._taylor_start((stats.v, stats.w_u), bracket, lo_a, hi_a)
+    a, b, start, evaluated = map(np.asarray, (a, b, start, evaluated))
+    root = _float64_likelihood_root(np.where(m, w, 1.0), c & m, m, lo, hi)
+    inside = evaluated & (root > lo) & (root < hi)
+    # the statistics' left end itself is proven up to its own rounding (a few ulps), and
+    tol = max(32 * float(jnp.finfo(dtype).eps), 1e-12)  # the reference bisects to 1e-13
+    assert np.all(a[inside] <= root[inside] * (1 + tol)), (a, root)
+    assert np.all(root[inside] <= b[inside] * (1 + tol)), (root, b)
+    assert np.all((a <= start) & (start <= b))
+    est = E.mle(w, c, m, min_rate=lo, max_rate=hi, return_info=True)
+    assert np.all(np.asarray(est.converged))
+    np.testing.assert_allclose(np.asarray(est.rate, np.float64), root, rtol=2e-5 if dtype == np.float32 else 1e-9)
+
+
+def test_blocked_solve_equals_one_solve():
+    """`_solve_likelihood(block=)`: long histories solved a few at a time by a `lax.map`
+    over blocks (the last block overlapping the one before: 39 histories in blocks of 5)
+    give the roots, convergence and evaluation counts of one solve over all of them, on
+    (3, 13) leading axes with per-history clip bounds, a mask and NaN padding; and the
+    derivatives (reverse mode in the intervals, forward mode in the upper bound) agree."""
+    rng = np.random.default_rng(31)
+    lead, k = (3, 13), 40
+    n = math.prod(lead)
+    lam = np.exp(rng.uniform(np.log(0.01), np.log(40.0), n))
+    w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
+    c = simulate_partial(rng, lam, w)
+    m = np.arange(k)[None, :] < rng.integers(0, k + 1, n)[:, None]
+    w = np.where(m, w, np.nan).reshape(lead + (k,))
+    c, m = c.reshape(lead + (k,)), m.reshape(lead + (k,))
+    hi = jnp.asarray(rng.uniform(5.0, 30.0, lead), jnp.float32)
+    args = (jnp.asarray(w), jnp.asarray(c), jnp.asarray(m))
+
+    def solve(w, hi, block):
+        return _off._solve_likelihood(w, args[1], args[2], 1e-6, hi, 60, None, False, "t", block=block)
+
+    one = jax.jit(functools.partial(solve, block=None))(args[0], hi)
+    blocks = jax.jit(functools.partial(solve, block=5 * k))(args[0], hi)
+    assert np.all(np.asarray(one.converged)) and np.all(np.asarray(blocks.converged))
+    np.testing.assert_allclose(np.asarray(blocks.rate), np.asarray(one.rate), rtol=1e-6)
+    assert np.asarray(blocks.rate).shape == lead
+    assert np.mean(np.asarray(blocks.steps) == np.asarray(one.steps)) > 0.9
+    assert np.sum(np.asarray(one.rate) == np.asarray(hi)) > 0  # some roots at the clip
+
+    def total(w, block):
+        return jnp.sum(jnp.log(solve(w, hi, block).rate))
+
+    wz = jnp.where(args[2], args[0], 1.0)
+    g_one = jax.grad(functools.partial(total, block=None))(wz)
+    g_blocks = jax.grad(functools.partial(total, block=5 * k))(wz)
+    np.testing.assert_allclose(np.asarray(g_blocks), np.asarray(g_one), rtol=1e-4, atol=1e-6)
+    t_one = jax.jvp(lambda h: solve(wz, h, None).rate, (hi,), (jnp.ones_like(hi),))[1]
+    t_blocks = jax.jvp(lambda h: solve(wz, h, 5 * k).rate, (hi,), (jnp.ones_like(hi),))[1]
+    np.testing.assert_allclose(np.asarray(t_blocks), np.asarray(t_one), rtol=1e-5, atol=1e-7)
+
+
+def test_kept_start_below_a_crossed_upper_bound():
+    """`solve_monotone(probe_first=True, keep_start=True)`: a history whose bracket crosses
+    the upper clip bound starts at the given start when it lies below the bound (the
+    bound is the next iterate only when the Newton step reaches it): the same roots as
+    starting on the bound, a clipped root exactly its bound with the bound's derivative,
+    and fewer evaluations where the start is close."""
+    from jaxcrawl._src.rootfind import solve_monotone, take_rows
+
+    rng = np.random.default_rng(22)
+    n, k = 300, 40
+    lam = np.exp(rng.uniform(np.log(0.02), np.log(60.0), n))
+    w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
+    c = simulate_partial(rng, lam, w)
+    lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
+    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
+    params = (stats.v, stats.w_u)
+    bracket = _off._bracket_from_stats(stats, jnp.float32)
+    crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
+    assert crossing_hi.sum() > 10
+
+    def roots(keep, hi):
+        x0 = jnp.sqrt(bracket[0] * jnp.minimum(bracket[1], 2 * hi))  # below, inside or above hi
+        return solve_monotone(_off._sentinel_score, params, lo, hi, x0=x0, bracket=bracket,
+                              take=take_rows, compact=4, probe_first=True, keep_start=keep)
+
+    ref, got = roots(False, hi), roots(True, hi)
+    assert np.all(np.asarray(got.converged))
+    np.testing.assert_allclose(np.asarray(got.x), np.asarray(ref.x), rtol=1e-5)
+    x = np.asarray(got.x)
+    assert np.sum(x == 8.0) > 0 and np.array_equal(x == 8.0, np.asarray(ref.x) == 8.0)
+    d_hi = jax.jvp(lambda h: roots(True, h).x, (hi,), (jnp.ones_like(hi),))[1]
+    np.testing.assert_allclose(np.asarray(d_hi)[x == 8.0], 1.0)
+    np.testing.assert_allclose(np.asarray(d_hi)[(x > 0.26) & (x < 7.9)], 0.0)
+    # the kept starts below the bound save the evaluation on the bound for interior roots
+    kept = crossing_hi & (x < 7.9)
+    assert np.mean(np.asarray(got.steps)[kept]) < np.mean(np.asarray(ref.steps)[kept])
