@@ -483,27 +483,19 @@ def _bracket_from_stats(stats, dtype):
 _UNROLL = 0
 
 
-#: Straggler compaction of the likelihood solve (``solve_monotone(compact=)``) for
-#: histories of at least ``_LONG`` observations: the pages still iterating are gathered
-#: once at most a quarter are left.  From the bracket's left end most pages need 2-3
-#: evaluations and the rest one more, so that pass runs on the stragglers alone
-#: (200,000 x 200: 0.99-1.05 s -> 0.91-0.92 s, roots identical, load ~6; at 1/16 the
-#: gather never came before the last pass).  Short histories keep 1/16: at 18.5M x 8 the
-#: per-page state dominates a pass and 1/4 cost 11.5 s against 9.7-11.0 s (load ~7).
+#: Straggler compaction of the likelihood solve (``solve_monotone(compact=)``): in each
+#: block of histories (:func:`_solve_likelihood`) the pages still iterating are gathered
+#: once at most a quarter are left, so the last evaluations run on the stragglers alone.
+#: Issue 16, stop 31, in blocks: 200,000 x 200 best at 1/4 (1/2 and 1/8 slower); 18.5M x 8
+#: at 1/4 1.80-1.85 s, at 1/16 1.90-1.96 s, at 1/2 1.92-1.99 s (load ~1.5).
 _COMPACT = 4
-#: Histories of at least ``_LONG`` observations also start a root whose bracket crosses a
-#: clip bound on that bound (``solve_monotone(probe_first=True)``) instead of a separate
-#: pass at the bounds over every history (200,000 x 200: 0.294 -> 0.271 s), and their
-#: statistics read the raw arrays (:func:`_sentinel_stats`).  Short histories keep both
-#: as before: at 18.5M x 8 many brackets cross the upper bound (a few unchanged crawls), the
-#: times are equal (3.0-3.3 s) and the pages started on the bound need up to 13 evaluations
-#: instead of 5; the raw-array statistics were slower there (3.4-3.6 s against 3.0-3.4 s).
+#: Histories of at least ``_LONG`` observations start a root whose bracket crosses a clip
+#: bound on that bound (``solve_monotone(probe_first=True)``) instead of a separate pass
+#: at the bounds, and take their first evaluation in :func:`_taylor_start`.  Short
+#: histories keep the pass and the left end: at 18.5M x 8 many brackets cross the upper
+#: bound (a few unchanged crawls) and starting on it cost 2.2-2.5 s against 1.8-1.85 s
+#: (up to 13 evaluations instead of 5).
 _LONG = 32
-
-
-def _compact(num_obs: int) -> int:
-    """Compaction divisor of the likelihood solve for ``num_obs`` observations (static)."""
-    return _COMPACT if num_obs >= _LONG else 16
 
 
 def newton_rtol(dtype) -> float:
@@ -642,14 +634,15 @@ def _sentinel_stats(w, c, m):
     return _SentinelStats(v, u, s_c, w_u, w_min)
 
 
-#: Elements (histories x observations) per block of the likelihood solve of long histories
+#: Elements (histories x observations) per block of the likelihood solve
 #: (:func:`_solve_likelihood`): a block's intervals (4 MB in float32) and the arrays the
-#: solve writes for it stay in the 32 MB L3 cache of this machine (and in any GPU's
-#: working set), so every pass after the first reads cache instead of memory and no
-#: large buffer is allocated afresh (their page faults were a third of the solve, stop
-#: 30).  200,000 x 200: one block 0.26 s, blocks of 2,000 / 5,000 / 10,000 / 20,000
-#: histories 0.18 / 0.17 / 0.17 / 0.21 s (before the statistics and the evaluation were
-#: rewritten for cache; load ~1).
+#: solve writes for it stay in the 32 MB L3 cache of this machine, so every pass after
+#: the first reads cache instead of memory, and no large buffer is allocated afresh (the
+#: page faults of fresh 160 MB buffers were a third of the solve, stop 30).  Issue 16,
+#: stop 31 (load ~1): 200,000 x 200 in one block 0.25 s, in blocks of 2^18 / 2^19 /
+#: 2^20 / 2^21 slots 0.16 / 0.14 / 0.13 / 0.15 s (before the Taylor start); 18.5M x 8 in
+#: one block 3.2 s, in blocks of 2^20 2.6 s (1.8 s with the block statistics for short
+#: histories too).
 _BLOCK = 1 << 20
 
 
@@ -658,15 +651,15 @@ def _solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, what,
     from the bracket of its sufficient statistics (each statistic computed once: the
     params, the bracket and the singular cases share them).
 
-    Long histories (at least ``_LONG`` observations) are solved ``block`` elements at a
-    time (default ``_BLOCK``; whole histories per block) by a ``lax.map`` over blocks:
-    the roots are those of one solve over all histories (each history's iteration is its
-    own; the stragglers' gathered sums may round in another order)."""
+    The histories are solved ``block`` slots at a time (default ``_BLOCK``, whole histories
+    per block) by a ``lax.map`` over blocks: the roots are those of one solve over all
+    histories (each history's iteration is its own; only the stragglers' gathered sums may
+    round in another order), and the derivatives pass through the map."""
     lead, k = w.shape[:-1], w.shape[-1]
     pages = math.prod(lead)
     size = max((_BLOCK if block is None else int(block)) // k, 1)
     args = (max_steps, rtol, throw, what)
-    if k < _LONG or pages <= size:
+    if pages <= size:
         return _solve_block(w, c, m, min_rate, max_rate, *args)
     flat = [None if a is None else a.reshape((pages, k)) for a in (w, c, m)]
 
@@ -698,30 +691,23 @@ def _solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, what,
 
 def _solve_block(w, c, m, min_rate, max_rate, max_steps, rtol, throw, what):
     """:func:`_solve_likelihood` of one block (every history at once)."""
-    if w.shape[-1] >= _LONG:
-        stats = _sentinel_stats(w, c, m)
-        v = stats.v
-    else:  # short histories (see _LONG)
-        w, c, m = prepare(w, c, m)
-        stats = _likelihood_stats(w, c)
-        v = _sentinel_intervals(w, stats.c8)
-    params = (v, stats.w_u)
+    stats = _sentinel_stats(w, c, m)
+    params = (stats.v, stats.w_u)
     min_rate = jnp.maximum(jnp.asarray(min_rate, w.dtype), _sentinel_floor(w.dtype))
     bracket = _bracket_from_stats(stats, w.dtype)
     start, first = None, None
     if w.shape[-1] >= _LONG and max_steps > 1:
         lo, hi = clip_bounds(min_rate, max_rate, w.dtype, w.shape[:-1])
-        bracket, start, first = _taylor_start(jax.lax.stop_gradient((v, stats.w_u)), bracket,
+        bracket, start, first = _taylor_start(jax.lax.stop_gradient(params), bracket,
                                               jax.lax.stop_gradient(lo), jax.lax.stop_gradient(hi))
         max_steps -= 1
     est = _solve_equation(_sentinel_score, params, w, c, m, min_rate, max_rate,
                           max_steps, rtol, throw, what, bracket=bracket,
                           unroll=_UNROLL, singular=_singular(stats),
-                          compact=_compact(w.shape[-1]), start=start)
+                          compact=_COMPACT, start=start)
     if first is not None:  # the evaluation of _taylor_start is the first one
         est = est._replace(num_steps=est.num_steps + 1, steps=est.steps + first.astype(est.steps.dtype))
     return est
-
 
 
 def _taylor_start(params, bracket, lo, hi):
@@ -735,12 +721,15 @@ def _taylor_start(params, bracket, lo, hi):
 
     .. math:: S(a) + S'(a)h \;\le\; S(a+h) \;\le\; S(a) + S'(a)h + \tfrac12 S''(a)h^2 .
 
-    The root :math:`S = W_u` therefore lies at or below the smaller root :math:`a + h_Q` of
-    the right-hand quadratic (and at or above the Newton point).  The iteration starts
-    there: its error is of third order in the step (:math:`|S'''|h^3/6|S'|`), so most
-    histories then stop at their next evaluation (the Newton step from it is below the
-    tolerance), where the left end needed two or three.  The bracket keeps its proven
-    ends; only a root found at or below the lower clip bound closes it there.  Histories
+    So the root of :math:`S = W_u` lies between the Newton point in ξ and the smaller root
+    of the right-hand quadratic: the bracket shrinks to them (computed with a margin for
+    the sums' rounding, ``tests/test_estimators.py`` checks them against float64 roots).
+    The iteration starts at the root of the second-order model of
+    :math:`\psi = \log S - \log W_u` in :math:`\log\xi` (clipped into the new bracket),
+    whose error is of third order in the step: most histories then stop at their next
+    evaluation (its Newton step is below the tolerance), where the left end needed two or
+    three (200,000 x 200: 2 evaluations for 83% of the pages, 3 for the rest, against up to
+    5).  A root at or below the lower clip bound closes the bracket there.  Histories
     without a finite positive left end below ``hi`` are left as they were (their
     evaluation here is not counted)."""
     v, w_u = params
