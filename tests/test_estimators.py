@@ -1272,6 +1272,21 @@ def _blocked_case():
     return jnp.asarray(w), m, hi, solve
 
 
+@pytest.mark.x64
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(long_histories(), st.booleans())
+def test_warm_started_mle_equals_the_cold_one_on_long_histories(h, smoothed):
+    """As `test_warm_started_mle_equals_the_cold_one`, on long histories (the blocks'
+    statistics, the third-order start and the kept start below a crossed bound): the
+    public root equals the previous iteration's to 1e-6 relative, both converged."""
+    w, c, m = h
+    cold, warm = _cold_and_warm(w, c, m, 1e-9, 1e9, smoothed=smoothed)
+    assert np.all(np.asarray(cold.converged)) and np.all(np.asarray(warm.converged))
+    np.testing.assert_allclose(np.asarray(warm.rate), np.asarray(cold.rate), rtol=1e-6)
+    public = (E.mle_smoothed if smoothed else E.mle)(w, c, m, min_rate=1e-9, max_rate=1e9)
+    np.testing.assert_array_equal(np.asarray(public), np.asarray(warm.rate))
+
+
 def test_blocked_solve_equals_one_solve():
     """`_solve_likelihood(block=)`: long histories solved a few at a time by a `lax.map`
     over blocks (the last block overlapping the one before: 39 histories in blocks of 5)

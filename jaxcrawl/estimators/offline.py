@@ -363,6 +363,8 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
     ``[max_rate, max_rate]``; so the estimate and its derivative (that of the bound) come
     out of the same solve.  ``singular = (never, always)`` (optional) gives those two
     cases when the caller already knows them (then ``c`` and ``m`` are not read again).
+    ``start`` (optional, with ``bracket``): the first iterate instead of the bracket's left
+    end, kept below a crossed upper bound (``solve_monotone(keep_start=True)``).
     """
     lo, hi = clip_bounds(min_rate, max_rate, w.dtype, w.shape[:-1])
     if rtol is None:
