@@ -1175,10 +1175,9 @@ def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
     w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
     c = simulate_partial(rng, lam, w)
     lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
-    wj, cj, mj = _eh.prepare(w, c, None)
-    stats = _off._likelihood_stats(wj, cj)
-    params = (_off._sentinel_intervals(wj, stats.c8), stats.w_u)
-    bracket = _off._bracket_from_stats(stats, wj.dtype)
+    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
+    params = (stats.v, stats.w_u)
+    bracket = _off._bracket_from_stats(stats, jnp.float32)
     crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
     crossing_lo = np.asarray((bracket[0] < lo) & (bracket[1] > lo))
     assert crossing_hi.sum() > 10 and crossing_lo.sum() >= 3

@@ -110,7 +110,7 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
     overflow = chunks > 1
     w_u = unchanged_time + s
     params = (w, seg, s, w_u, ring_interval, head, count, chunks)
-    # the bracket of offline._likelihood_bracket from the sufficient statistics (every page
+    # the bracket of offline._bracket_from_stats from the sufficient statistics (every page
     # has the imaginary changed and unchanged intervals, so both sums are positive)
     u = count.astype(dtype) + 1
     inf = jnp.asarray(jnp.inf, dtype)

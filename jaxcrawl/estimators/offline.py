@@ -236,7 +236,7 @@ def _log_gap_jvp(s, ds, w_unchanged, dwu):
 def _sentinel_score(x, params):
     r""":func:`_likelihood_score` on one array: ``params = (v, w_unchanged)`` with ``v``
     the changed crawls' intervals and ``finfo.max`` on every other slot (unchanged, masked
-    or padded; :func:`_sentinel_intervals`).
+    or padded; :func:`_sentinel_stats`).
 
     .. math:: \psi(\xi) = \log\sum_n \frac{v_n}{e^{\xi v_n}-1} - \log W_u
 
@@ -256,7 +256,7 @@ def _sentinel_sum(x, v):
 
 @functools.partial(_sentinel_score.defjvp, symbolic_zeros=True)
 def _sentinel_score_jvp(primals, tangents):
-    # as _likelihood_score_jvp; the tangent of a sentinel slot is 0 (see _sentinel_intervals).
+    # as _likelihood_score_jvp; the tangent of a sentinel slot is 0 (v is a select of w).
     # The terms t = v/(e^{ξv} - 1) are written once (one expm1 per slot) and the score and
     # its slope are two reductions over them: in a block of histories that stays in cache
     # (_solve_likelihood) this is cheaper than two passes that each recompute the expm1.
@@ -277,17 +277,6 @@ def _sentinel_score_jvp(primals, tangents):
     return _log_gap_jvp(s, ds, w_unchanged, dwu)
 
 
-def _sentinel_intervals(w, c8):
-    """The changed crawls' intervals, ``finfo.max`` elsewhere (arithmetic, no select; the
-    derivative with respect to ``w`` is ``c``, 0 on the sentinels).  One array written
-    once; every Newton pass then reads it alone."""
-    def sentinel(w, c8):
-        cf = c8.astype(w.dtype)
-        return w * cf + jnp.finfo(w.dtype).max * (1 - cf)
-
-    return _own_pass(sentinel, w, c8)
-
-
 def _sentinel_floor(dtype) -> float:
     """Smallest rate at which every sentinel term of :func:`_sentinel_score` is exactly 0:
     ``ξ·finfo.max`` must overflow ``expm1`` (``1024/finfo.max``: 3.0e-36 in float32,
@@ -295,12 +284,8 @@ def _sentinel_floor(dtype) -> float:
     return 1024.0 / float(jnp.finfo(dtype).max)
 
 
-def _likelihood_params(w, c, stats=None):
-    """``(w, c8, w_unchanged)`` of :func:`_likelihood_score` (``w`` is 0 where masked);
-    ``stats`` (optional): the :func:`_likelihood_stats` of the same history (its ``c8``
-    and unchanged time are reused instead of recomputed)."""
-    if stats is not None:
-        return w, stats.c8, stats.w_u
+def _likelihood_params(w, c):
+    """``(w, c8, w_unchanged)`` of :func:`_likelihood_score` (``w`` is 0 where masked)."""
     c8 = c.astype(jnp.uint8)
     return w, c8, _own_pass(_unchanged_time, w, c8)
 
@@ -399,9 +384,16 @@ def _solve_equation(score, params, w, c, m, min_rate, max_rate, max_steps, rtol,
 
 
 # ------------------------------------------------- warm start of the likelihood equation
-def _likelihood_bracket(w, c, m):
+def _singular(stats):
+    """``(never, always)`` of :func:`_solve_equation` from the statistics: no changed crawl
+    (or no crawl), and changed crawls without unchanged time (intervals are positive, so
+    ``w_u = 0`` exactly when no crawl was unchanged)."""
+    return stats.u == 0, (stats.u > 0) & ~(stats.w_u > 0)
+
+
+def _bracket_from_stats(stats, dtype):
     r"""A bracket of the likelihood equation's root from its sufficient statistics
-    (issue 16's warm start).
+    (:func:`_sentinel_stats`; issue 16's warm start).
 
     With :math:`U` changed crawls of total interval :math:`S_c` and unchanged time
     :math:`W_u`, the root of :math:`A(\xi) = \sum_{o_n=1} w_n/(e^{\xi w_n}-1) = W_u` lies in
@@ -415,53 +407,12 @@ def _likelihood_bracket(w, c, m):
     most the sum, so the shortest changed interval's term gives another left end,
     :math:`\log(1 + w_{\min}/W_u)/w_{\min}`, and the larger of the two is used; and
     :math:`e^x - 1 \ge x` gives :math:`A(\xi) \le U/\xi`, which is :math:`W_u` at the
-    right end.  Newton (on :math:`\log\xi`) from the left end needs about three
+    right end.  From the left end Newton (on :math:`\log\xi`) needs about three
     evaluations for most histories (``tests/test_estimators.py`` asserts the
-    distribution).  Histories without a changed or an unchanged crawl give ``(0, 0)`` and
+    distribution); histories of at least ``_LONG`` observations take
+    :func:`_taylor_start` from it instead (two for most).  Histories without a changed or an unchanged crawl give ``(0, 0)`` and
     ``(inf, inf)``: decided by the clip.
     """
-    return _bracket_from_stats(_likelihood_stats(w, c), w.dtype)
-
-
-class _Stats(NamedTuple):
-    """Sufficient statistics of the likelihood equation, per history (one single-output
-    pass each): the change indicators as ``uint8``, the number ``u`` of changed crawls,
-    their total interval ``s_c``, the unchanged time ``w_u`` and the shortest changed
-    interval ``w_min`` (``finfo.max`` without a change)."""
-
-    c8: jax.Array
-    u: jax.Array
-    s_c: jax.Array
-    w_u: jax.Array
-    w_min: jax.Array
-
-
-def _likelihood_stats(w, c):
-    """:class:`_Stats` of a prepared history (``w = 0`` and ``c = False`` off the mask)."""
-    dtype = w.dtype
-    c8 = c.astype(jnp.uint8)
-    # one single-output pass per statistic, masks applied arithmetically (see _own_pass)
-    u = _own_pass(lambda c8: jnp.sum(c8.astype(dtype), axis=-1), c8)
-    s_c = _own_pass(lambda w, c8: jnp.sum(w * c8.astype(dtype), axis=-1), w, c8)
-    w_u = _own_pass(_unchanged_time, w, c8)
-    big = jnp.finfo(dtype).max
-
-    def shortest(w, c8):
-        cf = c8.astype(dtype)
-        return jnp.min(w * cf + big * (1 - cf), axis=-1)
-
-    return _Stats(c8, u, s_c, w_u, _own_pass(shortest, w, c8))
-
-
-def _singular(stats):
-    """``(never, always)`` of :func:`_solve_equation` from the statistics: no changed crawl
-    (or no crawl), and changed crawls without unchanged time (intervals are positive, so
-    ``w_u = 0`` exactly when no crawl was unchanged)."""
-    return stats.u == 0, (stats.u > 0) & ~(stats.w_u > 0)
-
-
-def _bracket_from_stats(stats, dtype):
-    """The bracket of :func:`_likelihood_bracket` from :func:`_likelihood_stats`."""
     u, s_c, w_u, w_min = stats.u, stats.s_c, stats.w_u, stats.w_min
     has_c, has_u = (u > 0) & (s_c > 0), w_u > 0
     ratio = s_c / jnp.where(has_u, w_u, 1)
@@ -591,8 +542,10 @@ def _mle_impl(intervals, changed, mask, min_rate, max_rate, *, max_steps, rtol, 
 
 
 class _SentinelStats(NamedTuple):
-    """:class:`_Stats` of a history read once from its raw arrays, with the sentinel
-    intervals ``v`` of :func:`_sentinel_score` instead of the flags."""
+    """Sufficient statistics of the likelihood equation, per history: the sentinel
+    intervals ``v`` of :func:`_sentinel_score`, the number ``u`` of changed crawls, their
+    total interval ``s_c``, the unchanged time ``w_u`` and the shortest changed interval
+    ``w_min`` (``finfo.max`` without a change)."""
 
     v: jax.Array
     u: jax.Array
