@@ -1049,6 +1049,10 @@ def _cold_and_warm(w, c, m, lo, hi, smoothed=False):
 def test_warm_started_mle_equals_the_cold_one(h, smoothed):
     """Hypothesis-drawn histories (rates over 12 decades): the warm-started root equals the
     previous iteration's to 1e-6 relative (both converged), and E.mle / E.mle_smoothed use it."""
+    _check_warm_equals_cold(h, smoothed)
+
+
+def _check_warm_equals_cold(h, smoothed):
     w, c, m = h
     cold, warm = _cold_and_warm(w, c, m, 1e-9, 1e9, smoothed=smoothed)
     assert np.all(np.asarray(cold.converged)) and np.all(np.asarray(warm.converged))
@@ -1169,18 +1173,8 @@ def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
     clipped root exactly its bound, with the bound's derivative; both bounds crossed."""
     from jaxcrawl._src.rootfind import solve_monotone, take_rows
 
-    rng = np.random.default_rng(21)
-    n, k = 300, 40
-    lam = np.exp(rng.uniform(np.log(0.02), np.log(60.0), n))
-    w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
-    c = simulate_partial(rng, lam, w)
-    lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
-    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
-    params = (stats.v, stats.w_u)
-    bracket = _off._bracket_from_stats(stats, jnp.float32)
-    crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
-    crossing_lo = np.asarray((bracket[0] < lo) & (bracket[1] > lo))
-    assert crossing_hi.sum() > 10 and crossing_lo.sum() >= 3
+    lo, hi, params, bracket, crossing_hi = _clip_crossing_case(21)
+    assert np.sum(np.asarray((bracket[0] < lo) & (bracket[1] > lo))) >= 3
 
     def roots(pf, lo, hi):
         return solve_monotone(_off._sentinel_score, params, lo, hi, x0=bracket[0], bracket=bracket,
@@ -1190,10 +1184,32 @@ def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
     assert np.all(np.asarray(got.converged))
     np.testing.assert_allclose(np.asarray(got.x), np.asarray(ref.x), rtol=1e-5)
     x = np.asarray(got.x)
-    assert np.sum(x == 8.0) > 0 and np.sum(x == np.float32(0.25)) > 0
-    assert np.array_equal(x == 8.0, np.asarray(ref.x) == 8.0)
-    # a root clipped at the upper bound moves with it, an interior one does not
-    d_hi = jax.jvp(lambda h: roots(probe_first, lo, h).x, (hi,), (jnp.ones_like(hi),))[1]
+    assert np.sum(x == np.float32(0.25)) > 0
+    _check_clipped_at_the_upper_bound(lambda h: roots(probe_first, lo, h).x, hi, x, np.asarray(ref.x))
+
+
+def _clip_crossing_case(seed):
+    """300 histories of 40 crawls (rate 1) of pages changing at rates 0.02-60, the clip
+    range [0.25, 8], the sentinel params, the statistics' bracket and where it crosses the
+    upper bound (asserted: more than 10 histories)."""
+    rng = np.random.default_rng(seed)
+    n, k = 300, 40
+    lam = np.exp(rng.uniform(np.log(0.02), np.log(60.0), n))
+    w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
+    c = simulate_partial(rng, lam, w)
+    lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
+    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
+    bracket = _off._bracket_from_stats(stats, jnp.float32)
+    crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
+    assert crossing_hi.sum() > 10
+    return lo, hi, (stats.v, stats.w_u), bracket, crossing_hi
+
+
+def _check_clipped_at_the_upper_bound(roots_of_hi, hi, x, ref):
+    """Some roots clipped at the upper bound 8, the same ones as ``ref``'s; a clipped root
+    moves with the bound (derivative 1), an interior one does not (0)."""
+    assert np.sum(x == 8.0) > 0 and np.array_equal(x == 8.0, ref == 8.0)
+    d_hi = jax.jvp(roots_of_hi, (hi,), (jnp.ones_like(hi),))[1]
     np.testing.assert_allclose(np.asarray(d_hi)[x == 8.0], 1.0)
     np.testing.assert_allclose(np.asarray(d_hi)[(x > 0.26) & (x < 7.9)], 0.0)
 
@@ -1278,12 +1294,7 @@ def test_warm_started_mle_equals_the_cold_one_on_long_histories(h, smoothed):
     """As `test_warm_started_mle_equals_the_cold_one`, on long histories (the blocks'
     statistics, the third-order start and the kept start below a crossed bound): the
     public root equals the previous iteration's to 1e-6 relative, both converged."""
-    w, c, m = h
-    cold, warm = _cold_and_warm(w, c, m, 1e-9, 1e9, smoothed=smoothed)
-    assert np.all(np.asarray(cold.converged)) and np.all(np.asarray(warm.converged))
-    np.testing.assert_allclose(np.asarray(warm.rate), np.asarray(cold.rate), rtol=1e-6)
-    public = (E.mle_smoothed if smoothed else E.mle)(w, c, m, min_rate=1e-9, max_rate=1e9)
-    np.testing.assert_array_equal(np.asarray(public), np.asarray(warm.rate))
+    _check_warm_equals_cold(h, smoothed)
 
 
 def test_blocked_solve_equals_one_solve():
@@ -1331,17 +1342,7 @@ def test_kept_start_below_a_crossed_upper_bound():
     and fewer evaluations where the start is close."""
     from jaxcrawl._src.rootfind import solve_monotone, take_rows
 
-    rng = np.random.default_rng(22)
-    n, k = 300, 40
-    lam = np.exp(rng.uniform(np.log(0.02), np.log(60.0), n))
-    w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
-    c = simulate_partial(rng, lam, w)
-    lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
-    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
-    params = (stats.v, stats.w_u)
-    bracket = _off._bracket_from_stats(stats, jnp.float32)
-    crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
-    assert crossing_hi.sum() > 10
+    lo, hi, params, bracket, crossing_hi = _clip_crossing_case(22)
 
     def roots(keep, hi):
         x0 = jnp.sqrt(bracket[0] * jnp.minimum(bracket[1], 2 * hi))  # below, inside or above hi
@@ -1352,10 +1353,7 @@ def test_kept_start_below_a_crossed_upper_bound():
     assert np.all(np.asarray(got.converged))
     np.testing.assert_allclose(np.asarray(got.x), np.asarray(ref.x), rtol=1e-5)
     x = np.asarray(got.x)
-    assert np.sum(x == 8.0) > 0 and np.array_equal(x == 8.0, np.asarray(ref.x) == 8.0)
-    d_hi = jax.jvp(lambda h: roots(True, h).x, (hi,), (jnp.ones_like(hi),))[1]
-    np.testing.assert_allclose(np.asarray(d_hi)[x == 8.0], 1.0)
-    np.testing.assert_allclose(np.asarray(d_hi)[(x > 0.26) & (x < 7.9)], 0.0)
+    _check_clipped_at_the_upper_bound(lambda h: roots(True, h).x, hi, x, np.asarray(ref.x))
     # the kept starts below the bound save the evaluation on the bound for interior roots
     kept = crossing_hi & (x < 7.9)
     assert np.mean(np.asarray(got.steps)[kept]) < np.mean(np.asarray(ref.steps)[kept])
