@@ -87,7 +87,8 @@ def test_far_below_the_change_rates_solves_to_the_dtype(name, seed):
                   float(problem.bandwidth), rate, lower)
 
 
-@pytest.mark.parametrize("name,full", [("uniform", False), pytest.param("uniform", True, marks=pytest.mark.long),
+@pytest.mark.parametrize("name,full", [pytest.param("uniform", False, marks=pytest.mark.long),
+                                       pytest.param("uniform", True, marks=pytest.mark.long),
                                        pytest.param("binary", True, marks=pytest.mark.long),
                                        pytest.param("binary-epsilon", True, marks=pytest.mark.long)])
 def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, name, full):
@@ -325,7 +326,8 @@ def test_host_capped_far_below_the_change_rates(name):
     assert bound >= 3, bound
 
 
-@pytest.mark.parametrize("name, frac", [("binary", 3e-2), pytest.param("uniform", 3e-2, marks=pytest.mark.long),
+@pytest.mark.parametrize("name, frac", [pytest.param("binary", 3e-2, marks=pytest.mark.long),
+                                        pytest.param("uniform", 3e-2, marks=pytest.mark.long),
                                         pytest.param("binary", 1e-12, marks=pytest.mark.long),
                                         pytest.param("uniform", 1e-12, marks=pytest.mark.long)])
 def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, frac):
@@ -363,7 +365,7 @@ def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, 
                                        err_msg=f"{name} d/d arg {which}")
 
 
-@pytest.mark.parametrize("seed, full", [(5, False)] + [pytest.param(s, True, marks=pytest.mark.long) for s in (5, 0, 2)])
+@pytest.mark.parametrize("seed, full", [pytest.param(s, f, marks=pytest.mark.long) for s, f in ((5, False), (5, True), (0, True), (2, True))])
 def test_a_page_at_its_uniform_threshold_under_host_caps(seed, full):
     """The host-capped iteration at a uniform page's threshold (its rate jumps by ~xi/17
     between adjacent float32 duals).  Before, a dual that stopped on the wrong side of the
