@@ -249,9 +249,23 @@ def _sentinel_score(x, params):
     return _log_gap(_sentinel_sum(x, v), w_unchanged)
 
 
+def _sentinel_terms(x, v):
+    """``t = v/(e^{ξv} - 1)`` per slot (0 on sentinels): one ``expm1`` per slot."""
+    return v / jnp.expm1(x[..., None] * v)
+
+
 def _sentinel_sum(x, v):
-    """``S(ξ) = Σ v/(e^{ξv} - 1)`` over the slots (0 on sentinels): one pass."""
-    return jnp.sum(v / jnp.expm1(x[..., None] * v), axis=-1)
+    """``S(ξ) = Σ t`` over the slots (:func:`_sentinel_terms`): one pass."""
+    return jnp.sum(_sentinel_terms(x, v), axis=-1)
+
+
+def _written_terms(x, v):
+    """``(t, S, -S')``: the terms written once (their own pass) and ``S = Σ t`` and
+    ``-dS/dξ = Σ t (v + t)`` as two single-output reductions over them."""
+    t = _own_pass(_sentinel_terms, x, v)
+    s = _own_pass(lambda t: jnp.sum(t, axis=-1), t)
+    slope = _own_pass(lambda t, v: jnp.sum(t * (v + t), axis=-1), t, v)
+    return t, s, slope
 
 
 @functools.partial(_sentinel_score.defjvp, symbolic_zeros=True)
@@ -264,12 +278,10 @@ def _sentinel_score_jvp(primals, tangents):
     dx, (dv, dwu) = tangents
     if isinstance(dx, SymbolicZero):
         s = _sentinel_sum(x, v)
+        ds = jnp.zeros_like(s)
     else:
-        t = _own_pass(lambda x, v: v / jnp.expm1(x[..., None] * v), x, v)
-        s = _own_pass(lambda t: jnp.sum(t, axis=-1), t)
-    ds = jnp.zeros_like(s)
-    if not isinstance(dx, SymbolicZero):
-        ds = ds - _own_pass(lambda t, v: jnp.sum(t * (v + t), axis=-1), t, v) * dx
+        _, s, slope = _written_terms(x, v)
+        ds = -slope * dx
     if not isinstance(dv, SymbolicZero):
         r = 1 / jnp.expm1(x[..., None] * v)
         t = v * r
@@ -691,9 +703,7 @@ def _taylor_start(params, bracket, lo, hi):
     a, b = bracket
     evaluated = (a > 0) & jnp.isfinite(a) & (a < hi) & (b > lo)
     x = jnp.where(evaluated, jnp.clip(a, lo, hi), lo)
-    t = _own_pass(lambda x, v: v / jnp.expm1(x[..., None] * v), x, v)
-    s0 = _own_pass(lambda t: jnp.sum(t, axis=-1), t)
-    s1 = _own_pass(lambda t, v: jnp.sum(t * (v + t), axis=-1), t, v)
+    t, s0, s1 = _written_terms(x, v)
     s2 = _own_pass(lambda t, v: jnp.sum(t * (v + t) * (v + 2 * t), axis=-1), t, v)
     gap = s0 - w_u
     right = gap > 0  # the root is right of x
