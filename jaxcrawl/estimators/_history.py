@@ -160,6 +160,14 @@ def broadcast_history(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike 
     return w, jnp.broadcast_to(changed, shape), m
 
 
+def observed(w: jax.Array, mask: jax.Array | None) -> jax.Array:
+    """Where a slot holds an observation: under the mask (if any), with a finite positive
+    interval (the guard of :func:`prepare`; non-positive or non-finite intervals count as
+    masked out)."""
+    valid = jnp.isfinite(w) & (w > 0)
+    return valid if mask is None else valid & mask.astype(bool)
+
+
 def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
             counts: bool = False, dtype: Any = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Broadcast, sanitise masked entries and cast a history (the ``w_n, o_n`` of L2C
@@ -171,8 +179,7 @@ def prepare(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None, *,
     """
     w, c, mask = broadcast_history(intervals, changed, mask, dtype)
     dtype = w.dtype
-    m = jnp.ones(w.shape, dtype=bool) if mask is None else mask.astype(bool)
-    m = m & jnp.isfinite(w) & (w > 0)
+    m = observed(w, mask)
     w = jnp.where(m, w, jnp.zeros((), dtype))
     if counts:
         c = jnp.where(m, jnp.nan_to_num(c.astype(dtype)), jnp.zeros((), dtype))

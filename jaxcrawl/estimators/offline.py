@@ -46,6 +46,7 @@ from ._history import (
     DEFAULT_MIN_RATE,
     broadcast_history,
     clip_bounds,
+    observed,
     prepare,
     suffix_mask,
     validate_bounds,
@@ -584,9 +585,7 @@ def _sentinel_stats(w, c, m):
     raw = (w, c) if m is None else (w, c, m)
 
     def flags(w, c, m=None):  # recomputed inside each pass: no bool array is written
-        valid = jnp.isfinite(w) & (w > 0)
-        if m is not None:
-            valid = valid & m.astype(bool)
+        valid = observed(w, m)
         return valid, valid & (c != 0)
 
     def unchanged_time(*a):
