@@ -1026,6 +1026,12 @@ from jaxcrawl.estimators import _history as _eh  # noqa: E402
 from jaxcrawl.estimators import offline as _off  # noqa: E402
 
 
+def _sentinel_params(w, c):
+    """``(v, W_u)`` of the likelihood score for a prepared history (``w = 0``, ``c = False``
+    off the mask): the changed intervals with ``finfo.max`` elsewhere, the unchanged time."""
+    return jnp.where(c, w, jnp.finfo(w.dtype).max), jnp.sum(jnp.where(c, 0, w), axis=-1)
+
+
 @functools.partial(jax.jit, static_argnames=("smoothed",))
 def _cold_and_warm(w, c, m, lo, hi, smoothed=False):
     """The likelihood root without the warm start (the previous iteration: equal-interval
@@ -1036,7 +1042,7 @@ def _cold_and_warm(w, c, m, lo, hi, smoothed=False):
         w = jnp.concatenate([w, s, s], -1)
         c = jnp.concatenate([c, jnp.ones_like(s, bool), jnp.zeros_like(s, bool)], -1)
         m = jnp.concatenate([m, jnp.ones_like(s, bool), jnp.ones_like(s, bool)], -1)
-    args = (_off._likelihood_score, _off._likelihood_params(w, c), w, c, m, lo, hi, 60, None, False, "t")
+    args = (_off._sentinel_score, _sentinel_params(w, c), w, c, m, lo, hi, 60, None, False, "t")
     cold = _off._solve_equation(*args)
     # the public path: the bracket of the sufficient statistics, the sentinel-interval score
     warm = _off._solve_likelihood(w, c, m, lo, hi, 60, None, False, "t")
@@ -1099,20 +1105,18 @@ def test_straggler_compaction_gives_the_same_roots_and_counts(compact):
     equations whose evaluation counts spread (a few histories need many more steps) -- up
     to rounding (two compiled programs may sum in another order)."""
     from jaxcrawl._src.rootfind import default_rtol, solve_monotone, take_rows
-    from jaxcrawl.estimators.offline import _likelihood_params, _likelihood_score
 
     rng = np.random.default_rng(8)
     n, k = 600, 12
     w = jnp.asarray(np.exp(rng.uniform(-6, 4, (n, k))), jnp.result_type(float))
     c = jnp.asarray(rng.random((n, k)) < rng.uniform(0.05, 0.95, (n, 1)))
-    params = _likelihood_params(w, c)
+    params = _sentinel_params(w, c)
     lo, hi = jnp.full(n, 1e-6, w.dtype), jnp.full(n, 1e6, w.dtype)
 
-    def roots(scale, take):
-        p = (params[0] * scale, params[1], params[2] * scale)
-        return solve_monotone(_likelihood_score, p, lo, hi, max_steps=60, take=take, compact=compact)
+    def roots(take):
+        return solve_monotone(_off._sentinel_score, params, lo, hi, max_steps=60, take=take, compact=compact)
 
-    a, b = roots(1.0, None), roots(1.0, take_rows)
+    a, b = roots(None), roots(take_rows)
     steps = np.asarray(a.steps)
     assert np.sum(steps > np.median(steps) + 2) > 0  # there are stragglers
     # the same iteration; the two compiled programs may round a sum differently (an ulp)

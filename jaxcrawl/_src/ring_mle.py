@@ -65,7 +65,7 @@ def _changed_sum(x: jax.Array, w: jax.Array, seg: jax.Array) -> jax.Array:
 
 
 def _ring_score(x: jax.Array, params: Any) -> jax.Array:
-    """The score of eq. 10 (as :func:`jaxcrawl.estimators.offline._likelihood_score`: log
+    """The score of eq. 10 (as :func:`jaxcrawl.estimators.offline._sentinel_score`: log
     of the changed-interval sum minus log of the unchanged time), per page."""
     w, seg, s, w_u, ring_w, head, count, chunks = params
     size = w.shape[0]

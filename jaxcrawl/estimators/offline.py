@@ -156,30 +156,6 @@ def _log_likelihood_impl(rate, intervals, changed, mask):
 # ---------------------------------------------------------------------------------------
 
 
-@jax.custom_jvp
-def _likelihood_score(x, params):
-    r"""Score of L2C eq. 6 (NeurIPS-19 eq. 10) as a log-ratio, elementwise in ``x``:
-
-    .. math:: \psi(\xi) = \log\sum_{o_n=1}\frac{w_n}{e^{\xi w_n}-1} - \log\sum_{o_n=0} w_n,
-
-    nonincreasing and convex in ξ.  ``params = (w, c8, w_unchanged)`` from
-    :func:`_likelihood_params`: the intervals (0 where masked), the change indicators as
-    ``uint8`` and the unchanged time (it does not depend on ξ, so it is summed once)."""
-    w, c8, w_unchanged = params
-    return _log_gap(_changed_sum(x, w, c8), w_unchanged)
-
-
-def _changed_terms(x, w, c8):
-    """``(t, r)``: ``t = w r`` with ``r = 1/(e^{ξw} - 1)`` on changed slots and 0 elsewhere.
-
-    The mask enters arithmetically (``r = c/(expm1(ξw) + 1 - c)``: 0 on unchanged and
-    padded slots without a select): XLA:CPU vectorises this pass, while selects and
-    boolean operands make it several times slower."""
-    cf = c8.astype(w.dtype)
-    r = cf / (jnp.expm1(x[..., None] * w) + (1 - cf))
-    return w * r, r
-
-
 def _own_pass(f, *args):
     """``f(*args)`` as its own XLA computation (a ``cond`` whose branches are both ``f``,
     on an opaque always-true predicate that is never batched under ``vmap``): XLA then
@@ -194,37 +170,9 @@ def _count(b):
     return jnp.sum(b.astype(jnp.uint8).astype(jnp.int32), axis=-1)
 
 
-def _changed_sum(x, w, c8):
-    """``S(ξ) = Σ_changed w/(e^{ξw} - 1)``: one pass, one ``expm1`` per slot."""
-    return jnp.sum(_changed_terms(x, w, c8)[0], axis=-1)
-
-
-def _changed_slope(x, w, c8):
-    """``-dS/dξ = Σ t (w + t)`` (``t`` of :func:`_changed_terms`)."""
-    t, _ = _changed_terms(x, w, c8)
-    return jnp.sum(t * (w + t), axis=-1)
-
-
-@functools.partial(_likelihood_score.defjvp, symbolic_zeros=True)
-def _likelihood_score_jvp(primals, tangents):
-    # dS/dξ = -Σ t (w + t) and dS/dw = r - ξ t (1 + r) with t = w r, r = 1/(e^{ξw} - 1)
-    # (0 off the changed slots).  The ξ-derivative is its own single-output pass.
-    x, (w, c8, w_unchanged) = primals
-    dx, (dw, _, dwu) = tangents
-    s = _changed_sum(x, w, c8)
-    ds = jnp.zeros_like(s)
-    if not isinstance(dx, SymbolicZero):
-        ds = ds - _own_pass(_changed_slope, x, w, c8) * dx
-    if not isinstance(dw, SymbolicZero):
-        t, r = _changed_terms(x, w, c8)
-        ds = ds + jnp.sum((r - x[..., None] * t * (1 + r)) * dw, axis=-1)
-    return _log_gap_jvp(s, ds, w_unchanged, dwu)
-
-
 def _log_gap_jvp(s, ds, w_unchanged, dwu):
     """``(ψ, dψ)`` of ``ψ = log s - log W_u`` from ``s``, its tangent ``ds`` and the
-    unchanged time's tangent ``dwu`` (a ``SymbolicZero`` or an array): the part both
-    likelihood scores share."""
+    unchanged time's tangent ``dwu`` (a ``SymbolicZero`` or an array)."""
     ok_s, ok_t = s > 0, w_unchanged > 0
     dpsi = ds * jnp.where(ok_s, 1 / jnp.where(ok_s, s, 1), 0)
     if not isinstance(dwu, SymbolicZero):
@@ -235,17 +183,21 @@ def _log_gap_jvp(s, ds, w_unchanged, dwu):
 # ------------------------------------ the likelihood score on sentinel intervals (fast path)
 @jax.custom_jvp
 def _sentinel_score(x, params):
-    r""":func:`_likelihood_score` on one array: ``params = (v, w_unchanged)`` with ``v``
-    the changed crawls' intervals and ``finfo.max`` on every other slot (unchanged, masked
-    or padded; :func:`_sentinel_stats`).
+    r"""Score of L2C eq. 6 (NeurIPS-19 eq. 10) as a log-ratio, elementwise in ``x``,
+    nonincreasing and convex in ξ:
 
-    .. math:: \psi(\xi) = \log\sum_n \frac{v_n}{e^{\xi v_n}-1} - \log W_u
+    .. math:: \psi(\xi) = \log\sum_{o_n=1}\frac{w_n}{e^{\xi w_n}-1} - \log\sum_{o_n=0} w_n
+              = \log\sum_n \frac{v_n}{e^{\xi v_n}-1} - \log W_u,
+
+    on one array: ``params = (v, w_unchanged)`` with ``v`` the changed crawls' intervals
+    and ``finfo.max`` on every other slot (unchanged, masked or padded;
+    :func:`_sentinel_stats`), and the unchanged time ``W_u`` (summed once).
 
     A sentinel slot's term is exactly 0 (``ξ·finfo.max`` overflows, ``expm1`` gives
     ``inf``) for every ξ at or above :func:`_sentinel_floor`, so each pass reads one
     array and needs neither the change flags nor a mask: a third fewer bytes and no
     mask arithmetic, and XLA has no loop-invariant conversion of the flags to hoist
-    into a materialised float array (which it did with the flags, issue 16)."""
+    into a materialised float array (which it did with the flags as a mask, issue 16)."""
     v, w_unchanged = params
     return _log_gap(_sentinel_sum(x, v), w_unchanged)
 
@@ -271,7 +223,8 @@ def _written_terms(x, v):
 
 @functools.partial(_sentinel_score.defjvp, symbolic_zeros=True)
 def _sentinel_score_jvp(primals, tangents):
-    # as _likelihood_score_jvp; the tangent of a sentinel slot is 0 (v is a select of w).
+    # dS/dξ = -Σ t (v + t) and dS/dv = r - ξ t (1 + r) with t = v r, r = 1/(e^{ξv} - 1);
+    # the tangent of a sentinel slot is 0 (v is a select of w).
     # The terms t = v/(e^{ξv} - 1) are written once (one expm1 per slot) and the score and
     # its slope are two reductions over them: in a block of histories that stays in cache
     # (_solve_likelihood) this is cheaper than two passes that each recompute the expm1.
@@ -295,16 +248,6 @@ def _sentinel_floor(dtype) -> float:
     ``ξ·finfo.max`` must overflow ``expm1`` (``1024/finfo.max``: 3.0e-36 in float32,
     5.7e-306 in float64).  The likelihood solve iterates at or above it."""
     return 1024.0 / float(jnp.finfo(dtype).max)
-
-
-def _likelihood_params(w, c):
-    """``(w, c8, w_unchanged)`` of :func:`_likelihood_score` (``w`` is 0 where masked)."""
-    c8 = c.astype(jnp.uint8)
-    return w, c8, _own_pass(_unchanged_time, w, c8)
-
-
-def _unchanged_time(w, c8):
-    return jnp.sum(w * (1 - c8.astype(w.dtype)), axis=-1)
 
 
 def _moment_score(x, params):
