@@ -35,7 +35,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     args = ap.parse_args()
     n = args.pages
-    p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+    p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
     input_bytes = sum(np.asarray(a).nbytes for a in (p.importance, p.change_rate, p.complete))
 
     def loss(lam, adjoint):

@@ -6,7 +6,7 @@ instance, 21 daily epochs starting from 1 change/day, for the three learners of 
 
 * the whole Fig. 3 workload (the three learners in one compiled program, the inner solver
   a vmapped index as in ``experiments/neurips19_fig3.py``; float32; instances from
-  ``jaxcrawl.data.synthetic``; ``--batch`` episodes per call), compilation included, with
+  ``jaxcrawl.synthetic``; ``--batch`` episodes per call), compilation included, with
   the observation-level sampler the learners choose (``info.sampler``);
 * the two samplers alone on the same pages and policy, in the same run: page-days
   simulated per second by the event-level simulator (``crawl_epoch``) and by the
@@ -36,7 +36,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
-from jaxcrawl import data, objectives, solvers  # noqa: E402
+import jaxcrawl  # noqa: E402
+from jaxcrawl import objectives, solvers  # noqa: E402
 from jaxcrawl.learners import heuristics, run_learner  # noqa: E402
 from jaxcrawl.learners._history import crawl_epoch, observe_epoch  # noqa: E402
 from jaxcrawl.learners.sweep import grid_product  # noqa: E402
@@ -100,7 +101,7 @@ def main():
           f"x64={jax.config.jax_enable_x64}")
 
     keys = jax.random.split(jax.random.key(2019), args.episodes)
-    problems = jax.vmap(lambda k: data.synthetic(k, args.pages))(keys)
+    problems = jax.vmap(lambda k: jaxcrawl.synthetic(k, args.pages))(keys)
     family = ("harmonic", "harmonic-approx", "binary-epsilon")
     result = dict(benchmark="learners", device=jax.devices()[0].platform, episodes=args.episodes,
                   epochs=args.epochs, pages=args.pages, episodes_per_call=args.batch)

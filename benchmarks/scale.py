@@ -45,7 +45,7 @@ def label(n):
 
 
 def measure(n, with_estimators=True, mesh=None):
-    p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+    p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
     if mesh is not None:
         from jaxcrawl.scale import shard_pages
         p = shard_pages(p, mesh)
@@ -84,7 +84,7 @@ def solve_rows_time(n, repeat=3):
     """Best time of solve_local_rows (LambdaCrawl, float32) on this process's rows of n pages."""
     from jaxcrawl import distributed
 
-    p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+    p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
     s, e = distributed.row_range(n)
     rows = [np.asarray(a)[s:e] for a in (p.importance, p.change_rate, p.complete)]
     del p

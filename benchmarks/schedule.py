@@ -74,7 +74,7 @@ def main():
     res = {"pages": n, "device": str(jax.devices()[0])}
 
     # ---- 1. the timetable
-    prob = jaxcrawl.data.synthetic(jax.random.key(0), n, bandwidth_fraction=args.bandwidth_fraction,
+    prob = jaxcrawl.synthetic(jax.random.key(0), n, bandwidth_fraction=args.bandwidth_fraction,
                                    dtype=jnp.float32)
     pol = jax.jit(jaxcrawl.lambda_crawl)(prob)
     rate = jnp.where(pol.on_signal, 0.0, pol.rate)

@@ -1,6 +1,6 @@
 """Benchmark: 1e5 pages x 100 daily windows of the exact crawl simulator in one compiled call.
 
-Workload: ``jaxcrawl.data.synthetic`` (NeurIPS-19-like: heavy-tailed importance, change
+Workload: ``jaxcrawl.synthetic`` (NeurIPS-19-like: heavy-tailed importance, change
 rates with a long tail, 4% complete pages, bandwidth 20% of the pages) crawled by the
 LambdaCrawl policy (Poisson crawls for incomplete pages, crawl-on-signal for complete
 ones), 100 windows of one day run by ``jaxcrawl.simulate.simulate`` as one
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     import jax.numpy as jnp
 
     from jaxcrawl import simulate as S
-    from jaxcrawl.data import synthetic
+    from jaxcrawl import synthetic
     from jaxcrawl.solvers import lambda_crawl
 
     dtype = jnp.float64 if args.x64 else jnp.float32

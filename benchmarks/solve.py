@@ -46,7 +46,7 @@ def main():
     blc = jax.jit(jaxcrawl.binary_lambda_crawl)
     print(f"{'pages':>9} {'lambda_crawl':>14} {'steps':>6} {'binary_lc':>12} {'numpy':>12} {'ratio':>8}")
     for n in args.sizes:
-        p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+        p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
         t_lc = best_time(lc, p)
         steps = int(lc(p).num_steps)
         t_blc = best_time(blc, p)
@@ -64,7 +64,7 @@ def main():
         results[f"lambda_crawl_{n}_steps"] = steps
     b, m = (int(v) for v in args.batch.split("x"))
     keys = jax.random.split(jax.random.key(1), b)
-    batch = jax.vmap(lambda k: jaxcrawl.data.synthetic(k, m, dtype=jnp.float32))(keys)
+    batch = jax.vmap(lambda k: jaxcrawl.synthetic(k, m, dtype=jnp.float32))(keys)
     t_batch = best_time(jax.jit(jax.vmap(jaxcrawl.lambda_crawl)), batch)
     print(f"vmapped batch of {b} problems x {m} pages: {t_batch * 1e3:.1f} ms")
     results[f"batch_{b}x{m}_ms"] = t_batch * 1e3

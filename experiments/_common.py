@@ -420,13 +420,13 @@ def loglog_slope(x, y) -> float:
 def crawl_problem(ctx: Context, num_pages: int, *, dtype=None):
     """The NeurIPS-19 experiments' problem: the data set under ``--data DIR``, else synthetic.
 
-    With ``--data`` the directory is read with :func:`jaxcrawl.data.load_crawl_dataset`;
+    With ``--data`` the directory is read with :func:`jaxcrawl.io.load_crawl_dataset`;
     as in NeurIPS-19 §9.4 the change rates are estimated from the whole history (MLE,
     eq. 10, for incomplete pages; the given Poisson rate, eq. 11, for complete ones) and
     used as ground truth.  Pages with importance 0, with no observation (incomplete) or
     with a zero rate (complete) cannot enter a :class:`~jaxcrawl.CrawlProblem` and are
     dropped (counted in the returned description).  Without ``--data``:
-    ``jaxcrawl.data.synthetic(ctx.key("problem"), num_pages)`` (bandwidth 20% of pages).
+    ``jaxcrawl.synthetic(ctx.key("problem"), num_pages)`` (bandwidth 20% of pages).
 
     Returns:
       ``(problem, info)`` with ``info`` a JSON-able dict describing the source.
@@ -438,11 +438,11 @@ def crawl_problem(ctx: Context, num_pages: int, *, dtype=None):
 
     dtype = jnp.float32 if dtype is None else dtype
     if ctx.data is None:
-        problem = jaxcrawl.data.synthetic(ctx.key("problem"), num_pages, dtype=dtype)
+        problem = jaxcrawl.synthetic(ctx.key("problem"), num_pages, dtype=dtype)
         return problem, dict(source="synthetic", num_pages=int(num_pages),
                              num_complete=int(np.sum(np.asarray(problem.complete))),
-                             generator="jaxcrawl.data.synthetic (NeurIPS-19 §9.1 shapes)")
-    ds = jaxcrawl.data.load_crawl_dataset(str(ctx.data))
+                             generator="jaxcrawl.synthetic (NeurIPS-19 §9.1 shapes)")
+    ds = jaxcrawl.io.load_crawl_dataset(str(ctx.data))
     imp = np.asarray(ds.importance, np.float64)
     comp = np.asarray(ds.complete, bool)
     rate = np.full(imp.shape, np.nan)

@@ -1,7 +1,7 @@
 """What crawlers run today, measured: production revisit heuristics vs LambdaCrawl and
 LambdaLearnAndCrawl, on stationary and on drifting pages, at the same crawl volume.
 
-Pages: the NeurIPS-19-shaped synthetic generator (:func:`jaxcrawl.synthetic.synthetic`),
+Pages: the NeurIPS-19-shaped synthetic generator (:func:`jaxcrawl.synthetic`),
 all pages with incomplete change observations (the heuristics cannot use change signals,
 so neither does the optimum here).  Heuristics (:mod:`jaxcrawl.learners.heuristics`, the
 crawlers' own defaults): Nutch DefaultFetchSchedule and AdaptiveFetchSchedule,
@@ -34,7 +34,7 @@ from jaxcrawl import objectives
 from jaxcrawl import simulate as S
 from jaxcrawl.learners import heuristics as H
 from jaxcrawl.learners import learn_and_crawl as LC
-from jaxcrawl.synthetic import synthetic
+from jaxcrawl import synthetic
 from jaxcrawl.utilities import solve
 
 import _common

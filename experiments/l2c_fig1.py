@@ -15,7 +15,7 @@ ternary search; we take the minimum over a log grid of 25 points per decade of Ï
 (c) R(Ï„*)/T vs T.
 
 Data: the paper's MS MARCO crawl sample is not distributed with jaxcrawl; importances
-and change rates are drawn by ``jaxcrawl.data.synthetic`` (NeurIPS-19 shapes) and the
+and change rates are drawn by ``jaxcrawl.synthetic`` (NeurIPS-19 shapes) and the
 change rates are clipped to [1/98, ln 98] per day, the range a daily-crawled page
 observed for 14 weeks that neither never changed nor always changed can have (the
 paper's sampling rule).
@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl import data
+import jaxcrawl
 from jaxcrawl.learners import explore_commit as ec
 from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
 
@@ -77,7 +77,7 @@ CROSS_CHECK = False  # set True to compare with the event-simulating learner (ad
 
 def instance(key, num_pages, bandwidth, time_unit=TIME_UNIT):
     """Synthetic pages, change rates clipped to [1/98, ln 98] per day, in units of ``time_unit`` days."""
-    base = data.synthetic(key, num_pages, dtype=jnp.float32)
+    base = jaxcrawl.synthetic(key, num_pages, dtype=jnp.float32)
     xi = jnp.clip(base.change_rate, *DAILY_RATE_RANGE) * time_unit
     return jaxcrawl.CrawlProblem(base.importance, xi, jnp.float32(bandwidth))
 
@@ -331,7 +331,7 @@ def run(ctx):
                     daily_change_rate_range=list(DAILY_RATE_RANGE),
                     horizons=horizons, slope_fit_from=fit_from, estimate_clip=[XI_MIN, XI_MAX],
                     change_rate_range=list(RATE_RANGE), tau_grid_per_decade=PER_DECADE,
-                    data="jaxcrawl.data.synthetic importances and change rates (rates clipped)",
+                    data="jaxcrawl.synthetic importances and change rates (rates clipped)",
                     estimator="moment matching (eq. 7), equal intervals m/R", dtype="float32"),
         results=dict(curves={str(r): res[r] for r in bandwidths}, slopes={str(r): summary[r] for r in bandwidths},
                      learner_cross_check=check, rate_scale_scan=scan,

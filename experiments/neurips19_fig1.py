@@ -16,7 +16,7 @@ BLC and the heuristics crawl every page as a Poisson process (their Policy's
 ``on_signal`` is all False), so their binary cost of a complete page is eq. 12, not 13.
 
 The paper ran on 18,532,314 URLs of a production crawl; by default this runs on
-``jaxcrawl.data.synthetic`` with the same number of pages (4% complete), or on
+``jaxcrawl.synthetic`` with the same number of pages (4% complete), or on
 ``--data DIR`` (the data set's published format).
 
 The paper fixes the share of complete-observation pages (4%) but not their distribution.
@@ -105,11 +105,11 @@ def _lc_blc_binary(problem):
 
 def synthetic_problem(ctx, num_pages, subset):
     """The synthetic problem of ``crawl_problem`` (same key), with the complete subset's law ``subset``."""
-    problem = jaxcrawl.data.synthetic(ctx.key("problem"), num_pages, complete_subset=subset, dtype=jnp.float32)
+    problem = jaxcrawl.synthetic(ctx.key("problem"), num_pages, complete_subset=subset, dtype=jnp.float32)
     return problem, dict(source="synthetic", num_pages=int(num_pages),
                          num_complete=int(np.sum(np.asarray(problem.complete))),
-                         generator=f"jaxcrawl.data.synthetic (NeurIPS-19 §9.1 shapes), complete_subset={subset!r}",
-                         complete_subset_shifts=list(jaxcrawl.data.COMPLETE_SUBSETS[subset]))
+                         generator=f"jaxcrawl.synthetic (NeurIPS-19 §9.1 shapes), complete_subset={subset!r}",
+                         complete_subset_shifts=list(jaxcrawl.io.synthetic.COMPLETE_SUBSETS[subset]))
 
 
 def _claims(h, b, costs, synthetic, frac_curve=None, shift_scan=None):
@@ -212,7 +212,7 @@ def run(ctx):
         def frac_chunk(f):
             # the same pages, only their observability changes: the random law isolates the
             # effect of complete observations (with a shifted law the page mix would change too)
-            pr = jaxcrawl.data.synthetic(ctx.key("sweep"), sweep_pages, complete_fraction=f,
+            pr = jaxcrawl.synthetic(ctx.key("sweep"), sweep_pages, complete_fraction=f,
                                          complete_subset="random", dtype=jnp.float32)
             lc, blc, _ = _lc_blc_binary(pr)
             return dict(lc=float(lc), blc=float(blc))
@@ -225,10 +225,10 @@ def run(ctx):
 
         # Panel (e): the importance shift of the complete pages scanned at the calibrated
         # change-rate shift -- LC's bandwidth share on them, and LC's and BLC's binary cost.
-        rate_shift = jaxcrawl.data.COMPLETE_SUBSETS[READING][1]
+        rate_shift = jaxcrawl.io.synthetic.COMPLETE_SUBSETS[READING][1]
 
         def shift_chunk(a):
-            pr = jaxcrawl.data.synthetic(ctx.key("sweep"), sweep_pages, complete_subset=(a, rate_shift),
+            pr = jaxcrawl.synthetic(ctx.key("sweep"), sweep_pages, complete_subset=(a, rate_shift),
                                          dtype=jnp.float32)
             lc, blc, share = _lc_blc_binary(pr)
             return dict(lc=float(lc), blc=float(blc), share=float(share))
@@ -345,7 +345,7 @@ def run(ctx):
         claims=claims,
         notes=[f"BLCε's best ε for J_h on this problem is {best_eps} (paper, on its data: 0.4).",
                "Synthetic data: the claims use complete_subset='neurips19' (calibrated to §7's bandwidth-share "
-               "statement and the Fig. 2 ratios, see jaxcrawl.synthetic.COMPLETE_SUBSETS); the same claims "
+               "statement and the Fig. 2 ratios, see jaxcrawl.io.synthetic.COMPLETE_SUBSETS); the same claims "
                "on complete_subset='random' are under results.other_readings."] if synthetic else
               [f"BLCε's best ε for J_h on this problem is {best_eps} (paper, on its data: 0.4)."],
     )

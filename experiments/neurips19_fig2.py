@@ -13,7 +13,7 @@ pages.  Compared, on the page-averaged harmonic cost J_h and binary cost J_b:
 The complete pages are those of the Fig. 1 problem (synthetic generator with the paper's
 18,532,314 pages, or ``--data DIR``).  On synthetic data the claims use the complete subset's
 law ``complete_subset="neurips19"`` (calibrated to §7 and to this figure's ratios, see
-``jaxcrawl.synthetic.COMPLETE_SUBSETS`` and ``neurips19_fig1``); the same claims on the
+``jaxcrawl.io.synthetic.COMPLETE_SUBSETS`` and ``neurips19_fig1``); the same claims on the
 former ``"random"`` law are reported under ``results["other_readings"]``.
 """
 from __future__ import annotations
@@ -40,11 +40,11 @@ READING, OTHER_READING = "neurips19", "random"   # the complete subset's law: cl
 
 def synthetic_problem(ctx, num_pages, subset):
     """Fig. 1's synthetic problem (same key as ``_common.crawl_problem``) with the complete subset's law ``subset``."""
-    problem = jaxcrawl.data.synthetic(ctx.key("problem"), num_pages, complete_subset=subset, dtype=jnp.float32)
+    problem = jaxcrawl.synthetic(ctx.key("problem"), num_pages, complete_subset=subset, dtype=jnp.float32)
     return problem, dict(source="synthetic", num_pages=int(num_pages),
                          num_complete=int(np.sum(np.asarray(problem.complete))),
-                         generator=f"jaxcrawl.data.synthetic (NeurIPS-19 §9.1 shapes), complete_subset={subset!r}",
-                         complete_subset_shifts=list(jaxcrawl.data.COMPLETE_SUBSETS[subset]))
+                         generator=f"jaxcrawl.synthetic (NeurIPS-19 §9.1 shapes), complete_subset={subset!r}",
+                         complete_subset_shifts=list(jaxcrawl.io.synthetic.COMPLETE_SUBSETS[subset]))
 
 
 def _policy(name, problem):

@@ -8,7 +8,7 @@ LambdaCrawl (LLC), LambdaCrawlApprox (LLCA) or BLCε, ε = 0.4 (BLLCε)
 (``jaxcrawl.learners.learn_and_crawl``).  Every epoch's policy is evaluated under the
 true rates: harmonic cost (eq. 8) and binary cost (supplement eq. 12-13).
 
-Data: the episodes are ``jaxcrawl.data.synthetic`` samples, or, with ``--data DIR``, the data set's pages (one episode per random sample
+Data: the episodes are ``jaxcrawl.synthetic`` samples, or, with ``--data DIR``, the data set's pages (one episode per random sample
 of ``num_pages`` of them).  The three learners share one compiled program (the inner
 solver is a swept index) and the same simulated world per episode.
 """
@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl import data, objectives, solvers
+import jaxcrawl
+from jaxcrawl import objectives, solvers
 from jaxcrawl.learners import learn_and_crawl as lc
 from jaxcrawl.learners import sweep as sw
 
@@ -40,7 +41,7 @@ LLC_TOLERANCE = 0.02   # LLC's final harmonic cost within 2% of LambdaCrawl's op
 
 def episode_problem(ctx, index, num_pages):
     if ctx.data is None:
-        return data.synthetic(ctx.key("episode", index), num_pages, dtype=jnp.float32)
+        return jaxcrawl.synthetic(ctx.key("episode", index), num_pages, dtype=jnp.float32)
     full, _ = _common.crawl_problem(ctx, num_pages)
     n = full.change_rate.shape[-1]
     idx = np.sort(np.asarray(jax.random.choice(ctx.key("episode", index), n, (min(num_pages, n),), replace=False)))
@@ -173,7 +174,7 @@ def run(ctx):
                      optima={k: v.mean() for k, v in opt.items()}, overflow=overflow,
                      max_truncated_pages=int(max(e["truncated"] for e in eps))),
         claims=claims,
-        notes=["Synthetic pages (jaxcrawl.data.synthetic) unless --data is given."],
+        notes=["Synthetic pages (jaxcrawl.synthetic) unless --data is given."],
     )
 
 

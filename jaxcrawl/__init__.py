@@ -13,18 +13,16 @@ _interrupts.install_early()
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from . import data as data
 from . import estimators as estimators
 from . import io as io
 from . import politeness as politeness
 from . import scale as scale
-from . import schedule as schedule
 from . import simulate as simulate
 from . import sync_bandits as sync_bandits
-from . import synthetic as synthetic
 from . import timetable as timetable
 from . import utilities as utilities
 from ._src.checks import NonConvergenceError as NonConvergenceError
+from .io.synthetic import synthetic as synthetic
 from .allocate import Allocation as Allocation
 from .allocate import allocate as allocate
 from .objectives import (

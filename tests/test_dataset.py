@@ -12,7 +12,7 @@ import pytest
 
 from jaxcrawl import estimators as E
 from jaxcrawl.cli import estimate as cli_estimate
-from jaxcrawl.dataset import FILES, load_crawl_dataset
+from jaxcrawl.io.neurips19 import FILES, load_crawl_dataset
 
 
 def write_dataset(d, *, urls=None, hosts=None, imp=None, hist=None, comp=None):
@@ -257,14 +257,14 @@ def test_cli_estimate_from_dataset_directory(tmp_path, capsys):
 
 
 def test_cli_problem_columns_feed_jaxcrawl_solve(tmp_path, capsys):
-    from jaxcrawl import data
+    import jaxcrawl.io
 
     d = write_dataset(str(tmp_path / "ds"))
     out = str(tmp_path / "problem.csv")
     assert run_estimate([d, "-o", out, "--columns", "problem"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["pages_left_out_nonpositive_importance"] == 1  # URL 3 has importance 0
-    table = data.read_problem_csv(out)
+    table = jaxcrawl.io.read_problem_csv(out)
     assert list(table.page_id) == [5, 7, 9, 11]  # decimal ids read back as int64
     np.testing.assert_array_equal(table.complete, [False, False, True, False])
     assert np.all(table.change_rate > 0)

@@ -126,7 +126,7 @@ def test_hessian_vector_products_are_finite():
 
 
 def _temp_bytes(adjoint, max_steps, n):
-    p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float32)
+    p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
 
     def loss(lam):
         q = p.replace(change_rate=lam)

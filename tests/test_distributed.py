@@ -69,7 +69,7 @@ def inputs(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("inputs")
     with jax.enable_x64(True):
-        p = jaxcrawl.data.synthetic(jax.random.key(5), N, dtype=np.float64)
+        p = jaxcrawl.synthetic(jax.random.key(5), N, dtype=np.float64)
         imp, lam, comp = (np.asarray(a) for a in (p.importance, p.change_rate, p.complete))
     bandwidth = 0.2 * N
     np.save(d / "bandwidth.npy", bandwidth)
@@ -194,7 +194,7 @@ def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_p
 
     run_job(2, os.path.dirname(WORKER), tmp_path, "simulate", "learner")
     with jax.enable_x64(True):
-        p = jaxcrawl.data.synthetic(jax.random.key(0), 2000, dtype=np.float64)
+        p = jaxcrawl.synthetic(jax.random.key(0), 2000, dtype=np.float64)
         learner = lc.lambda_learn_and_crawl("harmonic", **lc.llc_settings(p, "harmonic"))
         _, info = jax.jit(lambda k, pr: run_learner(k, learner, pr, 4))(jax.random.key(3), p)
     got = [np.load(tmp_path / f"learner.p{i}.npz") for i in range(2)]
@@ -208,7 +208,7 @@ def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_p
     assert np.asarray(info.num_crawls).sum() > 0
     parts = [np.load(tmp_path / f"simulate.p{i}.npz") for i in range(2)]
     with jax.enable_x64(True):
-        p = jaxcrawl.data.synthetic(jax.random.key(0), 4000, dtype=np.float64)
+        p = jaxcrawl.synthetic(jax.random.key(0), 4000, dtype=np.float64)
         sched = sim.schedule_from_policy(p, jaxcrawl.lambda_crawl(p))
         ref = jax.jit(lambda k, pr, sc, st: sim.simulate(k, pr, sc, st, sim.config_for(p, sched), 5)[1])(
             jax.random.key(3), p, sched, sim.init_state(p))

@@ -15,7 +15,7 @@ from jaxcrawl.cli import main
 from jaxcrawl.io import tables
 from jaxcrawl.io.histories import read_history_csv
 from jaxcrawl.io.hosts import read_host_caps, read_page_hosts
-from jaxcrawl.synthetic import synthetic
+from jaxcrawl import synthetic
 
 
 def last_json(capsys):
@@ -208,20 +208,12 @@ def test_check_output_refuses_the_input(tmp_path):
     jio.check_output(str(tmp_path / "other.csv"), src)
 
 
-def test_page_table_roundtrip_and_compat_names(tmp_path):
+def test_page_table_roundtrip(tmp_path):
     t = jio.write_page_table(tmp_path / "pages", [1.0, 2.0], [0.5, 0.25], [False, True])
     assert t.num_pages == 2 and list(t.complete) == [False, True]
-    assert jaxcrawl.scale.PageTable is jio.PageTable and jaxcrawl.scale.write_page_table is jio.write_page_table
     assert sorted(os.listdir(tmp_path / "pages")) == ["change_rate.npy", "complete.npy", "importance.npy"]
-    # every public name of before keeps working
-    from jaxcrawl import dataset
-    assert jaxcrawl.data.load_crawl_dataset is dataset.load_crawl_dataset is jio.load_crawl_dataset
-    assert jaxcrawl.data.read_problem_csv is jio.read_problem_csv and jaxcrawl.data.PageTable is jio.PageRows
-    assert jaxcrawl.data.write_plan_csv is jio.write_plan_csv
-    assert jaxcrawl.politeness.read_host_caps is read_host_caps
-    assert jaxcrawl.politeness.read_page_hosts is read_page_hosts
-    p = jaxcrawl.data.synthetic(jax.random.key(0), 10)
-    assert p.importance.shape == (10,) and jaxcrawl.data.synthetic is synthetic
+    p = jaxcrawl.synthetic(jax.random.key(0), 10)
+    assert p.importance.shape == (10,) and jaxcrawl.synthetic is synthetic
 
 
 # ------------------------------------------------------------- the CLI's safety net

@@ -26,7 +26,8 @@ import jaxcrawl
 import jaxcrawl.learners.explore_commit as ec
 import jaxcrawl.learners.learn_and_crawl as lc
 import jaxcrawl.learners.sweep as sw
-from jaxcrawl import data, estimators, objectives, solvers
+import jaxcrawl
+from jaxcrawl import estimators, objectives, solvers
 from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl.learners import Learner, run_learner
 from jaxcrawl.problem import CrawlProblem
@@ -382,7 +383,7 @@ def llc_runs():
     2,000-page synthetic instances, 21 daily epochs (NeurIPS-19 Experiment 3, reduced),
     through run_sweep."""
     keys = jax.random.split(jax.random.key(5), 2)
-    problems = jax.vmap(lambda k: data.synthetic(k, 2000))(keys)
+    problems = jax.vmap(lambda k: jaxcrawl.synthetic(k, 2000))(keys)
     settings_ = lc.llc_settings(problems, FAMILY, events_per_window=48.0)
     learner = lc.lambda_learn_and_crawl(FAMILY, **settings_)
     grid = sw.grid_product(lc.LLCParams, solver=[0, 1, 2])
@@ -434,7 +435,7 @@ def test_llca_converges_faster_but_higher_and_bllc_slowest(llc_runs):
 
 def test_executed_policy_uses_probabilities_under_true_rates():
     """A complete page executes p = ρ̂/λ̂; under the true λ its rate is pλ and its cost −μ log p."""
-    p = data.synthetic(jax.random.key(2), 16, complete_fraction=0.5)
+    p = jaxcrawl.synthetic(jax.random.key(2), 16, complete_fraction=0.5)
     est = p.change_rate * 1.7
     pol = solvers.lambda_crawl(p.replace(change_rate=est))
     ex = lc.executed_policy(p, pol)
@@ -581,7 +582,7 @@ def test_suffix_estimate_reports_its_convergence(mode):
 @pytest.fixture(scope="module")
 def llc_small():
     """LLC settings and a problem at test size (no run): for the validation tests."""
-    problems = jax.vmap(lambda k: data.synthetic(k, 64))(jax.random.split(jax.random.key(5), 2))
+    problems = jax.vmap(lambda k: jaxcrawl.synthetic(k, 64))(jax.random.split(jax.random.key(5), 2))
     return dict(settings=lc.llc_settings(problems, FAMILY, events_per_window=48.0), problems=problems,
                 problem=jax.tree_util.tree_map(lambda x: x[0], problems))
 
@@ -619,7 +620,7 @@ def test_inner_solvers_are_utilities(llc_small):
     assert lc.inner_utility("lambda_crawl_approx") is HARMONIC_APPROX
     assert lc.inner_utility("binary_lambda_crawl") is BINARY_EPSILON
     assert lc.inner_utility("binary-epsilon") is BINARY_EPSILON and lc.inner_utility(LOG_UTILITY) is LOG_UTILITY
-    p = data.synthetic(jax.random.key(2), 64)
+    p = jaxcrawl.synthetic(jax.random.key(2), 64)
     est = p.change_rate * 1.3
     blc = lc.inner_solve("binary_lambda_crawl", p, est, 0.2)
     ref = solvers.binary_lambda_crawl(p.replace(change_rate=est), 0.2)
@@ -699,7 +700,7 @@ def test_simulated_etc_matches_exact_expected_utility():
 @pytest.mark.slow
 def test_llc_float32_converges():
     """The same LLC claim in float32 (the library's default precision)."""
-    q = data.synthetic(jax.random.key(11), 2000)
+    q = jaxcrawl.synthetic(jax.random.key(11), 2000)
     p = CrawlProblem(q.importance.astype(jnp.float32), q.change_rate.astype(jnp.float32),
                      jnp.float32(q.bandwidth), q.complete)
     learner = lc.llc(**lc.llc_settings(p))

@@ -41,11 +41,11 @@ def test_complete_subset_neurips19_matches_its_documented_calibration():
     LC's bandwidth share 8% on the 4% complete pages and a Fig. 2 ratio of sqrt(10); the random
     law gives them less than their count share (the §7 contradiction)."""
     key = jax.random.key(123)
-    cal = jaxcrawl.data.synthetic(key, 1_000_000, complete_subset="neurips19", dtype=jnp.float32)
+    cal = jaxcrawl.synthetic(key, 1_000_000, complete_subset="neurips19", dtype=jnp.float32)
     share, ratio = (float(v) for v in _lc_share_and_fig2_ratio(cal))
     assert abs(share - 0.08) <= 0.004, share
     assert abs(ratio - np.sqrt(10)) <= 0.15, ratio
-    rnd = jaxcrawl.data.synthetic(key, 1_000_000, dtype=jnp.float32)
+    rnd = jaxcrawl.synthetic(key, 1_000_000, dtype=jnp.float32)
     share_r, _ = (float(v) for v in _lc_share_and_fig2_ratio(rnd))
     count_share = float(np.mean(np.asarray(rnd.complete)))
     assert share_r < count_share < share
@@ -53,12 +53,12 @@ def test_complete_subset_neurips19_matches_its_documented_calibration():
 
 def test_complete_subset_shifts_only_the_complete_pages():
     key = jax.random.key(7)
-    base = jaxcrawl.synthetic.synthetic(key, 2_000)
-    same = jaxcrawl.synthetic.synthetic(key, 2_000, complete_subset=(0.0, 0.0))
+    base = jaxcrawl.synthetic(key, 2_000)
+    same = jaxcrawl.synthetic(key, 2_000, complete_subset=(0.0, 0.0))
     for a, b in zip(jax.tree_util.tree_leaves(base), jax.tree_util.tree_leaves(same)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     a, b = 1.3, -0.4
-    shifted = jaxcrawl.synthetic.synthetic(key, 2_000, complete_subset=(a, b))
+    shifted = jaxcrawl.synthetic(key, 2_000, complete_subset=(a, b))
     comp = np.asarray(base.complete)
     assert comp.any() and (~comp).any()
     np.testing.assert_array_equal(np.asarray(shifted.complete), comp)
@@ -68,15 +68,15 @@ def test_complete_subset_shifts_only_the_complete_pages():
     np.testing.assert_array_equal(lam1[~comp], lam0[~comp])
     np.testing.assert_allclose(imp1[comp] / imp0[comp], np.exp(a), rtol=1e-5)
     np.testing.assert_allclose(lam1[comp] / lam0[comp], np.exp(b), rtol=1e-5)
-    named = jaxcrawl.data.synthetic(key, 2_000, complete_subset="neurips19")
-    tup = jaxcrawl.data.synthetic(key, 2_000, complete_subset=jaxcrawl.data.COMPLETE_SUBSETS["neurips19"])
+    named = jaxcrawl.synthetic(key, 2_000, complete_subset="neurips19")
+    tup = jaxcrawl.synthetic(key, 2_000, complete_subset=jaxcrawl.io.synthetic.COMPLETE_SUBSETS["neurips19"])
     np.testing.assert_array_equal(np.asarray(named.importance), np.asarray(tup.importance))
 
 
 @pytest.mark.parametrize("bad", ["sitemaps", (1.0,), (np.inf, 0.0), "neurips"])
 def test_complete_subset_rejects_bad_values(bad):
     with pytest.raises(ValueError, match="complete_subset"):
-        jaxcrawl.data.synthetic(jax.random.key(0), 10, complete_subset=bad)
+        jaxcrawl.synthetic(jax.random.key(0), 10, complete_subset=bad)
 
 
 # -------------------------------------------------------------- LLN, changing rates
@@ -171,7 +171,7 @@ def test_llc_complete_estimate_option(interval):
 
 def test_llc_params_complete_interval_default_and_validation():
     assert lc.LLCParams().complete_interval == 0.5
-    problem = jaxcrawl.data.synthetic(jax.random.key(0), 16)
+    problem = jaxcrawl.synthetic(jax.random.key(0), 16)
     config = SimConfig(window=1.0, event_capacity=8, crawl_capacity=8, pool_capacity=256, requests=False)
     learner = lc.lambda_learn_and_crawl("harmonic", config=config, windows_per_epoch=1)
     with pytest.raises(ValueError, match="complete_interval must be finite and >= 0"):

@@ -16,7 +16,7 @@ from jaxcrawl.scale import PageTable, page_mesh, shard_pages, stream_solve, writ
 def table(tmp_path_factory):
     """A float64 page table (written once; its in-memory problem is built per test)."""
     with jax.enable_x64(True):
-        p = jaxcrawl.data.synthetic(jax.random.key(3), 25_013, dtype=np.float64)
+        p = jaxcrawl.synthetic(jax.random.key(3), 25_013, dtype=np.float64)
         arrays = [np.asarray(a) for a in (p.importance, p.change_rate, p.complete)]
     return arrays, write_page_table(str(tmp_path_factory.mktemp("table")), *arrays)
 
@@ -88,11 +88,11 @@ def test_page_table_errors(tmp_path):
 
 def test_shard_pages_requires_divisible_pages():
     mesh = page_mesh()
-    p = jaxcrawl.data.synthetic(jax.random.key(0), 10)
+    p = jaxcrawl.synthetic(jax.random.key(0), 10)
     shard_pages(p, mesh)  # one device here: always divisible
     if len(jax.devices()) > 1:  # pragma: no cover - exercised in the subprocess test
         with pytest.raises(ValueError, match="multiple of the mesh size"):
-            shard_pages(jaxcrawl.data.synthetic(jax.random.key(0), len(jax.devices()) + 1), mesh)
+            shard_pages(jaxcrawl.synthetic(jax.random.key(0), len(jax.devices()) + 1), mesh)
 
 
 @pytest.mark.long

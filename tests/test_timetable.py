@@ -211,7 +211,7 @@ def test_timetable_jit_and_vmap_with_static_capacity():
 @pytest.fixture(scope="module")
 def lc_plan():
     """A synthetic NeurIPS-19-like problem (4% complete pages) and its LambdaCrawl policy."""
-    prob = jaxcrawl.data.synthetic(jax.random.key(0), N_PAD, dtype=float_dtype())
+    prob = jaxcrawl.synthetic(jax.random.key(0), N_PAD, dtype=float_dtype())
     return prob, jaxcrawl.lambda_crawl(prob)
 
 
@@ -520,17 +520,6 @@ def test_cli_schedule_malformed_plan(tmp_path, capsys, text, msg):
     assert main(["schedule", "-p", str(plan), "--horizon", "1"]) == 2
     err = capsys.readouterr().err
     assert str(plan) in err and msg in err
-
-
-# ----------------------------------------------------------------- compatibility
-def test_schedule_module_reexports_the_timetable():
-    """``jaxcrawl.schedule`` (the module's first name) still serves every public name."""
-    import jaxcrawl.schedule as compat
-
-    assert compat.__all__ == S.__all__
-    for name in S.__all__:
-        assert getattr(compat, name) is getattr(S, name), name
-    assert jaxcrawl.schedule.timetable is S.timetable
 
 
 # ------------------------------------------------------------------ crawl delays

@@ -214,7 +214,7 @@ def test_non_separable_utility_is_refused_by_host_caps_and_streaming(tmp_path):
 # ----------------------------------------------------------- honest convergence
 @pytest.fixture(scope="module")
 def big_problem():
-    return jaxcrawl.data.synthetic(jax.random.key(0), 10_000)
+    return jaxcrawl.synthetic(jax.random.key(0), 10_000)
 
 
 def test_max_steps_one_reports_not_converged(big_problem, tmp_path):
@@ -335,7 +335,7 @@ def test_optimum_is_equivariant_far_outside_unit_scale_float32(name, log_a, log_
 
 
 def data_problem(n=512):
-    return jaxcrawl.data.synthetic(jax.random.key(11), n)
+    return jaxcrawl.synthetic(jax.random.key(11), n)
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.long) if n == "uniform" else n for n in HOMOGENEOUS])

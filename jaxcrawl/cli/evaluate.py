@@ -2,7 +2,7 @@
 optimum at the same crawl volume.
 
 Reads ``page_id,importance,change_rate[,complete]`` (:func:`jaxcrawl.io.read_problem_csv`)
-or draws the synthetic default (:func:`jaxcrawl.synthetic.synthetic`), and evaluates a
+or draws the synthetic default (:func:`jaxcrawl.synthetic`), and evaluates a
 plan file (``--plan``, as ``jaxcrawl solve --output`` writes it; :func:`jaxcrawl.io.read_plan_csv`)
 and/or named policies (``--policy NAME``, ``--compare a,b,c``: optimal objectives,
 production heuristics, learners; :func:`jaxcrawl.policy_eval.policy_names`) with
@@ -67,7 +67,7 @@ def _load(args):
     import jax
 
     from jaxcrawl.io import read_problem_csv
-    from jaxcrawl.synthetic import synthetic
+    from jaxcrawl.io.synthetic import synthetic
 
     if args.input:
         t = read_problem_csv(args.input)

@@ -134,7 +134,7 @@ def run_solve(args: argparse.Namespace) -> int:
         page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
         source, table_fp = args.input, rows.fingerprint
     else:  # the synthetic default: every process draws it and keeps its rows
-        from jaxcrawl.synthetic import synthetic
+        from jaxcrawl.io.synthetic import synthetic
 
         n = args.num_pages
         if n < 1:

@@ -2,7 +2,7 @@
 
 Reads ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``
 (:func:`jaxcrawl.io.read_problem`; CSV, Parquet or JSON Lines by the file's name) or draws
-:func:`jaxcrawl.synthetic.synthetic`, solves with :func:`jaxcrawl.solve` for the
+:func:`jaxcrawl.synthetic`, solves with :func:`jaxcrawl.solve` for the
 ``--objective`` (any name of :func:`jaxcrawl.utility_names`) under the revisit bounds
 (the file's interval columns and ``--min-interval``/``--max-interval``) and host caps
 (``--host-caps`` and/or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``: the smaller applies), and writes
@@ -177,7 +177,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
     import jax
 
     from jaxcrawl.io import PageRows, read_problem
-    from jaxcrawl.synthetic import synthetic
+    from jaxcrawl.io.synthetic import synthetic
 
     if args.input:
         t = read_problem(args.input)

@@ -116,7 +116,7 @@ for task in tasks:
         from jaxcrawl import simulate as sim
 
         n = 4000
-        p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float64)
+        p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float64)
         sched = sim.schedule_from_policy(p, jaxcrawl.lambda_crawl(p))
         config = sim.config_for(p, sched)  # capacities from the whole problem: the same on every process
         s, e = distributed.row_range(n)
@@ -133,7 +133,7 @@ for task in tasks:
         from jaxcrawl.learners.base import run_learner
 
         n = 2000
-        p = jaxcrawl.data.synthetic(jax.random.key(0), n, dtype=jnp.float64)
+        p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float64)
         learner = lc.lambda_learn_and_crawl("harmonic", **lc.llc_settings(p, "harmonic"))
         s, e = distributed.row_range(n)
         problem = distributed.global_tree(

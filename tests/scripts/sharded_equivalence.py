@@ -28,7 +28,7 @@ def rel(a, b):
     return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
 
 
-problem = jaxcrawl.data.synthetic(jax.random.key(0), 8 * 5000, dtype=jnp.float64)
+problem = jaxcrawl.synthetic(jax.random.key(0), 8 * 5000, dtype=jnp.float64)
 local = jax.device_put(problem, single)
 sharded = shard_pages(problem, mesh)
 for name, solver in [("lambda_crawl", jaxcrawl.lambda_crawl), ("lambda_crawl_approx", jaxcrawl.lambda_crawl_approx),
