@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
 import jaxcrawl  # noqa: E402
+import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
 from jaxcrawl import objectives, solvers  # noqa: E402
 from jaxcrawl.learners import heuristics, run_learner  # noqa: E402
 from jaxcrawl.learners._history import crawl_epoch, observe_epoch  # noqa: E402

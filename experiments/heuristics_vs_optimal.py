@@ -30,11 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcrawl import objectives
+from jaxcrawl import objectives, synthetic
 from jaxcrawl import simulate as S
 from jaxcrawl.learners import heuristics as H
 from jaxcrawl.learners import learn_and_crawl as LC
-from jaxcrawl import synthetic
 from jaxcrawl.utilities import solve
 
 import _common

@@ -52,7 +52,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-import jaxcrawl
 from jaxcrawl.learners import explore_commit as ec
 from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
 

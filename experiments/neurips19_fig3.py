@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-import jaxcrawl
 from jaxcrawl import objectives, solvers
 from jaxcrawl.learners import learn_and_crawl as lc
 from jaxcrawl.learners import sweep as sw

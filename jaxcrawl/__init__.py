@@ -22,9 +22,9 @@ from . import sync_bandits as sync_bandits
 from . import timetable as timetable
 from . import utilities as utilities
 from ._src.checks import NonConvergenceError as NonConvergenceError
-from .io.synthetic import synthetic as synthetic
 from .allocate import Allocation as Allocation
 from .allocate import allocate as allocate
+from .io.synthetic import synthetic as synthetic
 from .objectives import (
     accumulated_delay as accumulated_delay,
 )

@@ -11,11 +11,11 @@ import pytest
 
 import jaxcrawl
 from jaxcrawl import io as jio
+from jaxcrawl import synthetic
 from jaxcrawl.cli import main
 from jaxcrawl.io import tables
 from jaxcrawl.io.histories import read_history_csv
 from jaxcrawl.io.hosts import read_host_caps, read_page_hosts
-from jaxcrawl import synthetic
 
 
 def last_json(capsys):

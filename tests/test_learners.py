@@ -26,7 +26,6 @@ import jaxcrawl
 import jaxcrawl.learners.explore_commit as ec
 import jaxcrawl.learners.learn_and_crawl as lc
 import jaxcrawl.learners.sweep as sw
-import jaxcrawl
 from jaxcrawl import estimators, objectives, solvers
 from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl.learners import Learner, run_learner
