@@ -4,84 +4,48 @@ The papers' vocabulary is unified: ``importance`` (ζ, μ, w), ``change_rate`` (
 ``rate`` (ρ, p, r), ``bandwidth`` (R, B), ``complete`` (W° pages with change signals),
 ``dual`` (the bandwidth multiplier).
 """
-# first, before anything imports JAX: when this process is the ``jaxcrawl`` command, Ctrl-C
-# and SIGTERM while it imports are recorded for the command to act on (jaxcrawl/_src/interrupts.py)
-from ._src import interrupts as _interrupts
-
-_interrupts.install_early()
-
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from . import estimators as estimators
 from . import io as io
-from . import politeness as politeness
-from . import scale as scale
+from . import learners as learners
+from . import parallel as parallel
 from . import simulate as simulate
-from . import sync_bandits as sync_bandits
 from . import timetable as timetable
-from . import utilities as utilities
 from ._src.checks import NonConvergenceError as NonConvergenceError
-from .allocate import Allocation as Allocation
-from .allocate import allocate as allocate
+from .core.bounds import check_rate_bounds as check_rate_bounds
+from .core.bounds import rate_bounds as rate_bounds
+from .core.objectives import GapForm as GapForm
+from .core.objectives import Objective as Objective
+from .core.objectives import accumulated_delay as accumulated_delay
+from .core.objectives import binary as binary
+from .core.objectives import binary_cost as binary_cost
+from .core.objectives import binary_freshness as binary_freshness
+from .core.objectives import delay as delay
+from .core.objectives import harmonic as harmonic
+from .core.objectives import harmonic_approx as harmonic_approx
+from .core.objectives import harmonic_cost as harmonic_cost
+from .core.objectives import objective as objective
+from .core.objectives import objective_names as objective_names
+from .core.objectives import register_objective as register_objective
+from .core.objectives import uniform as uniform
+from .core.objectives import uniform_interval_freshness as uniform_interval_freshness
+from .core.problem import CrawlProblem as CrawlProblem
+from .core.problem import Policy as Policy
+from .core.problem import make_policy as make_policy
+from .core.solve import Allocation as Allocation
+from .core.solve import HostCaps as HostCaps
+from .core.solve import accumulated_delay_crawl as accumulated_delay_crawl
+from .core.solve import allocate as allocate
+from .core.solve import binary_lambda_crawl as binary_lambda_crawl
+from .core.solve import change_rate_crawl as change_rate_crawl
+from .core.solve import lambda_crawl as lambda_crawl
+from .core.solve import lambda_crawl_approx as lambda_crawl_approx
+from .core.solve import solve as solve
+from .core.solve import uniform_crawl as uniform_crawl
+from .core.solve import uniform_interval_crawl as uniform_interval_crawl
 from .io.synthetic import synthetic as synthetic
-from .objectives import (
-    accumulated_delay as accumulated_delay,
-)
-from .objectives import (
-    binary_cost as binary_cost,
-)
-from .objectives import (
-    binary_freshness as binary_freshness,
-)
-from .objectives import (
-    harmonic_cost as harmonic_cost,
-)
-from .objectives import (
-    uniform_interval_freshness as uniform_interval_freshness,
-)
-from .problem import CrawlProblem as CrawlProblem
-from .problem import Policy as Policy
-from .problem import make_policy as make_policy
-from .solvers import (
-    accumulated_delay_crawl as accumulated_delay_crawl,
-)
-from .solvers import (
-    binary_lambda_crawl as binary_lambda_crawl,
-)
-from .solvers import (
-    change_rate_crawl as change_rate_crawl,
-)
-from .solvers import (
-    lambda_crawl as lambda_crawl,
-)
-from .solvers import (
-    lambda_crawl_approx as lambda_crawl_approx,
-)
-from .solvers import (
-    uniform_crawl as uniform_crawl,
-)
-from .solvers import (
-    uniform_interval_crawl as uniform_interval_crawl,
-)
-from .utilities import (
-    GapForm as GapForm,
-)
-from .utilities import (
-    Utility as Utility,
-)
-from .utilities import (
-    get_utility as get_utility,
-)
-from .utilities import (
-    register_utility as register_utility,
-)
-from .utilities import (
-    solve as solve,
-)
-from .utilities import (
-    utility_names as utility_names,
-)
 
 try:
     __version__ = _version("jaxcrawl")

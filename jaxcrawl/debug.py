@@ -110,7 +110,7 @@ def check_problem(problem: Any, what: str = "problem") -> None:
 
 
 def _check_inputs(args: tuple, kwargs: dict) -> None:
-    from jaxcrawl.problem import CrawlProblem
+    from jaxcrawl.core.problem import CrawlProblem
 
     is_problem = lambda x: isinstance(x, CrawlProblem)  # noqa: E731
     tree = (args, kwargs)

@@ -3,7 +3,7 @@ the optimum at the same crawl volume (the library behind ``jaxcrawl evaluate``).
 
 :func:`evaluate_policy` takes a :class:`~jaxcrawl.CrawlProblem` (true or estimated rates)
 and a policy -- a plan's :class:`~jaxcrawl.Policy` (e.g. read from a plan file), an
-optimal objective by registry name (:func:`jaxcrawl.utility_names`, solved at the
+optimal objective by registry name (:func:`jaxcrawl.objective_names`, solved at the
 problem's bandwidth), a production heuristic (:data:`jaxcrawl.learners.heuristics.HEURISTICS`;
 ``"<name>@matched"``: budget-matched to the bandwidth by
 :func:`~jaxcrawl.learners.heuristics.match_budget`) or a learner (``"llc"``,
@@ -34,9 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .objectives import binary_cost, harmonic_cost
-from .problem import CrawlProblem, Policy
-from .utilities import get_utility, solve, utility_names
+from .core.objectives import binary_cost, harmonic_cost
+from .core.problem import CrawlProblem, Policy
+from .core.objectives import objective, objective_names
+from .core.solve import HostCaps, solve
 
 __all__ = ["PolicyReport", "Constraints", "policy_names", "plan_policy", "evaluate_policy", "optimal_costs",
            "violations"]
@@ -83,7 +84,7 @@ def policy_names() -> tuple[str, ...]:
     """Every policy name :func:`evaluate_policy` accepts (``"<heuristic>@matched"`` too)."""
     from .learners.heuristics import HEURISTICS
 
-    return tuple(utility_names()) + tuple(HEURISTICS) + LEARNERS
+    return tuple(objective_names()) + tuple(HEURISTICS) + LEARNERS
 
 
 def plan_policy(problem: CrawlProblem, rate: Any, prob: Any) -> Policy:
@@ -145,12 +146,8 @@ class Constraints(NamedTuple):
 
 def _constrained_solve(problem: CrawlProblem, utility, c: Constraints) -> Policy:
     """The optimum of ``utility`` under ``c`` (a plain solve when ``c`` is empty)."""
-    if c.host_cap is not None:
-        from .politeness import solve_with_host_caps
-
-        return solve_with_host_caps(problem, c.host_id, c.host_cap, utility, min_rate=c.min_rate,
-                                    max_rate=c.max_rate).policy
-    return solve(problem, utility, min_rate=c.min_rate, max_rate=c.max_rate)
+    caps = None if c.host_cap is None else HostCaps(c.host_id, c.host_cap)
+    return solve(problem, utility, caps=caps, bounds=(c.min_rate, c.max_rate))
 
 
 def violations(rate: Any, c: Constraints, page_id: Any = None) -> dict:
@@ -261,8 +258,8 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
     if not isinstance(policy, str):
         raise TypeError("policy must be a jaxcrawl.Policy or a policy name")
     base, _, suffix = policy.partition("@")
-    if base in utility_names() and not suffix:
-        utility = get_utility(base)
+    if base in objective_names() and not suffix:
+        utility = objective(base)
         pol = (jax.jit(lambda pr: solve(pr, utility))(problem) if c is None
                else _constrained_solve(problem, utility, c))
         if not bool(np.all(np.asarray(pol.converged))):

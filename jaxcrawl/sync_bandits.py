@@ -54,7 +54,7 @@ from jax.typing import ArrayLike
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.rootfind import solve_monotone
 from jaxcrawl._src.special import gamma2_cdf, phi1
-from jaxcrawl.allocate import Allocation, allocate
+from jaxcrawl.core.solve import Allocation, allocate
 
 __all__ = [
     "CostProcess",

@@ -63,7 +63,7 @@ from jax.typing import ArrayLike, DTypeLike
 
 from ._src.checks import is_concrete
 from ._src.special import ein, ein_minus_phi1, phi1
-from .problem import CrawlProblem, Policy
+from .core.problem import CrawlProblem, Policy
 
 __all__ = [
     "Timetable",

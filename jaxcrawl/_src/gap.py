@@ -198,10 +198,8 @@ def masked(gap):
     """``gap`` on params ``(params, valid)``: pages where ``valid`` is False (the padding
     rows of a sharded solve) have ``top = -inf``, so they are never an origin and take no
     rate.  Cached per ``gap`` (one compilation)."""
-    from ..utilities import GapForm
-
     log_ratio = None if gap.log_ratio is None else (lambda p, own: gap.log_ratio(p[0], own[0]))
-    return GapForm(top=lambda p: jnp.where(p[1], gap.top(p[0]), -jnp.inf),
+    return gap._replace(top=lambda p: jnp.where(p[1], gap.top(p[0]), -jnp.inf),
                    rate=lambda q, p: gap.rate(q, p[0]),
                    marginal=lambda x, own: gap.marginal(x, own[0]),
                    log_ratio=log_ratio)

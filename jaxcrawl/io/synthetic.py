@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import DTypeLike
 
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 
 __all__ = ["synthetic", "COMPLETE_SUBSETS"]
 

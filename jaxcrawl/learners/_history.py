@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from jaxcrawl.problem import CrawlProblem
+from jaxcrawl.core.problem import CrawlProblem
 from jaxcrawl.simulate import ObserveConfig, Observed, SimConfig, SimState, observe_window, simulate_window
 from jaxcrawl.simulate.observe import EVENT, OBSERVATION
 

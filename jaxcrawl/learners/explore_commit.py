@@ -54,8 +54,8 @@ from jax.typing import ArrayLike
 
 from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
-from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
-from jaxcrawl.problem import CrawlProblem
+from jaxcrawl.core.objectives import binary_freshness, uniform_interval_freshness
+from jaxcrawl.core.problem import CrawlProblem
 from jaxcrawl.simulate import (
     ObserveConfig,
     SimConfig,
@@ -70,7 +70,8 @@ from jaxcrawl.simulate import (
     simulate_window,
 )
 from jaxcrawl.simulate.observe import OBSERVATION
-from jaxcrawl.utilities import BINARY, solve
+from jaxcrawl.core.objectives import binary
+from jaxcrawl.core.solve import solve
 
 from ._history import (
     CrawlHistory,
@@ -381,7 +382,7 @@ def _commit_estimates(history: PaddedHistory, problem: CrawlProblem, tau, estima
 
 def _optimal_rates(problem: CrawlProblem, change_rate):
     """Azar et al.'s optimum (L2C eq. 5, ``solve(problem, "binary")``) for the given rates."""
-    return solve(problem.replace(change_rate=change_rate), BINARY).rate
+    return solve(problem.replace(change_rate=change_rate), binary()).rate
 
 
 def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator: str, min_rate, max_rate):
@@ -393,7 +394,7 @@ def _commit_rates(history: PaddedHistory, problem: CrawlProblem, tau, estimator:
 def _reference_freshness(problem: CrawlProblem):
     """(F(ρ*; ξ), G(R/m; ξ)): Azar et al.'s optimum (eq. 5) and uniform intervals (App. H)."""
     m = problem.change_rate.shape[-1]
-    opt = solve(problem, BINARY).rate
+    opt = solve(problem, binary()).rate
     uni = jnp.full_like(problem.change_rate, 1.0) * (problem.bandwidth / m)
     return binary_freshness(problem, opt), uniform_interval_freshness(problem, uni)
 
@@ -756,7 +757,7 @@ def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int,
     config = config_for(problem, None, phase_length / windows,
                         max_crawl_rate=rho, total_crawl_rate=bw, tail=tail, requests=False)
     if history_capacity is None:
-        opt = np.asarray(solve(problem, BINARY).rate, np.float64)
+        opt = np.asarray(solve(problem, binary()).rate, np.float64)
         eps_rate = (1 - epsilon) * opt + epsilon * bw / m
         uniform = np.full_like(lam, bw / m)
         changed = max(float((r * lam / (r + lam)).max()) for r in (eps_rate, uniform))
@@ -840,7 +841,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
         # a page whose ring wrapped inside this phase has no complete phase left: keep its estimate
         empty = hist.dropped_epoch >= phase
         est = jnp.where(empty & ~jnp.isnan(state.estimate), state.estimate, est)
-        rho_hat = solve(problem.replace(change_rate=est.astype(problem.dtype)), BINARY).rate
+        rho_hat = solve(problem.replace(change_rate=est.astype(problem.dtype)), binary()).rate
         n = problem.change_rate.shape[-1]
         eps = state.params.epsilon
         rate = (1.0 - eps) * rho_hat + eps * problem.bandwidth / n
@@ -861,5 +862,5 @@ def phased_regret(problem: CrawlProblem, info: PhaseInfo) -> jax.Array:
     Azar et al.'s optimum.  ``info`` is stacked over phases (last axis of ``utility``).
     """
     m = problem.change_rate.shape[-1]
-    f_star = binary_freshness(problem, solve(problem, BINARY))
+    f_star = binary_freshness(problem, solve(problem, binary()))
     return jnp.cumsum(info.duration / m * f_star[..., None] - info.utility, axis=-1)

@@ -89,7 +89,7 @@ from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.special import harmonic_number
-from jaxcrawl.problem import CrawlProblem
+from jaxcrawl.core.problem import CrawlProblem
 
 from .base import Learner, run_learner
 

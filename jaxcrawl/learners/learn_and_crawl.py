@@ -4,7 +4,7 @@ r"""LambdaLearnAndCrawl (LLC, LLCA, BLLCε) and Avrachenkov et al.'s online re-s
 while it crawls, in epochs of length :math:`T_{epoch}`:
 
 1. (line 4) solve for the policy that is optimal for the current estimates
-   :math:`\hat\lambda_{n-1}` with the inner solver, a :class:`~jaxcrawl.Utility` solved by
+   :math:`\hat\lambda_{n-1}` with the inner solver, a :class:`~jaxcrawl.Objective` solved by
    :func:`jaxcrawl.solve` -- LambdaCrawl's harmonic utility (LLC, ``"harmonic"``,
    :func:`jaxcrawl.solvers.lambda_crawl`), LambdaCrawlApprox's (LLCA, Prop. 9,
    ``"harmonic-approx"``) or BLCε's binary freshness with a uniform floor (BLLCε,
@@ -69,8 +69,8 @@ from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.ring_mle import flat_capacity as default_flat_capacity
 from jaxcrawl._src.ring_mle import ring_mle_smoothed
-from jaxcrawl.objectives import binary_cost, binary_freshness, harmonic_cost
-from jaxcrawl.problem import CrawlProblem, Policy
+from jaxcrawl.core.objectives import binary_cost, binary_freshness, harmonic_cost
+from jaxcrawl.core.problem import CrawlProblem, Policy
 from jaxcrawl.simulate import (
     ObserveConfig,
     SimConfig,
@@ -86,7 +86,8 @@ from jaxcrawl.simulate import (
     simulate_window,
 )
 from jaxcrawl.simulate.observe import OBSERVATION
-from jaxcrawl.utilities import BINARY, BINARY_EPSILON, HARMONIC, HARMONIC_APPROX, Utility, get_utility, solve
+from jaxcrawl.core.objectives import Objective, binary, harmonic, harmonic_approx, objective
+from jaxcrawl.core.solve import solve
 
 from ._history import (
     CrawlHistory,
@@ -146,27 +147,27 @@ INNER_SOLVERS = {
     "binary_lambda_crawl": "bllc",
 }
 
-_LEARNER_NAMES = {HARMONIC: "llc", HARMONIC_APPROX: "llca", BINARY_EPSILON: "bllc"}
+_LEARNER_NAMES = {harmonic(): "llc", harmonic_approx(): "llca", binary(0.4): "bllc"}
 
-Solver = str | Utility
+Solver = str | Objective
 
 
-def inner_utility(solver: Solver) -> Utility:
-    """The :class:`~jaxcrawl.Utility` of an inner solver: a registry name
-    (:func:`jaxcrawl.utility_names`), a former solver name of :data:`SOLVER_ALIASES`, or a
-    :class:`~jaxcrawl.Utility` itself."""
+def inner_utility(solver: Solver) -> Objective:
+    """The :class:`~jaxcrawl.Objective` of an inner solver: a registry name
+    (:func:`jaxcrawl.objective_names`), a former solver name of :data:`SOLVER_ALIASES`, or a
+    :class:`~jaxcrawl.Objective` itself."""
     if isinstance(solver, str):
         solver = SOLVER_ALIASES.get(solver, solver)
     try:
-        return get_utility(solver)
+        return objective(solver)
     except (ValueError, TypeError):
         raise ValueError(
             f"solver must be a registered utility name, one of {sorted(SOLVER_ALIASES)}, a "
-            f"jaxcrawl.Utility, or a tuple of these; got {solver!r}") from None
+            f"jaxcrawl.Objective, or a tuple of these; got {solver!r}") from None
 
 
-def _utilities(solver: Solver | tuple) -> tuple[Utility, ...]:
-    names = solver if isinstance(solver, tuple) and not isinstance(solver, Utility) else (solver,)
+def _utilities(solver: Solver | tuple) -> tuple[Objective, ...]:
+    names = solver if isinstance(solver, tuple) and not isinstance(solver, Objective) else (solver,)
     if not names:
         raise ValueError("solver must not be an empty tuple")
     return tuple(inner_utility(s) for s in names)
@@ -176,12 +177,12 @@ def _estimated_problem(problem: CrawlProblem, estimate: ArrayLike) -> CrawlProbl
     return problem.replace(change_rate=jnp.asarray(estimate, problem.change_rate.dtype))
 
 
-def _solve_utility(utility: Utility, problem: CrawlProblem, epsilon: ArrayLike) -> Policy:
-    if utility is BINARY_EPSILON:
+def _solve_utility(utility: Objective, problem: CrawlProblem, epsilon: ArrayLike) -> Policy:
+    if utility is binary(0.4):
         # BLCε's floor ε R / n comes from the learner's (traced, sweepable) params.epsilon.
         n = problem.importance.shape[-1]
         floor = jnp.asarray(epsilon, problem.dtype) * jnp.asarray(problem.bandwidth, problem.dtype) / n
-        return solve(problem, BINARY, lower=floor[..., None])
+        return solve(problem, binary(), bounds=(floor[..., None], None))
     return solve(problem, utility)
 
 
@@ -468,7 +469,7 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
     policy under the true rates (:class:`LLCInfo`).
 
     Args:
-      solver: the inner solver, a :class:`~jaxcrawl.Utility` or its registry name:
+      solver: the inner solver, a :class:`~jaxcrawl.Objective` or its registry name:
         ``"harmonic"`` (LLC; former name ``"lambda_crawl"``), ``"harmonic-approx"``
         (LLCA; ``"lambda_crawl_approx"``), ``"binary-epsilon"`` (BLLCε with
         ``params.epsilon``; ``"binary_lambda_crawl"``) or any other registered or
@@ -549,19 +550,19 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
 def llc(**kwargs: Any) -> Learner:
     """LLC: :func:`lambda_learn_and_crawl` with LambdaCrawl's harmonic utility (K19 Alg. 1-3,
     ``"harmonic"``) as the inner solver."""
-    return lambda_learn_and_crawl(HARMONIC, **kwargs)
+    return lambda_learn_and_crawl(harmonic(), **kwargs)
 
 
 def llca(**kwargs: Any) -> Learner:
     """LLCA: :func:`lambda_learn_and_crawl` with LambdaCrawlApprox (K19 Prop. 9,
     ``"harmonic-approx"``) as the inner solver."""
-    return lambda_learn_and_crawl(HARMONIC_APPROX, **kwargs)
+    return lambda_learn_and_crawl(harmonic_approx(), **kwargs)
 
 
 def bllc(**kwargs: Any) -> Learner:
     """BLLCε: :func:`lambda_learn_and_crawl` with BLCε (K19 §9.3, ``"binary-epsilon"``, the
     floor from ``LLCParams.epsilon``) as the inner solver."""
-    return lambda_learn_and_crawl(BINARY_EPSILON, **kwargs)
+    return lambda_learn_and_crawl(binary(0.4), **kwargs)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -818,7 +819,7 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
 
         (sim, es), (overflow, num_obs) = jax.lax.scan(window, (state.sim, state.estimator), window_keys)
         estimate = jnp.clip(es.rate, min_rate, max_rate)
-        new_rate = inner_solve(BINARY_EPSILON, problem, estimate, prm.epsilon).rate
+        new_rate = inner_solve(binary(0.4), problem, estimate, prm.epsilon).rate
         es = es._replace(crawl_rate=new_rate)
         if estimator == "lln":  # restart the counts; the estimate carries over
             es = es._replace(num_obs=jnp.zeros_like(es.num_obs), num_changes=jnp.zeros_like(es.num_changes))
@@ -852,7 +853,7 @@ def online_settings(problem: CrawlProblem, *, observations_per_round: float = 50
     bw = float(np.max(np.asarray(problem.bandwidth)))
     round_length = observations_per_round * n / bw
     if max_crawl_rate is None:
-        opt = float(np.max(np.asarray(solve(problem, BINARY).rate)))
+        opt = float(np.max(np.asarray(solve(problem, binary()).rate)))
         max_crawl_rate = safety * max(bw / n, opt)
     rho = min(float(max_crawl_rate), bw)
     busiest = float(np.max(np.asarray(problem.change_rate))) + rho

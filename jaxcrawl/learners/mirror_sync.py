@@ -49,7 +49,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import is_concrete
-from jaxcrawl.allocate import Allocation, allocate
+from jaxcrawl.core.solve import Allocation, allocate
 from jaxcrawl.sync_bandits import (
     TABLE1,
     SyncBandit,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._src.checks import is_concrete
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 from .schedules import PERIODIC, POISSON, SIGNAL, Schedule
 
 

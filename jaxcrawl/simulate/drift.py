@@ -53,7 +53,7 @@ from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
 from .._src.special import ein
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 from .schedules import Schedule
 from .state import SimConfig, SimState, config_for
 from .window import simulate_window

@@ -15,7 +15,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
-from ..problem import CrawlProblem, Policy, raw_problem
+from ..core.problem import CrawlProblem, Policy, raw_problem
 from ._validate import check_schedule
 from .runs import simulate
 from .schedules import Schedule, schedule_from_policy

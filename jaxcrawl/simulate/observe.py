@@ -59,7 +59,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 from ._sampling import LIGHT_CAP, LIGHT_MEAN, cumsum, poisson_counts, poisson_upper_quantile
 from .schedules import POISSON, SIGNAL, Schedule
 from .state import SimState

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 from ._validate import check_schedule
 from .schedules import Schedule
 from .state import SimConfig, SimState

@@ -17,7 +17,7 @@ from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
 from .._src.special import as_float
-from ..problem import CrawlProblem, Policy
+from ..core.problem import CrawlProblem, Policy
 
 __all__ = [
     "POISSON",

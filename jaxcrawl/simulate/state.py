@@ -17,7 +17,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 from ._sampling import LIGHT_MEAN, poisson_any, poisson_upper_quantile
 from ._validate import check_schedule
 from .schedules import PERIODIC, POISSON, SIGNAL, Schedule

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from .._src.special import harmonic_number
-from ..problem import CrawlProblem
+from ..core.problem import CrawlProblem
 from ._sampling import LIGHT_CAP, LIGHT_MEAN, cummax, cumsum, poisson_counts, segmented_cumsum
 from .schedules import PERIODIC, POISSON, SIGNAL, Schedule
 from .state import SimConfig, SimState

@@ -9,12 +9,10 @@ time) these are the box constraints
 
    \ell_i = 1/\mathrm{max\_interval}_i \;\le\; x_i \;\le\; h_i = 1/\mathrm{min\_interval}_i,
 
-exactly :func:`jaxcrawl.allocate`'s ``lower``/``upper``: every objective's optimum under
+exactly the ``bounds`` of :func:`jaxcrawl.solve`: every objective's optimum under
 them is :math:`x_i = \mathrm{clip}(\varphi_i(\nu), \ell_i, h_i)` with one dual
 :math:`\nu` (the KKT conditions of the box-constrained problem), which is what
-:func:`jaxcrawl.solve` (``min_rate``/``max_rate``),
-:func:`jaxcrawl.politeness.solve_with_host_caps` and
-:func:`jaxcrawl.scale.stream_solve` compute.  A periodic timetable
+:func:`jaxcrawl.solve` computes on every path (``bounds=(lower, upper)``).  A periodic timetable
 (:mod:`jaxcrawl.timetable`) crawls page :math:`i` every :math:`1/x_i`, so its gaps lie in
 ``[min_interval, max_interval]``.
 

@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ._src.checks import check_positive_finite, check_representable, is_concrete
+from .._src.checks import check_positive_finite, check_representable, is_concrete
 
-__all__ = ["CrawlProblem", "Policy", "make_policy", "raw_problem", "is_concrete"]
+__all__ = ["CrawlProblem", "Policy", "make_policy"]
 
 
 def _as_float_array(x, name):
@@ -196,7 +196,7 @@ jax.tree_util.register_pytree_node(CrawlProblem, _flatten, _unflatten)
 
 
 class Policy(NamedTuple):
-    """A stationary crawl policy, as returned by every solver.
+    r"""A stationary crawl policy, as returned by every solver.
 
     Attributes:
       rate: ``(..., n)`` crawl rate of every page (crawls per unit time).  For a
@@ -218,6 +218,9 @@ class Policy(NamedTuple):
       num_steps: root-finding iterations used (0 for closed forms).
       converged: whether the root-find met its tolerance (True for closed forms); per
         problem when batched.  Pass ``throw=True`` to a solver to make False an error.
+      host_dual: with host caps, ``(..., H)`` each host's multiplier :math:`\kappa_h\ge0`
+        (the marginal value of one more unit of its cap; 0 where the cap does not bind);
+        ``None`` without caps.
     """
 
     rate: jax.Array
@@ -227,6 +230,7 @@ class Policy(NamedTuple):
     residual: jax.Array
     num_steps: jax.Array
     converged: jax.Array = True
+    host_dual: jax.Array | None = None
 
 
 def raw_problem(importance: ArrayLike, change_rate: ArrayLike, bandwidth: ArrayLike,

@@ -1,0 +1,261 @@
+r"""The one solve: change units, page limits, checks, the budget root-find, the log-gap
+re-solve, the closing correction, the check and the units back.
+
+Every path of :func:`jaxcrawl.solve` runs :func:`solve_pages` (pages in memory, on one
+device, sharded over a mesh, or spread over processes as one global sharded array) or
+:func:`solve_chunks` (pages streamed from a table, chunk by chunk, in one or several
+processes).  Both are the same sequence of steps (:mod:`jaxcrawl._src.budget` for the
+bracket, the safeguarded Newton iteration and the correction, :mod:`jaxcrawl._src.gap` for
+the log-gap re-solve); what differs is how one pass over the pages is reduced -- a
+``jnp.sum`` under ``jit`` (an all-reduce when the pages are sharded), or a host loop over
+chunks whose partial sums are combined across processes.  That reduction is the
+``reduce`` argument of the step functions, the only plug-in.
+
+This module imports nothing public: objectives are duck-typed (``rate``, ``marginal``,
+``params``, ``page_bounds``, ``signal_mask``, ``gap``, ``dual``, ``homogeneous``,
+``separable``, ``name``) and problems are :class:`Pages` values.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import budget as _budget
+from . import gap as _gap
+from .checks import is_concrete, raise_unless_converged
+
+
+class PageSource:
+    """Pages that are not one array in memory (a table streamed from disk, rows spread over
+    processes): ``solve(objective, caps, bounds, options)`` runs the pipeline over them."""
+
+    def solve(self, obj, caps, bounds, opts):  # pragma: no cover - every source defines it
+        raise NotImplementedError
+
+
+class Options(NamedTuple):
+    """The options every path of the solve honours the same way."""
+
+    max_steps: int = 100
+    rtol: float | None = None
+    adjoint: str = "implicit"
+    throw: bool = False
+
+
+def check_options(max_steps: Any, rtol: Any, adjoint: Any, throw: Any) -> Options:
+    """An :class:`Options`, or ``ValueError`` naming the argument and its rule."""
+    if isinstance(max_steps, bool) or not isinstance(max_steps, int | np.integer) or max_steps < 1:
+        raise ValueError(f"max_steps must be an integer >= 1; got {max_steps!r}")
+    if rtol is not None:
+        r = float(rtol)
+        if not (np.isfinite(r) and 0.0 < r < 1.0):
+            raise ValueError(f"rtol must be None or in (0, 1); got {rtol!r}")
+        rtol = r
+    if adjoint not in ("implicit", "unrolled"):
+        raise ValueError(f"adjoint must be 'implicit' or 'unrolled'; got {adjoint!r}")
+    if not isinstance(throw, bool | np.bool_):
+        raise ValueError(f"throw must be True or False; got {throw!r}")
+    return Options(int(max_steps), rtol, str(adjoint), bool(throw))
+
+
+class Pages(NamedTuple):
+    """The fields of a problem an objective's ``params`` reads (a duck-typed problem)."""
+
+    importance: jax.Array
+    change_rate: jax.Array
+    bandwidth: jax.Array
+    complete: jax.Array
+
+    @property
+    def dtype(self):
+        return self.importance.dtype
+
+    @property
+    def num_pages(self) -> int:
+        return self.importance.shape[-1]
+
+
+class Result(NamedTuple):
+    """What every path returns (the public face makes it a ``Policy``)."""
+
+    rate: Any
+    prob: Any
+    on_signal: Any
+    dual: Any
+    host_dual: Any
+    residual: Any
+    num_steps: Any
+    converged: Any
+
+
+def probabilities(rate, change_rate, on_signal):
+    """``prob``: the chance of crawling a signal-crawled page on each signal (0 elsewhere).
+    A scaled-back solve may land one ulp above a page's change rate: capped at 1."""
+    return jnp.where(on_signal, jnp.minimum(rate / change_rate, 1.0), jnp.zeros_like(rate))
+
+
+def unit_scales(max_importance, bandwidth, num_pages):
+    """``(a, c)``: the importance and time scales of the exact change of units of a
+    homogeneous objective -- the largest importance and the mean rate ``R / n`` (each 1 when
+    it is 0 or not finite).  Constants for differentiation: the optimum is equivariant."""
+    a = _budget.unit_scale(max_importance)
+    c = _budget.unit_scale(jnp.asarray(bandwidth) / num_pages)
+    return jax.lax.stop_gradient(a), jax.lax.stop_gradient(c)
+
+
+def page_limits(obj, params, bandwidth, num_pages, dtype, lower, upper, shape):
+    """Each page's ``(lower, upper)``: the objective's bounds intersected with the caller's
+    (``None``: no bound), broadcast to ``shape``."""
+    lo, hi = obj.page_bounds(params, bandwidth, num_pages, dtype)
+    if lower is not None:
+        lo = jnp.maximum(lo, jnp.asarray(lower, dtype))
+    if upper is not None:
+        hi = jnp.minimum(hi, jnp.asarray(upper, dtype))
+    return jnp.broadcast_to(lo, shape), jnp.broadcast_to(hi, shape)
+
+
+# ------------------------------------------------------------------ pages in memory
+def check_feasible(budget, lower, upper, host=None, cap=None) -> None:
+    """Eager checks of one problem's limits (concrete values): ``lower <= upper``, the budget
+    within ``[sum(lower), sum(upper)]``, and with host caps every cap above its pages'
+    floors and the budget within what the caps allow."""
+    lo = np.asarray(lower, np.float64)
+    hi = np.asarray(upper, np.float64)
+    b = float(budget)
+    if not np.isfinite(b):
+        raise ValueError(f"bandwidth must be finite; got {b}")
+    if np.any(np.isnan(lo)) or np.any(np.isnan(hi)):
+        raise ValueError("bounds must not be NaN")
+    if np.any(lo > hi):
+        idx = int(np.flatnonzero(np.ravel(lo > hi))[0])
+        raise ValueError(f"bounds: lower must be <= upper for every page; page {idx} has "
+                         f"lower {np.ravel(lo)[idx]!r} > upper {np.ravel(hi)[idx]!r}")
+    if host is None:
+        if b < lo.sum() * (1 - 1e-12) or b > hi.sum() * (1 + 1e-12):
+            raise ValueError(f"bandwidth {b} is infeasible: it must lie in [sum(lower), sum(upper)] = "
+                             f"[{lo.sum()}, {hi.sum()}] (the pages' rate bounds)")
+        return
+    hid = np.asarray(host)
+    c = np.asarray(cap, np.float64)
+    H = c.shape[-1]
+    has = hid >= 0
+    lo_h = np.bincount(hid[has], weights=lo[has], minlength=H)
+    hi_h = np.bincount(hid[has], weights=hi[has], minlength=H)
+    if np.any(lo_h > c * (1 + 1e-12)):
+        h = int(np.flatnonzero(lo_h > c * (1 + 1e-12))[0])
+        raise ValueError(f"caps: host {h}'s cap {c[h]!r} is below the sum of its pages' lower bounds "
+                         f"{lo_h[h]!r} (e.g. BLC-epsilon floors): infeasible")
+    most = np.sum(np.where(has, 0.0, hi)) + np.sum(np.minimum(c, hi_h))
+    if b > most * (1 + 1e-12):
+        raise ValueError(f"bandwidth {b!r} exceeds the most the host caps allow ({most!r}: uncapped pages' "
+                         "upper bounds plus each host's min(cap, sum of its pages' upper bounds)); lower the "
+                         "bandwidth or raise the caps")
+    if b < np.sum(lo) * (1 - 1e-12):
+        raise ValueError(f"bandwidth {b!r} is below the sum of the lower bounds {np.sum(lo)!r}")
+
+
+def check_caps(host, cap, num_pages) -> None:
+    """Eager checks of host ids and caps (concrete values)."""
+    hid = np.asarray(host)
+    c = np.asarray(cap, np.float64)
+    if hid.shape != (num_pages,):
+        raise ValueError(f"caps: host_id must have shape ({num_pages},) (one host per page); got {hid.shape}")
+    if not np.issubdtype(hid.dtype, np.integer):
+        raise ValueError(f"caps: host_id must be an integer array; got dtype {hid.dtype}")
+    if c.ndim < 1:
+        raise ValueError("caps: cap must be an array with one cap per host (last axis)")
+    H = c.shape[-1]
+    if np.any(hid < -1) or np.any(hid >= H):
+        bad = hid[(hid < -1) | (hid >= H)][0]
+        raise ValueError(f"caps: host_id must be -1 (no host) or in [0, {H}) for {H} caps; found {bad}")
+    if np.any(np.isnan(c)) or np.any(c <= 0):
+        raise ValueError("caps: cap must be > 0 for every host (inf = uncapped); found "
+                         f"{c[np.isnan(c) | (c <= 0)].ravel()[0]!r}")
+
+
+def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, valid=None,
+                num_pages: int | None = None) -> Result:
+    """One problem whose pages are arrays (``(n,)``; under ``jit``, ``vmap``, sharded).
+
+    ``lower``/``upper``: the caller's extra rate bounds (``None``: none); ``host``/``cap``:
+    host caps (``None``: none); ``valid``: False on padding rows (pinned at rate 0, never a
+    log-gap origin); ``num_pages``: the page count for bounds that depend on it (default:
+    the array length).  Validation is the caller's (eager, before this)."""
+    dtype = pages.importance.dtype
+    shape = pages.importance.shape
+    n = shape[-1] if num_pages is None else num_pages
+    budget = jnp.asarray(pages.bandwidth, dtype)
+    a = c = jnp.ones((), dtype)
+    if obj.homogeneous:
+        imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
+        a, c = unit_scales(jnp.max(jnp.abs(imp)), budget, n)
+    units = Pages(pages.importance / a, pages.change_rate / c, budget / c, pages.complete)
+    params = obj.params(units)
+    div = lambda v: None if v is None else jnp.asarray(v, dtype) / c  # noqa: E731
+    lo, hi = page_limits(obj, params, budget / c, n, dtype, div(lower), div(upper), shape)
+    if valid is not None:
+        lo, hi = jnp.where(valid, lo, 0.0), jnp.where(valid, hi, 0.0)
+    gap = obj.gap if obj.separable else None
+    if gap is not None and valid is not None:
+        gap, params = _gap.masked(gap), (params, valid)
+    bracket = None
+    if obj.marginal is None:
+        if obj.bracket is None:
+            raise ValueError(f"objective {obj.name!r} needs marginal or bracket")
+        bracket = obj.bracket(params, budget / c)
+    rate_fn, marginal_fn = obj.rate, obj.marginal
+    if gap is not None and valid is not None:
+        rate_fn, marginal_fn = _on_first(rate_fn), _on_first(marginal_fn)
+    hosts = None
+    if host is not None:
+        hosts = (jnp.asarray(host, jnp.int32), jnp.asarray(cap, dtype) / c)
+    sol = _budget.solve(rate_fn, marginal_fn, params, budget / c, lo, hi, bracket=bracket, hosts=hosts,
+                        max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
+                        unrolled=opts.adjoint == "unrolled")
+    if gap is not None and hosts is None:
+        gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
+        x, dual, residual, steps, converged = _gap.refine(
+            gap, gopts, params, budget / c, lo, hi, sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged)
+        kappa = None
+    elif gap is not None:
+        sol = _capped_gap(gap, (opts.max_steps, opts.rtol), params, budget / c, lo, hi, *hosts, sol)
+        x, dual, kappa, residual, steps, converged = sol.x, sol.dual, sol.host_dual, sol.residual, \
+            sol.num_steps, sol.converged
+    else:
+        x, dual, kappa, residual, steps, converged = sol.x, sol.dual, sol.host_dual, sol.residual, \
+            sol.num_steps, sol.converged
+    if opts.throw:
+        raise_unless_converged(f"solve({obj.name!r})", converged, steps, residual)
+    raw_params = params[0] if gap is not None and valid is not None else params
+    if obj.dual is not None:
+        dual = obj.dual(dual, raw_params)
+    on_signal = obj.signal_mask(raw_params, shape)
+    if valid is not None:
+        on_signal = on_signal & valid
+    rate = x * c
+    host_dual = None if kappa is None else _budget.rescale_dual(kappa, a, c)
+    return Result(rate, probabilities(rate, pages.change_rate, on_signal), on_signal,
+                  _budget.rescale_dual(dual, a, c), host_dual, residual * c,
+                  jax.lax.stop_gradient(steps), converged)
+
+
+@functools.cache
+def _on_first(fn):
+    """``fn`` on params ``(params, valid)`` (the padding mask travels with the params for the
+    masked log-gap form); cached, so one compilation per objective."""
+    if fn is None:
+        return None
+    return lambda v, p: fn(v, p[0])
+
+
+def _capped_gap(gap, cfg, params, budget, lo, hi, host, cap, sol):
+    """The log-gap fallback of a capped solve: decided on the host for an eager solve
+    (nothing compiled when not needed), inside the program under a trace."""
+    if is_concrete(sol, params, budget, lo, hi, cap):
+        if not bool(np.asarray(_gap.capped_needed(gap, params, host, cap, sol))):
+            return sol
+    return _gap.capped_fallback(gap, cfg, params, budget, lo, hi, host, cap, sol)

@@ -1,0 +1,1 @@
+"""Parallel execution: pages sharded over devices, streamed from disk, spread over processes."""
