@@ -1,8 +1,8 @@
 """``jaxcrawl reproduce``: regenerate the papers' figures and check their claims.
 
 ``jaxcrawl reproduce NAME [NAME ...]|all [--quick] [--out DIR] [--seed S] [--data DIR] [--fresh]``
-runs the experiment scripts of the repository's top-level ``experiments/`` directory
-(one per paper figure; ``jaxcrawl reproduce --list`` lists them).  For each it writes
+runs the experiments of the package :mod:`jaxcrawl.experiments` (one module per paper figure;
+``jaxcrawl reproduce --list`` lists them).  For each it writes
 
 * ``DIR/NAME.json`` -- the numbers, the parameters, the seed, the jaxcrawl and JAX
   versions, the time taken, ``claims`` (claim name -> true/false: does the paper's finding
@@ -17,17 +17,18 @@ outcome, 1 when one does not (or an experiment raised), 130 when interrupted.
 Finished chunks of work are stored under ``DIR/.checkpoints/NAME/`` (a
 :class:`jaxcrawl.io.checkpoint.CheckpointStore`, every file written atomically); running the same
 command again after an interruption resumes where it stopped (``--fresh`` ignores them).
-The experiments are found at ``<repository>/experiments`` (the package is installed
-editable, see the README); the environment variable ``JAXCRAWL_EXPERIMENTS_DIR``
-overrides that location.
+The environment variable ``JAXCRAWL_EXPERIMENTS_DIR`` names a folder of further experiment
+scripts (``NAME.py``, same contract as the shipped modules), listed and run beside them.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import importlib.util
 import json
 import os
+import pkgutil
 import platform
 import sys
 import time
@@ -40,56 +41,69 @@ from typing import Any
 from jaxcrawl.io.checkpoint import CheckpointStore
 from jaxcrawl.io.tables import write_file
 
-__all__ = ["register", "run", "run_one", "main", "experiments_dir", "discover", "load_experiment"]
+__all__ = ["register", "run"]
 
-ENV_DIR = "JAXCRAWL_EXPERIMENTS_DIR"
-
-
-def experiments_dir() -> Path:
-    """The experiments directory: ``$JAXCRAWL_EXPERIMENTS_DIR`` or ``<repo>/experiments``."""
-    override = os.environ.get(ENV_DIR)
-    if override:
-        return Path(override).resolve()
-    import jaxcrawl
-
-    return Path(jaxcrawl.__file__).resolve().parent.parent / "experiments"
+_ENV_DIR = "JAXCRAWL_EXPERIMENTS_DIR"
+_PACKAGE = "jaxcrawl.experiments"
 
 
-def discover(directory: Path) -> dict[str, Path]:
-    """``{NAME: path}`` of the experiment scripts (``*.py`` not starting with ``_``)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ValueError(
-            f"experiments directory {directory} not found: `jaxcrawl reproduce` runs the scripts in the "
-            "repository's experiments/ folder, so install jaxcrawl from a checkout in editable mode "
-            f"(`pip install -e .`), or point {ENV_DIR} at the folder")
-    return {p.stem: p for p in sorted(directory.glob("*.py")) if not p.name.startswith("_")}
+def _discover() -> dict[str, Path]:
+    """``{NAME: source file}``: the modules of :mod:`jaxcrawl.experiments` (not starting with
+    ``_``), then the ``*.py`` scripts of ``$JAXCRAWL_EXPERIMENTS_DIR``.  The package is located,
+    not imported, so listing needs no matplotlib."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    found = {info.name: Path(info.module_finder.path) / f"{info.name}.py"
+             for info in pkgutil.iter_modules(spec.submodule_search_locations)
+             if not info.name.startswith("_") and not info.ispkg}
+    found = dict(sorted(found.items()))
+    folder = os.environ.get(_ENV_DIR)
+    if folder:
+        directory = Path(folder).resolve()
+        if not directory.is_dir():
+            raise ValueError(f"{_ENV_DIR}={folder}: not a directory (it names a folder of experiment scripts)")
+        for path in sorted(directory.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            if path.stem in found:
+                raise ValueError(f"{path}: experiment {path.stem!r} is already shipped in {_PACKAGE}; rename it")
+            found[path.stem] = path
+    return found
 
 
-def _description(path: Path) -> str:
-    """An experiment script's ``DESCRIPTION`` string, read from its source (not imported)."""
+def _is_shipped(path: Path) -> bool:
+    spec = importlib.util.find_spec(_PACKAGE)
+    return any(Path(p).resolve() == path.resolve().parent for p in spec.submodule_search_locations)
+
+
+def _description(name: str, path: Path) -> str:
+    """An experiment's ``DESCRIPTION`` string, read from its source (not imported)."""
     import ast
 
-    tree = ast.parse(Path(path).read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DESCRIPTION" for t in node.targets):
-            try:
-                return str(ast.literal_eval(node.value))
-            except ValueError:
-                break
-    return str(load_experiment(path).DESCRIPTION)
+    if path.is_file():
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DESCRIPTION" for t in node.targets):
+                try:
+                    return str(ast.literal_eval(node.value))
+                except ValueError:
+                    break
+    return str(_load(name, path).DESCRIPTION)
 
 
-def load_experiment(path: Path) -> ModuleType:
-    """Import an experiment script as a module (its folder goes on ``sys.path`` for ``_common``)."""
-    path = Path(path).resolve()
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(f"jaxcrawl_experiment_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
+def _load(name: str, path: Path) -> ModuleType:
+    """Import an experiment: a module of :mod:`jaxcrawl.experiments`, or a script of
+    ``$JAXCRAWL_EXPERIMENTS_DIR`` (its folder goes on ``sys.path`` for its own helpers)."""
     try:
-        spec.loader.exec_module(module)
+        if _is_shipped(path):
+            module = importlib.import_module(f"{_PACKAGE}.{name}")
+        else:
+            path = Path(path).resolve()
+            folder = str(path.parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+            spec = importlib.util.spec_from_file_location(f"jaxcrawl_experiment_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
     except ModuleNotFoundError as err:
         if err.name and err.name.split(".")[0] == "matplotlib":
             raise ValueError("the reproductions draw figures with matplotlib, which is not installed: "
@@ -97,8 +111,8 @@ def load_experiment(path: Path) -> ModuleType:
         raise
     for attr in ("NAME", "DESCRIPTION", "run"):
         if not hasattr(module, attr):
-            raise ValueError(f"{path}: an experiment must define {attr} (see experiments/_common.py)")
-    if module.NAME != path.stem:
+            raise ValueError(f"{path}: an experiment must define {attr} (see jaxcrawl.experiments)")
+    if module.NAME != name:
         raise ValueError(f"{path}: NAME is {module.NAME!r} but the file is {path.name} (they must match)")
     return module
 
@@ -124,7 +138,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "reproduce",
         help="regenerate the papers' figures and check their claims",
         description=(
-            "Run the paper reproductions in the repository's experiments/ folder: "
+            "Run the paper reproductions shipped in jaxcrawl.experiments: "
             "`jaxcrawl reproduce NAME` or `jaxcrawl reproduce all`. Writes OUT/NAME.json (numbers, "
             "parameters, seed, version, time, claims) and OUT/NAME.png, prints whether each claim "
             "holds, and ends with one JSON summary line. Exit status 1 if a claim does not have its "
@@ -158,15 +172,15 @@ def _print_claims(name: str, claims: Sequence[Any], stream: Any) -> None:
             stream.write(f"        note: {c.note}\n")
 
 
-def run_one(module: ModuleType, args: argparse.Namespace, experiments_path: Path) -> dict[str, Any]:
+def _run_one(module: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
     """Run one experiment module; write NAME.json (atomically) and check NAME.png; return the
     record."""
-    # _common is imported from the experiments folder (load_experiment put it on sys.path).
-    import _common
+    # function-level: jaxcrawl.experiments imports matplotlib (an optional dependency)
+    from jaxcrawl.experiments import Context, to_jsonable
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ctx = _common.Context(module.NAME, quick=args.quick, seed=args.seed, out=out, data=args.data,
+    ctx = Context(module.NAME, quick=args.quick, seed=args.seed, out=out, data=args.data,
                           source_file=getattr(module, "__file__", None), fresh=args.fresh,
                           progress=not args.no_progress)
     if ctx.figure_path.exists():
@@ -203,7 +217,7 @@ def run_one(module: ModuleType, args: argparse.Namespace, experiments_path: Path
         notes=result.get("notes", []),
         figure=ctx.figure_path.name,
     )
-    payload = json.dumps(_common.to_jsonable(record), indent=1, allow_nan=False) + "\n"
+    payload = json.dumps(to_jsonable(record), indent=1, allow_nan=False) + "\n"
     write_file(out / f"{module.NAME}.json", lambda fh: fh.write(payload))  # atomic, normal permissions
     record["_claims"] = claims
     return record
@@ -211,11 +225,10 @@ def run_one(module: ModuleType, args: argparse.Namespace, experiments_path: Path
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``reproduce`` subcommand (``args`` from :func:`register`'s parser)."""
-    directory = Path(getattr(args, "experiments_dir", None) or experiments_dir())
-    available = discover(directory)
+    available = _discover()
     if args.list:  # read each script's DESCRIPTION without importing it (no matplotlib needed)
         for name, path in available.items():
-            print(f"{name:28s} {_description(path)}")
+            print(f"{name:28s} {_description(name, path)}")
         return 0
     requested = list(args.names)
     if not requested:
@@ -225,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
     if "all" in requested:
         names = list(available)
         if not names:
-            raise ValueError(f"no experiment scripts in {directory}")
+            raise ValueError(f"no experiments found in {_PACKAGE}")
     else:
         unknown = [n for n in requested if n not in available]
         if unknown:
@@ -238,12 +251,12 @@ def run(args: argparse.Namespace) -> int:
     t_all = time.perf_counter()
     try:
         for name in names:
-            module = load_experiment(available[name])
+            module = _load(name, available[name])
             size = "quick" if args.quick else "full size"
             out.write(f"== {name} ({size}): {module.DESCRIPTION}\n")
             out.flush()
             try:
-                record = run_one(module, args, directory)
+                record = _run_one(module, args)
             except KeyboardInterrupt:
                 raise
             except Exception as err:  # one broken experiment must not hide the others' results
@@ -281,15 +294,3 @@ def run(args: argparse.Namespace) -> int:
     out.flush()
     return 0 if summary["passed"] else 1
 
-
-def main(argv: Sequence[str] | None = None, *, experiments_dir: Path | None = None) -> int:
-    """Standalone entry (``python experiments/NAME.py``): parse ``argv`` and :func:`run`."""
-    parser = argparse.ArgumentParser(prog="jaxcrawl reproduce", description=__doc__.splitlines()[0])
-    _add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.experiments_dir = experiments_dir
-    try:
-        return run(args)
-    except ValueError as err:
-        print(f"jaxcrawl reproduce: error: {err}", file=sys.stderr)
-        return 2

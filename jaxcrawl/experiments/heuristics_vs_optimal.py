@@ -36,8 +36,8 @@ from jaxcrawl.learners import heuristics as H
 from jaxcrawl.learners import learn_and_crawl as LC
 from jaxcrawl.utilities import solve
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "heuristics_vs_optimal"
 DESCRIPTION = ("Production revisit heuristics (Nutch, StormCrawler, Heritrix), budget-matched, vs LambdaCrawl "
@@ -344,7 +344,3 @@ def run(ctx):
                "adaptive heuristics are scale-free: budget matching raises their growth factor to a power "
                "(jaxcrawl.learners.heuristics)"],
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

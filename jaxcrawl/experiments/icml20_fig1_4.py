@@ -26,8 +26,8 @@ import numpy as np
 
 from jaxcrawl import sync_bandits as sb
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
 
@@ -245,7 +245,3 @@ def run(ctx):
                                  for n, c in v.items()} for f, v in curves.items()}),
         claims=claims,
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

@@ -22,8 +22,8 @@ import numpy as np
 
 from jaxcrawl import estimators
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "l2c_appj_fig3_4"
 DESCRIPTION = ("Learning to Crawl App. J Figs. 3-4: moment matching vs MLE vs the Lemma 3 bound, "
@@ -261,7 +261,3 @@ def run(ctx):
         results=summary,
         claims=claims,
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

@@ -55,8 +55,8 @@ import jaxcrawl
 from jaxcrawl.learners import explore_commit as ec
 from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "l2c_fig1"
 DESCRIPTION = ("Learning to Crawl Fig. 1: ETC regret vs exploration horizon (T = 1e4), optimal τ* vs T "
@@ -341,7 +341,3 @@ def run(ctx):
                "(see the module docstring).",
                "τ* is the minimum over a log grid (25 points per decade), not a ternary search."],
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

@@ -29,8 +29,8 @@ import numpy as np
 import jaxcrawl
 from jaxcrawl import estimators as est
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "avrachenkov_fig6"
 DESCRIPTION = ("Avrachenkov et al. Fig. 6: estimated vs optimal crawl rates, 50 pages (7 hot), B = 5, "
@@ -203,7 +203,3 @@ def run(ctx):
                      other_readings={k: {r: c.as_dict() for r, c in v.items()} for k, v in other.items()}),
         claims=claims,
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

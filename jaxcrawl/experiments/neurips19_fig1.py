@@ -45,8 +45,8 @@ import numpy as np
 import jaxcrawl
 from jaxcrawl import objectives, solvers
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "neurips19_fig1"
 DESCRIPTION = ("NeurIPS-19 Fig. 1: harmonic and binary cost of LC, LCA, BLC, BLCε(0.4), UC, CC "
@@ -369,7 +369,3 @@ def _crossover(curve) -> float:
         if d[i] > 0 >= d[i + 1]:
             return float(f[i] + (f[i + 1] - f[i]) * d[i] / (d[i] - d[i + 1]))
     return float("nan")
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

@@ -38,8 +38,8 @@ import numpy as np
 
 from jaxcrawl import estimators as est
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "avrachenkov_fig2_5"
 DESCRIPTION = ("Avrachenkov et al. Figs. 2-5: naive, MLE, LLN, SA, SAM change-rate estimators "
@@ -453,7 +453,3 @@ def _plot(ctx, res, f5, runs, k_max, f5_long):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, title="β", title_fontsize=8)
     ctx.savefig(fig)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

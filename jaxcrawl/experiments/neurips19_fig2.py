@@ -25,8 +25,8 @@ import numpy as np
 import jaxcrawl
 from jaxcrawl import objectives, solvers
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "neurips19_fig2"
 DESCRIPTION = ("NeurIPS-19 Fig. 2: complete-observation pages only, LC-CO vs LC-IO vs BLC / BLCε "
@@ -169,7 +169,3 @@ def run(ctx):
                      other_readings=other_readings),
         claims=claims,
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

@@ -34,15 +34,14 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import l2c_fig1
 import numpy as np
 
 import jaxcrawl
 from jaxcrawl.learners import explore_commit as ec
 from jaxcrawl.objectives import binary_freshness
 
-import _common
-from _common import claim
+from . import _common, l2c_fig1
+from ._common import claim
 
 NAME = "l2c_fig2"
 DESCRIPTION = ("Learning to Crawl Fig. 2 (§6.2): phased ε-greedy vs explore-then-commit with the optimal "
@@ -207,7 +206,3 @@ def run(ctx):
         notes=["The paper states no parameters for Fig. 2: the setting is Fig. 1's; ε, the Lemma 1 tolerance and "
                "ξ_min, and the ε-greedy estimator are ours (module docstring)."],
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

@@ -23,8 +23,8 @@ from jaxcrawl import objectives, solvers
 from jaxcrawl.learners import learn_and_crawl as lc
 from jaxcrawl.learners import sweep as sw
 
-import _common
-from _common import claim
+from . import _common
+from ._common import claim
 
 NAME = "neurips19_fig3"
 DESCRIPTION = ("NeurIPS-19 Fig. 3: LLC, LLCA and BLLCε learning change rates over 21 daily epochs "
@@ -175,7 +175,3 @@ def run(ctx):
         claims=claims,
         notes=["Synthetic pages (jaxcrawl.synthetic) unless --data is given."],
     )
-
-
-if __name__ == "__main__":
-    raise SystemExit(_common.main(__file__))

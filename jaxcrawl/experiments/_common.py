@@ -1,6 +1,7 @@
 """Shared machinery of the paper reproductions (``jaxcrawl reproduce``).
 
-Every experiment is one module in this directory (``experiments/<NAME>.py``) that exposes
+Every experiment is one module of this package (``jaxcrawl/experiments/<NAME>.py``) that
+exposes
 
 * ``NAME`` -- the name used on the command line (``jaxcrawl reproduce NAME``);
 * ``DESCRIPTION`` -- one line: which paper, which figure, what it shows;
@@ -10,23 +11,15 @@ Every experiment is one module in this directory (``experiments/<NAME>.py``) tha
   ``params``/``results`` must be JSON-able after :func:`to_jsonable` (numbers, strings,
   lists, dicts, NumPy/JAX arrays).
 
-and ends with::
-
-    if __name__ == "__main__":
-        import _common
-        raise SystemExit(_common.main(__file__))
-
-so that ``python experiments/NAME.py [--quick] [--out DIR] [--seed S] [--data DIR]`` runs
-it exactly as ``jaxcrawl reproduce NAME`` does.
-
 The :class:`Context` handed to ``run`` carries the options (``quick``, ``seed``, ``data``,
 ``out``), derives PRNG keys (:meth:`Context.key`), shows progress bars
 (:meth:`Context.progress`) and stores each finished chunk of work on disk
 (:meth:`Context.cached`, :meth:`Context.run_chunks`) with
-:class:`jaxcrawl.io.checkpoint.CheckpointStore` under ``OUT/.checkpoints/NAME/``, so an interrupted run, started again with the same command,
-resumes where it stopped.  A chunk is reused only when its fingerprint matches: the
-experiment's name, ``--quick``, ``--seed``, ``--data``, the jaxcrawl version and the
-source of the experiment file and of this file (editing either invalidates its chunks).
+:class:`jaxcrawl.io.checkpoint.CheckpointStore` under ``OUT/.checkpoints/NAME/``, so an
+interrupted run, started again with the same command, resumes where it stopped.  A chunk is
+reused only when its fingerprint matches: the experiment's name, ``--quick``, ``--seed``,
+``--data``, the jaxcrawl version and the source of the experiment file and of this file
+(editing either invalidates its chunks).
 
 :func:`claim` builds the checked claims.  A claim states the paper's finding as an
 assertion on our numbers (a slope, an ordering, a ratio) with its tolerance.  Its
@@ -71,7 +64,6 @@ __all__ = [
     "log_axis",
     "loglog_slope",
     "crawl_problem",
-    "main",
 ]
 
 
@@ -462,17 +454,3 @@ def crawl_problem(ctx: Context, num_pages: int, *, dtype=None):
     return problem, dict(source=str(ctx.data), num_pages=n, num_complete=int(comp[keep].sum()),
                          dropped_pages=int((~keep).sum()),
                          estimator="MLE (NeurIPS-19 eq. 10) for incomplete pages; given rate for complete")
-
-
-# ------------------------------------------------------------------------------ main
-def main(script_path, argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python experiments/NAME.py [--quick] [--out DIR] [--seed S] [--data DIR]``.
-
-    Runs the script through ``jaxcrawl reproduce`` (same output, same checkpoints), with
-    the script's folder as the experiments directory.
-    """
-    from jaxcrawl.cli import reproduce
-
-    path = Path(script_path).resolve()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return reproduce.main([path.stem, *argv], experiments_dir=path.parent)
