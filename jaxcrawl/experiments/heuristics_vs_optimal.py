@@ -30,11 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcrawl import objectives, synthetic
+import jaxcrawl
 from jaxcrawl import simulate as S
 from jaxcrawl.learners import heuristics as H
 from jaxcrawl.learners import learn_and_crawl as LC
-from jaxcrawl.utilities import solve
 
 from . import _common
 from ._common import claim
@@ -64,15 +63,15 @@ def _heuristic(name, epoch):
 
 
 def _problem(ctx, n, fraction):
-    pr = jax.jit(synthetic, static_argnums=1, static_argnames="complete_fraction")(
+    pr = jax.jit(jaxcrawl.synthetic, static_argnums=1, static_argnames="complete_fraction")(
         ctx.key("pages"), n, complete_fraction=0.0)
     return pr.replace(bandwidth=jnp.asarray(fraction * n, pr.dtype))
 
 
 def _optimum(problem):
-    h = solve(problem, "harmonic")
-    b = solve(problem, "binary")
-    return dict(harmonic=float(objectives.harmonic_cost(problem, h)), binary=float(objectives.binary_cost(problem, b)),
+    h = jaxcrawl.solve(problem, "harmonic")
+    b = jaxcrawl.solve(problem, "binary")
+    return dict(harmonic=float(jaxcrawl.harmonic_cost(problem, h)), binary=float(jaxcrawl.binary_cost(problem, b)),
                 converged=bool(h.converged & b.converged))
 
 
@@ -131,7 +130,7 @@ def drift_point(ctx, n, fraction, sizes, matched):
     # the pages the post-switch optimum crawls at least every 5 days (the others are barely
     # observed by any policy, with or without forgetting): their estimates' error per day
     final = problem.replace(change_rate=drift[-1])
-    watched = jnp.asarray(np.asarray(solve(final, "harmonic").rate) >= 0.2)
+    watched = jnp.asarray(np.asarray(jaxcrawl.solve(final, "harmonic").rate) >= 0.2)
     num_watched = int(watched.sum())
 
     @jax.jit
@@ -159,8 +158,8 @@ def drift_point(ctx, n, fraction, sizes, matched):
         runs[name] = dict(harmonic=np.asarray(h, np.float64), binary=np.asarray(b, np.float64),
                           error=np.asarray(e, np.float64), watched_error=np.asarray(we, np.float64),
                           converged=bool(ok))
-    oracle = jax.jit(jax.vmap(lambda lam: objectives.harmonic_cost(
-        problem.replace(change_rate=lam), solve(problem.replace(change_rate=lam), "harmonic"))))(drift)
+    oracle = jax.jit(jax.vmap(lambda lam: jaxcrawl.harmonic_cost(
+        problem.replace(change_rate=lam), jaxcrawl.solve(problem.replace(change_rate=lam), "harmonic"))))(drift)
     # the heuristics on the drifting pages, with the budget scales matched on the stationary pages
     heur = {}
     burn = sizes["burn"]

@@ -52,8 +52,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
+from jaxcrawl import binary_freshness, uniform_interval_freshness
 from jaxcrawl.learners import explore_commit as ec
-from jaxcrawl.objectives import binary_freshness, uniform_interval_freshness
 
 from . import _common
 from ._common import claim

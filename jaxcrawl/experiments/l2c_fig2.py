@@ -37,8 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
+from jaxcrawl import binary_freshness
 from jaxcrawl.learners import explore_commit as ec
-from jaxcrawl.objectives import binary_freshness
 
 from . import _common, l2c_fig1
 from ._common import claim

@@ -43,7 +43,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl import objectives, solvers
 
 from . import _common
 from ._common import claim
@@ -64,18 +63,18 @@ IMPORTANCE_SHIFTS = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)   # panel (e)
 
 def _solver(name):
     return {
-        "LC": solvers.lambda_crawl,
-        "LCA": solvers.lambda_crawl_approx,
-        "BLC": lambda p: solvers.binary_lambda_crawl(p, 0.0),
-        "BLCε": lambda p: solvers.binary_lambda_crawl(p, EPSILON),
-        "UC": solvers.uniform_crawl,
-        "CC": solvers.change_rate_crawl,
+        "LC": jaxcrawl.lambda_crawl,
+        "LCA": jaxcrawl.lambda_crawl_approx,
+        "BLC": lambda p: jaxcrawl.binary_lambda_crawl(p, 0.0),
+        "BLCε": lambda p: jaxcrawl.binary_lambda_crawl(p, EPSILON),
+        "UC": jaxcrawl.uniform_crawl,
+        "CC": jaxcrawl.change_rate_crawl,
     }[name]
 
 
 @jax.jit
 def _costs_jit(problem, policy):
-    return objectives.harmonic_cost(problem, policy), objectives.binary_cost(problem, policy)
+    return jaxcrawl.harmonic_cost(problem, policy), jaxcrawl.binary_cost(problem, policy)
 
 
 def evaluate(name, problem):
@@ -92,15 +91,15 @@ def evaluate(name, problem):
 
 @jax.jit
 def _blc_eps_harmonic(problem, eps):
-    return objectives.harmonic_cost(problem, solvers.binary_lambda_crawl(problem, eps))
+    return jaxcrawl.harmonic_cost(problem, jaxcrawl.binary_lambda_crawl(problem, eps))
 
 
 @jax.jit
 def _lc_blc_binary(problem):
-    lc = solvers.lambda_crawl(problem)
-    blc = solvers.binary_lambda_crawl(problem, 0.0)
+    lc = jaxcrawl.lambda_crawl(problem)
+    blc = jaxcrawl.binary_lambda_crawl(problem, 0.0)
     share = jnp.sum(jnp.where(problem.complete, lc.rate, 0.0)) / problem.bandwidth
-    return objectives.binary_cost(problem, lc), objectives.binary_cost(problem, blc), share
+    return jaxcrawl.binary_cost(problem, lc), jaxcrawl.binary_cost(problem, blc), share
 
 
 def synthetic_problem(ctx, num_pages, subset):

@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl import objectives, solvers
 
 from . import _common
 from ._common import claim
@@ -49,19 +48,19 @@ def synthetic_problem(ctx, num_pages, subset):
 
 def _policy(name, problem):
     if name == "LC-CO":
-        return solvers.lambda_crawl(problem)
+        return jaxcrawl.lambda_crawl(problem)
     if name == "LC-IO":
-        return solvers.lambda_crawl(problem.as_incomplete())
+        return jaxcrawl.lambda_crawl(problem.as_incomplete())
     if name == "BLC":
-        return solvers.binary_lambda_crawl(problem, 0.0)
-    return solvers.binary_lambda_crawl(problem, EPSILON)
+        return jaxcrawl.binary_lambda_crawl(problem, 0.0)
+    return jaxcrawl.binary_lambda_crawl(problem, EPSILON)
 
 
 def evaluate(name, problem):
     @jax.jit
     def go(pr):
         pol = _policy(name, pr)
-        return (objectives.harmonic_cost(pr, pol), objectives.binary_cost(pr, pol), pol.on_signal,
+        return (jaxcrawl.harmonic_cost(pr, pol), jaxcrawl.binary_cost(pr, pol), pol.on_signal,
                 jnp.sum(pol.rate <= 0))
 
     h, b, on_signal, starved = go(problem)

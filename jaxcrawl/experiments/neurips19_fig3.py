@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl import objectives, solvers
 from jaxcrawl.learners import learn_and_crawl as lc
 from jaxcrawl.learners import sweep as sw
 
@@ -59,16 +58,16 @@ def make_runner(problems):
         # the three learners one after the other inside the program (lax.map: a third of the
         # memory of vmapping them, and only the chosen inner solver runs)
         info = jax.lax.map(lambda g: sw.run_learner(key, learner, problem, EPOCHS, g)[1], grid)
-        lc_pol = solvers.lambda_crawl(problem)
-        blc_pol = solvers.binary_lambda_crawl(problem, EPSILON)
-        lca_pol = solvers.lambda_crawl_approx(problem)
+        lc_pol = jaxcrawl.lambda_crawl(problem)
+        blc_pol = jaxcrawl.binary_lambda_crawl(problem, EPSILON)
+        lca_pol = jaxcrawl.lambda_crawl_approx(problem)
         return dict(harmonic=info.harmonic_cost, binary=info.binary_cost, estimate_error=info.estimate_error,
                     overflow=jnp.sum(info.overflow), truncated=jnp.max(info.truncated),
-                    opt_lc_harmonic=objectives.harmonic_cost(problem, lc_pol),
-                    opt_lc_binary=objectives.binary_cost(problem, lc_pol),
-                    opt_lca_harmonic=objectives.harmonic_cost(problem, lca_pol),
-                    opt_blce_binary=objectives.binary_cost(problem, blc_pol),
-                    opt_blce_harmonic=objectives.harmonic_cost(problem, blc_pol))
+                    opt_lc_harmonic=jaxcrawl.harmonic_cost(problem, lc_pol),
+                    opt_lc_binary=jaxcrawl.binary_cost(problem, lc_pol),
+                    opt_lca_harmonic=jaxcrawl.harmonic_cost(problem, lca_pol),
+                    opt_blce_binary=jaxcrawl.binary_cost(problem, blc_pol),
+                    opt_blce_harmonic=jaxcrawl.harmonic_cost(problem, blc_pol))
 
     return jax.jit(jax.vmap(one))
 
