@@ -6,9 +6,10 @@ The paper reproductions are marked ``reproduce`` (deselected by default; run the
 experiments once, in one subprocess (as ``jaxcrawl reproduce ... --quick`` does, in the
 default float32), and the tests read what it wrote.
 
-The tests of the reproduction machinery (resume, fingerprints, exit codes, errors, the
-``--data`` reader) stay in the default suite: they use a tiny fake experiment in a temporary
-experiments folder (selected with JAXCRAWL_EXPERIMENTS_DIR) and need almost no JAX work.
+The tests of the reproduction machinery (discovery from the package, resume, fingerprints,
+exit codes, errors, the ``--data`` reader) stay in the default suite: they use a tiny fake
+experiment in a folder of one's own scripts (named by JAXCRAWL_EXPERIMENTS_DIR) and need almost
+no JAX work.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-EXPERIMENTS = REPO / "experiments"
+EXPERIMENTS = REPO / "jaxcrawl" / "experiments"
 MINE = ("neurips19_fig1", "neurips19_fig2", "l2c_appj_fig3_4", "icml20_fig1_4",
         "avrachenkov_fig2_5", "avrachenkov_fig6")
 
@@ -45,12 +46,13 @@ def _run_cli(args, cwd, env_extra=None, timeout=1800):
 
 @pytest.fixture(scope="module")
 def experiments_snapshot(tmp_path_factory):
-    """A copy of experiments/ taken when the module starts: the checkpoint fingerprints hash
-    the scripts' sources, so the quick run and the rerun below must see the same files even
-    if the working tree is edited in between."""
-    snap = tmp_path_factory.mktemp("experiments_snapshot") / "experiments"
-    shutil.copytree(EXPERIMENTS, snap, ignore=shutil.ignore_patterns("__pycache__"))
-    return {"JAXCRAWL_EXPERIMENTS_DIR": str(snap)}
+    """A copy of the package taken when the module starts, first on PYTHONPATH: the checkpoint
+    fingerprints hash the experiments' sources, so the quick run and the rerun below must see
+    the same files even if the working tree is edited in between."""
+    snap = tmp_path_factory.mktemp("package_snapshot")
+    shutil.copytree(REPO / "jaxcrawl", snap / "jaxcrawl", ignore=shutil.ignore_patterns("__pycache__"))
+    path = os.pathsep.join(p for p in (str(snap), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path}
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +153,13 @@ def test_rerun_reuses_every_checkpoint_and_reproduces_the_numbers(quick_run, exp
 FAKE = textwrap.dedent('''
     """A fake experiment: four chunks, interrupted after two when FAKE_INTERRUPT is set."""
     import os
-    import _common
-    from _common import claim
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from jaxcrawl.experiments import claim
 
     NAME = "fake_chunks"
     DESCRIPTION = "test double: four checkpointed chunks"
@@ -170,17 +177,13 @@ FAKE = textwrap.dedent('''
 
         done = ctx.run_chunks("fake", {f"chunk{i}": (lambda i=i: work(i)) for i in range(4)})
         total = sum(v["value"] for v in done.values())
-        fig, axes = _common.new_figure(1, 1)
-        axes[0, 0].plot([0, 1], [0, total])
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [0, total])
         ctx.savefig(fig)
         return dict(params=dict(chunks=4), results=dict(total=total),
                     claims=[claim("total_is_sum_of_squares", total == 14 + 4 * ctx.seed,
                                   description="0 + 1 + 4 + 9 (+ 4 seed)", tolerance="exact",
                                   paper="none: a test double")])
-
-
-    if __name__ == "__main__":
-        raise SystemExit(_common.main(__file__))
 ''')
 
 
@@ -188,7 +191,6 @@ FAKE = textwrap.dedent('''
 def fake_dir(tmp_path, monkeypatch):
     exp = tmp_path / "experiments"
     exp.mkdir()
-    shutil.copy(EXPERIMENTS / "_common.py", exp / "_common.py")
     (exp / "fake_chunks.py").write_text(FAKE)
     log = tmp_path / "computed.log"
     monkeypatch.setenv("JAXCRAWL_EXPERIMENTS_DIR", str(exp))
@@ -257,11 +259,11 @@ def test_failed_claim_gives_exit_status_1(fake_dir):
     assert summary["passed"] is False and summary["failed"] == ["fake_chunks/total_is_sum_of_squares"]
 
 
-def test_script_runs_standalone(fake_dir, monkeypatch):
+def test_folder_experiment_runs_from_the_command_line(fake_dir):
     exp, log, out = fake_dir
-    monkeypatch.delenv("JAXCRAWL_EXPERIMENTS_DIR")
-    proc = subprocess.run([sys.executable, str(exp / "fake_chunks.py"), "--out", str(out), "--no-progress"],
-                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    proc = subprocess.run([sys.executable, "-m", "jaxcrawl.cli", "reproduce", "fake_chunks", "--out", str(out),
+                           "--no-progress"], capture_output=True, text=True, timeout=300, cwd=out.parent,
+                          env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["experiments"]["fake_chunks"]["passed"] is True
     assert (out / "fake_chunks.png").is_file()
@@ -274,7 +276,15 @@ def test_clear_errors(tmp_path, monkeypatch):
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         assert cli.main(["reproduce", "all"]) == 2
-    assert "experiments directory" in err.getvalue() and "pip install -e" in err.getvalue()
+    assert "JAXCRAWL_EXPERIMENTS_DIR" in err.getvalue() and "not a directory" in err.getvalue()
+    clash = tmp_path / "clash"
+    clash.mkdir()
+    (clash / "neurips19_fig1.py").write_text(FAKE)
+    monkeypatch.setenv("JAXCRAWL_EXPERIMENTS_DIR", str(clash))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert cli.main(["reproduce", "--list"]) == 2
+    assert "already shipped" in err.getvalue()
     monkeypatch.delenv("JAXCRAWL_EXPERIMENTS_DIR")
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
@@ -293,6 +303,19 @@ def test_list_names_every_experiment():
         assert cli.main(["reproduce", "--list"]) == 0
     listed = {line.split()[0] for line in buf.getvalue().splitlines() if line.strip()}
     assert set(MINE) <= listed
+
+
+def test_experiments_are_modules_of_the_package_and_ship_in_the_wheel():
+    """`jaxcrawl reproduce` finds the experiments as modules of jaxcrawl.experiments (no path
+    into a checkout), and setuptools' package discovery puts that package in the wheel."""
+    import setuptools
+
+    from jaxcrawl.cli import reproduce
+
+    shipped = {p.stem for p in EXPERIMENTS.glob("[!_]*.py")}
+    assert set(MINE) <= shipped
+    assert set(reproduce._discover()) == shipped
+    assert "jaxcrawl.experiments" in setuptools.find_packages(str(REPO), include=["jaxcrawl*"])
 
 
 # ------------------------------------------------------------------------------ --data
@@ -318,9 +341,7 @@ def test_crawl_problem_from_a_data_directory(tmp_path):
     MLE, which for equal daily intervals is -log(1 - U/N) (clipped when U = N or U = 0)."""
     import numpy as np
 
-    if str(EXPERIMENTS) not in sys.path:
-        sys.path.insert(0, str(EXPERIMENTS))
-    import _common
+    from jaxcrawl.experiments import _common
 
     imp, lam, comp, changed = _write_dataset(tmp_path / "data")
     ctx = _common.Context("t", quick=True, seed=0, out=tmp_path / "out", data=tmp_path / "data")
@@ -356,8 +377,8 @@ def test_neurips_figures_on_a_data_directory(tmp_path):
 
 @reproduce
 def test_quick_runs_report_both_readings(quick_run):
-    """Issue 17: where an outcome hinges on a reading of the paper, the claims use the faithful
-    one and the JSON reports the other (results.other_readings)."""
+    """Where an outcome hinges on a reading of the paper, the claims use the faithful one and
+    the JSON reports the other (results.other_readings)."""
     out, _, _ = quick_run
     fig1 = json.loads((out / "neurips19_fig1.json").read_text())
     assert fig1["params"]["complete_subset"] == "neurips19"
