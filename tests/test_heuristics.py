@@ -16,7 +16,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -272,10 +271,8 @@ def test_bad_settings_are_rejected():
 # ------------------------------------------------------------------ the reproduction
 @pytest.mark.reproduce
 def test_heuristics_experiment_quick_run(tmp_path):
-    repo = Path(__file__).resolve().parent.parent
     env = dict(os.environ)
     env.pop("JAXCRAWL_EXPERIMENTS_DIR", None)
-    env["JAXCRAWL_EXPERIMENTS_DIR"] = str(repo / "experiments")
     proc = subprocess.run([sys.executable, "-m", "jaxcrawl.cli", "reproduce", "heuristics_vs_optimal", "--quick",
                            "--out", str(tmp_path), "--no-progress"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=900)

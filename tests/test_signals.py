@@ -26,7 +26,7 @@ import pytest
 from jaxcrawl import cli
 
 REPO = Path(__file__).resolve().parents[1]
-EXPERIMENTS = REPO / "experiments"
+EXPERIMENTS = REPO / "jaxcrawl" / "experiments"
 STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
