@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import jaxcrawl
 from jaxcrawl import estimators as E
-from jaxcrawl.estimators.confidence import bennett_psi
+from jaxcrawl._src.history import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE
+from jaxcrawl.estimators._confidence import bennett_psi
 
 from helpers import count_compiles, fd_grad
 
@@ -514,7 +515,7 @@ def test_default_bounds_are_the_papers():
     w, c, m = _edge_histories()
     r = np.asarray(E.mle(w, c, m))[:5]
     np.testing.assert_array_equal(r, np.asarray([25.0, 1e-9, 1e-9, 25.0, 1e-9], r.dtype))
-    assert (E.DEFAULT_MIN_RATE, E.DEFAULT_MAX_RATE) == (1e-9, 25.0)
+    assert (DEFAULT_MIN_RATE, DEFAULT_MAX_RATE) == (1e-9, 25.0)
 
 
 @pytest.mark.parametrize("dt", [np.float32, pytest.param(np.float64, marks=pytest.mark.x64)])
@@ -806,12 +807,12 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
     E.mle(np.array([[1.0, -5.0]]), np.array([[1, 7]]), np.array([[True, False]]))
 
 
-def test_public_names_of_the_flat_module_still_work():
-    for name in E.__all__ + ["Schedule"]:
+def test_public_names_are_the_package_all():
+    for name in E.__all__:
         assert getattr(E, name) is not None, name
-    from jaxcrawl.estimators import confidence, offline, online
-    assert E.mle is offline.mle and E.run_online is online.run_online
-    assert E.lemma3_halfwidth is confidence.lemma3_halfwidth
+    assert len(set(E.__all__)) == len(E.__all__) <= 20
+    for sub in ("offline", "online", "confidence", "forgetting"):
+        assert not hasattr(E, sub), sub
 
 
 # ----------------------------------------------------------------------------------------
@@ -1020,10 +1021,10 @@ def test_property_lemma3_halfwidth_shrinks_with_more_observations(h):
 
 
 # ----------------------------------------------------------------------------------------
-# Warm start of the likelihood equation (issue 16): same roots, few Newton steps
+# Warm start of the likelihood equation: same roots, few Newton steps
 # ----------------------------------------------------------------------------------------
-from jaxcrawl.estimators import _history as _eh  # noqa: E402
-from jaxcrawl.estimators import offline as _off  # noqa: E402
+from jaxcrawl._src import history as _eh  # noqa: E402
+from jaxcrawl._src import likelihood as _off  # noqa: E402
 
 
 def _sentinel_params(w, c):
@@ -1042,10 +1043,10 @@ def _cold_and_warm(w, c, m, lo, hi, smoothed=False):
         w = jnp.concatenate([w, s, s], -1)
         c = jnp.concatenate([c, jnp.ones_like(s, bool), jnp.zeros_like(s, bool)], -1)
         m = jnp.concatenate([m, jnp.ones_like(s, bool), jnp.ones_like(s, bool)], -1)
-    args = (_off._sentinel_score, _sentinel_params(w, c), w, c, m, lo, hi, 60, None, False, "t")
-    cold = _off._solve_equation(*args)
+    args = (_off.sentinel_score, _sentinel_params(w, c), w, c, m, lo, hi, 60, None, False, "t")
+    cold = _off.solve_equation(*args)
     # the public path: the bracket of the sufficient statistics, the sentinel-interval score
-    warm = _off._solve_likelihood(w, c, m, lo, hi, 60, None, False, "t")
+    warm = _off.solve_likelihood(w, c, m, lo, hi, 60, None, False, "t")
     return cold, warm
 
 
@@ -1114,7 +1115,7 @@ def test_straggler_compaction_gives_the_same_roots_and_counts(compact):
     lo, hi = jnp.full(n, 1e-6, w.dtype), jnp.full(n, 1e6, w.dtype)
 
     def roots(take):
-        return solve_monotone(_off._sentinel_score, params, lo, hi, max_steps=60, take=take, compact=compact)
+        return solve_monotone(_off.sentinel_score, params, lo, hi, max_steps=60, take=take, compact=compact)
 
     a, b = roots(None), roots(take_rows)
     steps = np.asarray(a.steps)
@@ -1164,7 +1165,7 @@ def test_fast_mle_matches_a_float64_numpy_root():
     m = np.arange(k)[None, :] < rng.integers(0, k + 1, n)[:, None]
     est = E.mle(w, c, m, return_info=True)
     assert np.all(np.asarray(est.converged))
-    ref = _float64_likelihood_root(w, c, m, E.DEFAULT_MIN_RATE, E.DEFAULT_MAX_RATE)
+    ref = _float64_likelihood_root(w, c, m, DEFAULT_MIN_RATE, DEFAULT_MAX_RATE)
     np.testing.assert_allclose(np.asarray(est.rate, np.float64), ref, rtol=1e-5)
 
 
@@ -1181,7 +1182,7 @@ def test_brackets_across_the_clip_bounds_start_on_the_bound(probe_first):
     assert np.sum(np.asarray((bracket[0] < lo) & (bracket[1] > lo))) >= 3
 
     def roots(pf, lo, hi):
-        return solve_monotone(_off._sentinel_score, params, lo, hi, x0=bracket[0], bracket=bracket,
+        return solve_monotone(_off.sentinel_score, params, lo, hi, x0=bracket[0], bracket=bracket,
                               take=take_rows, compact=4, probe_first=pf)
 
     ref, got = roots(False, lo, hi), roots(probe_first, lo, hi)
@@ -1202,8 +1203,8 @@ def _clip_crossing_case(seed):
     w = rng.exponential(1.0, (n, k)).astype(np.float32) + np.float32(1e-3)
     c = simulate_partial(rng, lam, w)
     lo, hi = jnp.full(n, 0.25, jnp.float32), jnp.full(n, 8.0, jnp.float32)
-    stats = _off._sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
-    bracket = _off._bracket_from_stats(stats, jnp.float32)
+    stats = _off.sentinel_stats(jnp.asarray(w), jnp.asarray(c), None)
+    bracket = _off.bracket_from_stats(stats, jnp.float32)
     crossing_hi = np.asarray((bracket[1] > hi) & (bracket[0] < hi))
     assert crossing_hi.sum() > 10
     return lo, hi, (stats.v, stats.w_u), bracket, crossing_hi
@@ -1219,7 +1220,7 @@ def _check_clipped_at_the_upper_bound(roots_of_hi, hi, x, ref):
 
 
 # ----------------------------------------------------------------------------------------
-# Long histories: blocks that stay in cache, and the third-order start (issue 16)
+# Long histories: blocks that stay in cache, and the third-order start
 # ----------------------------------------------------------------------------------------
 @st.composite
 def long_histories(draw):
@@ -1238,10 +1239,10 @@ def long_histories(draw):
 
 @jax.jit
 def _taylor_ends(w, c, m, lo, hi):
-    stats = _off._sentinel_stats(w, c, m)
-    bracket = _off._bracket_from_stats(stats, w.dtype)
+    stats = _off.sentinel_stats(w, c, m)
+    bracket = _off.bracket_from_stats(stats, w.dtype)
     lo, hi = _eh.clip_bounds(lo, hi, w.dtype, w.shape[:-1])
-    return _off._taylor_start((stats.v, stats.w_u), bracket, lo, hi)
+    return _off.taylor_start((stats.v, stats.w_u), bracket, lo, hi)
 
 
 @pytest.mark.x64
@@ -1286,7 +1287,7 @@ def _blocked_case():
 
     def solve(w, hi, blocks):
         block = 5 * k if blocks else None
-        return _off._solve_likelihood(w, c, m, 1e-6, hi, 60, None, False, "t", block=block)
+        return _off.solve_likelihood(w, c, m, 1e-6, hi, 60, None, False, "t", block=block)
 
     return jnp.asarray(w), m, hi, solve
 
@@ -1350,7 +1351,7 @@ def test_kept_start_below_a_crossed_upper_bound():
 
     def roots(keep, hi):
         x0 = jnp.sqrt(bracket[0] * jnp.minimum(bracket[1], 2 * hi))  # below, inside or above hi
-        return solve_monotone(_off._sentinel_score, params, lo, hi, x0=x0, bracket=bracket,
+        return solve_monotone(_off.sentinel_score, params, lo, hi, x0=x0, bracket=bracket,
                               take=take_rows, compact=4, probe_first=True, keep_start=keep)
 
     ref, got = roots(False, hi), roots(True, hi)

@@ -25,8 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxcrawl.estimators.offline import Estimate
-
+from .likelihood import Estimate
 from .rootfind import solve_monotone
 from .special import inv_expm1 as _inv_expm1
 from .special import log_gap as _log_gap

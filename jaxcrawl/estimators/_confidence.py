@@ -1,13 +1,5 @@
-r"""Confidence intervals for the clipped estimators (Learning to Crawl Lemma 3 and Lemma 8).
-
-* :func:`lemma3_halfwidth` -- partial observations, for :func:`~jaxcrawl.estimators.moment_matching`
-  (L2C Lemma 3);
-* :func:`lemma8_halfwidth` -- full observations, for :func:`~jaxcrawl.estimators.full_observation`
-  (L2C App. K Lemma 8), with Bennett's function :func:`bennett_psi`.
-
-Both half-widths are capped at ``max_rate - min_rate`` (a valid bound, as the estimate and
-the true rate both lie in the clip range), so they are finite for every history.
-"""
+"""Confidence half-widths of the clipped estimators (L2C Lemma 3 and App. K Lemma 8), capped
+at ``max_rate - min_rate`` (the estimate and the true rate both lie in the clip range)."""
 from __future__ import annotations
 
 import jax
@@ -15,9 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcrawl._src.special import as_float, horner
-
-from ._history import (
+from .._src.history import (
     DEFAULT_MAX_RATE,
     DEFAULT_MIN_RATE,
     prepare,
@@ -25,8 +15,7 @@ from ._history import (
     validate_delta,
     validate_history,
 )
-
-__all__ = ["lemma3_halfwidth", "lemma8_halfwidth", "bennett_psi"]
+from .._src.special import as_float, horner
 
 _BENNETT_CUT = 0.5
 _BENNETT_COEFFS = [2.0 * (-1.0) ** j / ((j + 1) * (j + 2)) for j in range(48)]

@@ -38,11 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcrawl._src.checks import is_concrete
-from jaxcrawl._src.rootfind import solve_monotone
-
-from .._src.special import inv_expm1 as _inv_expm1
-from ._history import (
+from .._src.checks import is_concrete
+from .._src.history import (
     DEFAULT_MAX_RATE,
     DEFAULT_MIN_RATE,
     clip_bounds,
@@ -50,9 +47,9 @@ from ._history import (
     validate_bounds,
     validate_history,
 )
-from .offline import Estimate
-
-__all__ = ["discount_weights", "weighted_mle", "discounted_mle"]
+from .._src.likelihood import Estimate
+from .._src.rootfind import solve_monotone
+from .._src.special import inv_expm1 as _inv_expm1
 
 
 def discount_weights(age: ArrayLike, half_life: ArrayLike) -> jax.Array:
