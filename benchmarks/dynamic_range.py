@@ -27,7 +27,6 @@ def main() -> None:
     if args.x64:
         jax.config.update("jax_enable_x64", True)
     import jaxcrawl
-    from jaxcrawl.utilities import binary_epsilon
 
     dt = np.dtype(jax.numpy.result_type(float))
     E = 280 if dt == np.float64 else 30
@@ -45,7 +44,7 @@ def main() -> None:
             p = jaxcrawl.CrawlProblem(imp * 10.0 ** (E * ei), lam * 10.0 ** (E * el), 10.0 ** (E * eb), comp)
         except ValueError:  # every page complete below the bandwidth: refused by name
             continue
-        pol = jaxcrawl.solve(p, binary_epsilon(0.4) if name == "binary-epsilon" else name)
+        pol = jaxcrawl.solve(p, jaxcrawl.binary(0.4) if name == "binary-epsilon" else name)
         row = rows[name]
         row["n"] += 1
         if bool(pol.converged):

@@ -37,7 +37,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 import jaxcrawl  # noqa: E402
 import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
-from jaxcrawl import objectives, solvers  # noqa: E402
 from jaxcrawl.learners import heuristics, run_learner  # noqa: E402
 from jaxcrawl.learners._history import crawl_epoch, observe_epoch  # noqa: E402
 from jaxcrawl.learners.sweep import grid_product  # noqa: E402
@@ -165,7 +164,7 @@ def main():
         t_run = time.perf_counter() - t0
         t_total = time.perf_counter() - t_all
         info = jax.tree_util.tree_map(lambda *x: np.concatenate([np.asarray(v) for v in x]), *infos)
-        optimum = np.asarray(jax.jit(jax.vmap(lambda q: objectives.harmonic_cost(q, solvers.lambda_crawl(q))))(problems))
+        optimum = np.asarray(jax.jit(jax.vmap(lambda q: jaxcrawl.harmonic_cost(q, jaxcrawl.lambda_crawl(q))))(problems))
         ratio = info.harmonic_cost[:, 0] / optimum[:, None]
         page_days = 3 * args.episodes * args.epochs * args.pages
         print(f"Fig. 3 workload (LLC, LLCA, BLLCε), {args.episodes} episodes x {args.epochs} epochs x {args.pages} "
@@ -213,7 +212,7 @@ def main():
     @jax.jit
     def jax_estimate_solve(h, q, previous):
         est, _ = lc.suffix_estimate(h, q.complete, epoch, jnp.inf, 0.5, 1.0, previous)
-        return solvers.lambda_crawl(q.replace(change_rate=est)).rate
+        return jaxcrawl.lambda_crawl(q.replace(change_rate=est)).rate
 
     t_jax = best_time(jax_estimate_solve, hist, problem, state.estimate, repeat=3)
     iv, ch, mk = (np.asarray(a) for a in lc.suffix_history(hist, epoch, jnp.inf))

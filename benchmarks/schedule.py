@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import jaxcrawl  # noqa: E402
-from jaxcrawl import politeness, timetable  # noqa: E402
+from jaxcrawl import timetable  # noqa: E402
 
 from _common import best_time  # noqa: E402
 
@@ -147,17 +147,18 @@ def main():
     caps = np.where(np.arange(H) % 2 == 0, 0.5 * load, np.inf).astype(np.float32)
     caps = np.where(caps > 0, caps, np.inf).astype(np.float32)
     t0 = time.perf_counter()
-    sol = jax.block_until_ready(politeness.lambda_crawl_with_host_caps(prob, host, caps))
+    capped = jaxcrawl.HostCaps(host, caps)
+    sol = jax.block_until_ready(jaxcrawl.solve(prob, "harmonic", caps=capped))
     first_caps = time.perf_counter() - t0
-    t_caps = best_time(lambda: politeness.lambda_crawl_with_host_caps(prob, host, caps), repeat=3)
+    t_caps = best_time(lambda: jaxcrawl.solve(prob, "harmonic", caps=capped), repeat=3)
     t_lc = best_time(jax.jit(jaxcrawl.lambda_crawl), prob, repeat=3)
-    xs = np.asarray(sol.policy.rate, np.float64)
+    xs = np.asarray(sol.rate, np.float64)
     tot = np.bincount(host[host >= 0], weights=xs[host >= 0], minlength=H)
     viol = float(np.max(np.where(np.isfinite(caps), tot / caps - 1, -1)))
     print(f"host caps     {n} pages, {H} hosts ({int(np.sum(np.isfinite(caps)))} capped): "
           f"{t_caps * 1e3:.1f} ms ({int(sol.num_steps)} passes; {first_caps:.1f} s first call) vs "
           f"lambda_crawl {t_lc * 1e3:.1f} ms; worst cap excess {viol:.1e} (relative), "
-          f"budget residual {float(sol.policy.residual):.1e}")
+          f"budget residual {float(sol.residual):.1e}")
     res.update(host_caps_ms=t_caps * 1e3, host_caps_first_call_seconds=first_caps,
                lambda_crawl_ms=t_lc * 1e3, host_caps_passes=int(sol.num_steps),
                host_caps_worst_relative_excess=viol, hosts=H)

@@ -93,9 +93,8 @@ def main(argv=None) -> int:
         jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
 
+    from jaxcrawl import lambda_crawl, synthetic
     from jaxcrawl import simulate as S
-    from jaxcrawl import synthetic
-    from jaxcrawl.solvers import lambda_crawl
 
     dtype = jnp.float64 if args.x64 else jnp.float32
     problem = synthetic(jax.random.key(0), args.pages, dtype=dtype)
