@@ -4,9 +4,9 @@ the optimum at the same crawl volume (the library behind ``jaxcrawl evaluate``).
 :func:`evaluate_policy` takes a :class:`~jaxcrawl.CrawlProblem` (true or estimated rates)
 and a policy -- a plan's :class:`~jaxcrawl.Policy` (e.g. read from a plan file), an
 optimal objective by registry name (:func:`jaxcrawl.objective_names`, solved at the
-problem's bandwidth), a production heuristic (:data:`jaxcrawl.learners.heuristics.HEURISTICS`;
+problem's bandwidth), a production heuristic (:data:`jaxcrawl.learners.HEURISTICS`;
 ``"<name>@matched"``: budget-matched to the bandwidth by
-:func:`~jaxcrawl.learners.heuristics.match_budget`) or a learner (``"llc"``,
+:func:`~jaxcrawl.learners.match_budget`) or a learner (``"llc"``,
 ``"llc-forget"``: LambdaLearnAndCrawl, NeurIPS-19 Alg. 4, without and with forgetting) --
 and returns a :class:`PolicyReport`:
 
@@ -34,15 +34,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .core.objectives import binary_cost, harmonic_cost
+from ._src.checks import NonConvergenceError
+from .core.objectives import binary_cost, harmonic_cost, objective, objective_names
 from .core.problem import CrawlProblem, Policy
-from .core.objectives import objective, objective_names
 from .core.solve import HostCaps, solve
+from .learners import (
+    HEURISTICS,
+    HeuristicParams,
+    LLCParams,
+    heuristic,
+    lambda_learn_and_crawl,
+    llc_settings,
+    match_budget,
+    run_learner,
+)
+from .simulate import evaluate as simulate_evaluate
 
-__all__ = ["PolicyReport", "Constraints", "policy_names", "plan_policy", "evaluate_policy", "optimal_costs",
-           "violations"]
+__all__ = ["PolicyReport", "Constraints", "plan_policy", "evaluate_policy", "optimal_costs"]
 
-LEARNERS = ("llc", "llc-forget")
+_LEARNERS = ("llc", "llc-forget")
 
 
 class PolicyReport(NamedTuple):
@@ -80,11 +90,9 @@ class PolicyReport(NamedTuple):
     notes: dict | None = None
 
 
-def policy_names() -> tuple[str, ...]:
+def _policy_names() -> tuple[str, ...]:
     """Every policy name :func:`evaluate_policy` accepts (``"<heuristic>@matched"`` too)."""
-    from .learners.heuristics import HEURISTICS
-
-    return tuple(objective_names()) + tuple(HEURISTICS) + LEARNERS
+    return tuple(objective_names()) + tuple(HEURISTICS) + _LEARNERS
 
 
 def plan_policy(problem: CrawlProblem, rate: Any, prob: Any) -> Policy:
@@ -150,7 +158,7 @@ def _constrained_solve(problem: CrawlProblem, utility, c: Constraints) -> Policy
     return solve(problem, utility, caps=caps, bounds=(c.min_rate, c.max_rate))
 
 
-def violations(rate: Any, c: Constraints, page_id: Any = None) -> dict:
+def _violations(rate: Any, c: Constraints, page_id: Any = None) -> dict:
     """What a policy's per-page ``rate`` breaks of ``c`` (to 8 eps of float32 relative): the
     number of pages below ``min_rate`` / above ``max_rate`` and of hosts over their cap,
     with the first of each; ``{}`` when it keeps every constraint."""
@@ -187,8 +195,6 @@ def optimal_costs(problem: CrawlProblem, volume: float, constraints: Constraints
     (LambdaCrawl, NeurIPS-19 Alg. 3; BinaryLambdaCrawl / Azar et al.), under
     ``constraints`` (revisit bounds, host caps) when given.  Raises
     :class:`jaxcrawl.NonConvergenceError` if a solve did not converge."""
-    from . import NonConvergenceError
-
     if constraints is not None and constraints.any:
         q = problem.replace(bandwidth=jnp.asarray(float(volume), problem.change_rate.dtype))
         h_pol, b_pol = (_constrained_solve(q, u, constraints) for u in ("harmonic", "binary"))
@@ -225,7 +231,7 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
       problem: the pages (concrete values); its bandwidth is used to solve the named
         optimal objectives, to budget-match ``"<heuristic>@matched"`` and by the learners.
       policy: a :class:`~jaxcrawl.Policy` (e.g. :func:`plan_policy`) or a name of
-        :func:`policy_names` (or ``"<heuristic>@matched"``).
+        the names of the module docstring (or ``"<heuristic>@matched"``).
       key: PRNG key of the Monte Carlo (default ``PRNGKey(0)``).
       horizon: measured time per seed (Monte Carlo; whole days).
       burn_in: simulated time before the measurement for heuristics and learners (Nutch
@@ -263,15 +269,11 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
         pol = (jax.jit(lambda pr: solve(pr, utility))(problem) if c is None
                else _constrained_solve(problem, utility, c))
         if not bool(np.all(np.asarray(pol.converged))):
-            from . import NonConvergenceError
-
-            raise NonConvergenceError(f"the {base!r} solve did not converge")
+                    raise NonConvergenceError(f"the {base!r} solve did not converge")
         return _stationary(problem, pol, name or policy, key, days, num_seeds, monte_carlo, c, page_id)
-    from .learners.heuristics import HEURISTICS
-
     if base in HEURISTICS and suffix in ("", "matched"):
         rep = _heuristic(problem, base, suffix == "matched", name or policy, key, days, warm, num_seeds, c)
-    elif base in LEARNERS and not suffix:
+    elif base in _LEARNERS and not suffix:
         rep = _learner(problem, base, name or policy, key, days, warm, num_seeds, half_life, c)
     else:
         rep = None
@@ -280,13 +282,11 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
             rep = rep._replace(notes=dict(rep.notes or {}, violations="not checked (a Monte-Carlo policy has no "
                                                                         "per-page rates); the optimum is constrained"))
         return rep
-    raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(policy_names())} "
+    raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(_policy_names())} "
                      "(a heuristic may end in '@matched')")
 
 
 def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo, c=None, page_id=None) -> PolicyReport:
-    from .simulate import evaluate as simulate_evaluate
-
     h, b, fr, vol = (float(v) for v in _closed_forms(problem, policy))
     mc = None
     if monte_carlo:
@@ -295,15 +295,12 @@ def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo, c=None
                                                     "binary_cost_se", "fresh_fraction", "fresh_fraction_se",
                                                     "crawl_rate", "crawl_rate_se")}
         mc["overflow"] = int(np.sum(np.asarray(ev.overflow)))
-    notes = None if c is None else {"violations": violations(policy.rate, c, page_id)}
+    notes = None if c is None else {"violations": _violations(policy.rate, c, page_id)}
     return _report(name, "closed form", h, None, b, None, fr, None, vol, None, problem, mc, notes, c)
 
 
 def _heuristic(problem, base, matched, name, key, days, warm, num_seeds, c=None) -> PolicyReport:
-    from .learners import run_learner
-    from .learners.heuristics import HEURISTICS, HeuristicParams, match_budget
-
-    learner = HEURISTICS[base]()
+    learner = heuristic(base)
     params = HeuristicParams()
     notes = {}
     key_match, key_run = jax.random.split(key)
@@ -332,13 +329,10 @@ def _heuristic(problem, base, matched, name, key, days, warm, num_seeds, c=None)
 
 
 def _learner(problem, base, name, key, days, warm, num_seeds, half_life, c=None) -> PolicyReport:
-    from .learners import learn_and_crawl as lc
-    from .learners import run_learner
-
-    settings = lc.llc_settings(problem, history_epochs=max(21, min(warm + days, 64)))
+    settings = llc_settings(problem, history_epochs=max(21, min(warm + days, 64)))
     forgetting = base == "llc-forget"
-    learner = lc.llc(**settings, forgetting=forgetting)
-    params = lc.LLCParams(half_life=half_life if forgetting else float("inf"))
+    learner = lambda_learn_and_crawl(**settings, forgetting=forgetting)
+    params = LLCParams(half_life=half_life if forgetting else float("inf"))
     mu_total = float(np.sum(np.asarray(problem.importance)))
 
     @jax.jit
@@ -354,9 +348,7 @@ def _learner(problem, base, name, key, days, warm, num_seeds, half_life, c=None)
 
     h, b, fr, vol, ok, over = run(jax.random.split(key, num_seeds))
     if not bool(np.all(np.asarray(ok))):
-        from . import NonConvergenceError
-
-        raise NonConvergenceError(f"{base}: an inner solve did not converge")
+            raise NonConvergenceError(f"{base}: an inner solve did not converge")
     (h, hse), (b, bse), (fr, frse), (vol, volse) = (_mean_se(x) for x in (h, b, fr, vol))
     notes = dict(overflow=int(np.sum(np.asarray(over))))
     if forgetting:

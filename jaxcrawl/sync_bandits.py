@@ -1,46 +1,21 @@
 r"""Synchronization bandits: cost-generating processes, exact policy costs, the optimum.
 
 Kolobov, Bubeck & Zimmert, *Online Learning for Active Cache Synchronization*, ICML 2020
-(called "ICML-20" below).  Every arm (cached item) ``k`` incurs an instantaneous cost
-:math:`c_k(\tau)` that depends on the time :math:`\tau` since the arm was last played in
-*sync* mode; the agent observes a cost only when it plays the arm (sync or probe).
+("ICML-20").  Every arm (cached item) ``k`` incurs an instantaneous cost :math:`c_k(\tau)`
+that depends on the time :math:`\tau` since the arm was last played in *sync* mode; the
+agent observes a cost only when it plays the arm (sync or probe).
 
-What this module provides:
-
-* **Cost-generating processes** as pytrees.  A family is any pytree with three methods
-  (the :class:`CostProcess` protocol):
-
-  - ``mean_cumulative_cost(tau)`` -- the exact :math:`\bar C_k(\tau) = \int_0^\tau \bar
-    c_k(t)\,dt` (ICML-20 eq. 3), elementwise over the arms;
-  - ``sample_path(key)`` -- a random *path* (a pytree of per-arm latents, e.g. the
-    multiplicative noise of one interval, or the time of the first change) valid from one
-    sync play to the next;
-  - ``cost(path, tau)`` -- the instantaneous cost on that path at time ``tau`` after the
-    sync play, nondecreasing in ``tau`` along a path (Assumption 3).
-
-  Optional closed forms a family may add: ``arm_cost(rate)`` (:math:`J_k`),
-  ``marginal_value(rate)`` (:math:`-J_k'`) and ``kkt_rate(target, lower, upper)`` (the
-  inverse of the marginal value); without them the generic, autodiff-based versions here
-  are used.  Leaves are per-arm arrays of shape ``(K,)`` (or scalars shared by the arms).
-  Two families ship: :class:`PolynomialCosts` (ICML-20 App. B) and
-  :class:`BinaryPoissonCosts` (App. C).
-
-* **Policy cost** :func:`policy_cost`, :math:`J(r) = \frac1K\sum_k r_k \bar C_k(1/r_k)`
-  (Lemma 1, eq. 7), differentiable with ``jax.grad``.
-
-* **The optimum of Problem 1** (eq. 8) by :func:`jaxcrawl.allocate.allocate`: the KKT
-  conditions say every free arm has the same marginal value
-  :math:`-\partial J/\partial r_k = \nu`; :func:`kkt_rate` inverts the marginal value per
-  arm (closed form for polynomial costs, otherwise the package's one element-wise
-  safeguarded Newton, with its implicit derivative).  The result reports ``converged``.
-
-* **The unbiased gradient estimator** of Lemma 2 (:func:`gradient_estimate`) and its
-  average over many sync intervals (:func:`interval_gradient_estimate`), which the
-  learners in :mod:`jaxcrawl.learners.mirror_sync` use.
-
-* **Instance generators** with the papers' Table 1 / Table 2 defaults
-  (:func:`polynomial_bandit`, :func:`binary_poisson_bandit`), returning a
-  :class:`SyncBandit`.
+* A family of cost processes is any pytree implementing :class:`CostProcess`
+  (``mean_cumulative_cost``, ``sample_path``, ``cost``; optionally the closed forms
+  ``arm_cost``, ``marginal_value`` and ``kkt_rate``).  Two ship: polynomial costs
+  (:func:`polynomial_costs`, App. B) and binary-Poisson costs (:func:`binary_poisson_costs`,
+  App. C).
+* :func:`policy_cost` is :math:`J(r) = \frac1K\sum_k r_k \bar C_k(1/r_k)` (Lemma 1, eq. 7).
+* :func:`optimal_policy` solves Problem 1 (eq. 8) with :func:`jaxcrawl.allocate`.
+* :func:`interval_gradient_estimate` averages the unbiased estimator of Lemma 2 over sync
+  intervals (the learners' gradient: :func:`jaxcrawl.learners.mirror_sync`).
+* :func:`polynomial_bandit` and :func:`binary_poisson_bandit` draw instances with the
+  paper's Table 1 / Table 2 defaults (:data:`TABLE1`, :data:`TABLE2`).
 """
 from __future__ import annotations
 
@@ -58,8 +33,6 @@ from jaxcrawl.core.solve import Allocation, allocate
 
 __all__ = [
     "CostProcess",
-    "PolynomialCosts",
-    "BinaryPoissonCosts",
     "polynomial_costs",
     "binary_poisson_costs",
     "SyncBandit",
@@ -68,15 +41,8 @@ __all__ = [
     "binary_poisson_bandit",
     "TABLE1",
     "TABLE2",
-    "num_arms",
-    "arm_costs",
     "policy_cost",
-    "marginal_values",
-    "kkt_rate",
-    "optimal_rates",
     "optimal_policy",
-    "gradient_estimate",
-    "ProbeGradient",
     "interval_gradient_estimate",
 ]
 
@@ -105,7 +71,7 @@ class CostProcess(Protocol):
 
     A family is a pytree (e.g. a ``NamedTuple`` of per-arm arrays) describing the K arms'
     processes :math:`c_k(\tau)`.  All methods act elementwise over the arms and must be
-    jit/vmap-safe.  See :class:`PolynomialCosts` for a complete example.
+    jit/vmap-safe.  See :class:`_PolynomialCosts` for a complete example.
     """
 
     def mean_cumulative_cost(self, tau):
@@ -126,7 +92,7 @@ def _pos(x):
 
 
 # ------------------------------------------------------------------ polynomial family
-class PolynomialCosts(NamedTuple):
+class _PolynomialCosts(NamedTuple):
     r"""Polynomial cost processes :math:`c_k(\tau) = a_k \tau^{p_k}` (ICML-20 §8, App. B).
 
     At every sync play a fresh multiplier :math:`a_k \sim U[\bar a_k(1-\delta),
@@ -193,7 +159,7 @@ class PolynomialCosts(NamedTuple):
 
 
 # --------------------------------------------------------------- binary-Poisson family
-class BinaryPoissonCosts(NamedTuple):
+class _BinaryPoissonCosts(NamedTuple):
     r"""Binary-Poisson cost processes (ICML-20 App. C): importance × 1{at least one change}.
 
     Arm k's content changes as a Poisson process of rate :math:`\lambda_k`; its cost is
@@ -250,8 +216,13 @@ def _float_leaf(x, name, dtype=None):
     return arr
 
 
-def polynomial_costs(scale: ArrayLike, exponent: ArrayLike, noise: ArrayLike = 0.1) -> PolynomialCosts:
-    """Validated :class:`PolynomialCosts` (ICML-20 App. B).
+def polynomial_costs(scale: ArrayLike, exponent: ArrayLike, noise: ArrayLike = 0.1) -> _PolynomialCosts:
+    r"""Polynomial cost processes :math:`c_k(\tau) = a_k \tau^{p_k}` (ICML-20 §8, App. B).
+
+    At every sync play a multiplier :math:`a_k \sim U[\bar a_k(1-\delta), \bar a_k(1+\delta)]`
+    is drawn and held until the next one, so :math:`J_k(r) = \bar a_k r^{-p_k}/(p_k+1)`.
+    ``scale`` is :math:`\bar a_k \ge 0`, ``exponent`` :math:`p_k \ge 0`, ``noise``
+    :math:`\delta \in [0, 1]` (scalars or ``(K,)``).
 
     Raises:
       ValueError: (for concrete inputs) if ``scale < 0``, ``exponent < 0``, ``noise`` is
@@ -276,11 +247,14 @@ def polynomial_costs(scale: ArrayLike, exponent: ArrayLike, noise: ArrayLike = 0
             raise ValueError("exponent p_k must be >= 0 (costs must not decrease, Assumption 3)")
         if np.any((d < 0) | (d > 1)):
             raise ValueError("noise must lie in [0, 1] (ICML-20 App. B)")
-    return PolynomialCosts(scale, exponent, noise)
+    return _PolynomialCosts(scale, exponent, noise)
 
 
-def binary_poisson_costs(change_rate: ArrayLike, importance: ArrayLike = 1.0) -> BinaryPoissonCosts:
-    """Validated :class:`BinaryPoissonCosts` (ICML-20 App. C); importance broadcast to the arms.
+def binary_poisson_costs(change_rate: ArrayLike, importance: ArrayLike = 1.0) -> _BinaryPoissonCosts:
+    r"""Binary-Poisson cost processes (ICML-20 App. C): :math:`c_k(\tau) = w_k\,\mathbb 1\{N_k(\tau)\ge 1\}`
+    for arms changing as Poisson processes of rates :math:`\lambda_k > 0`, so
+    :math:`J_k(r) = w_k(1 - (1-e^{-x})/x)` with :math:`x = \lambda_k/r`; ``importance``
+    :math:`w_k \ge 0` is broadcast to the arms.
 
     Raises:
       ValueError: (for concrete inputs) if a change rate is not finite and > 0 or an
@@ -295,7 +269,7 @@ def binary_poisson_costs(change_rate: ArrayLike, importance: ArrayLike = 1.0) ->
         if not np.all(np.isfinite(w)) or np.any(w < 0):
             raise ValueError("importance must be finite and >= 0 for every arm")
         importance = jnp.broadcast_to(importance, jnp.broadcast_shapes(lam.shape, w.shape))
-    return BinaryPoissonCosts(importance, change_rate)
+    return _BinaryPoissonCosts(importance, change_rate)
 
 
 class SyncBandit(NamedTuple):
@@ -315,8 +289,13 @@ class SyncBandit(NamedTuple):
     min_rate: jax.Array
     max_rate: jax.Array
 
+    @property
+    def num_arms(self) -> int:
+        """Number of arms K (static, from the shape of the cost family)."""
+        return _num_arms(self.costs)
 
-def num_arms(costs: Any) -> int:
+
+def _num_arms(costs: Any) -> int:
     """Number of arms K of a cost family (static: read from the shape of ``mean_cumulative_cost``)."""
     shape = jax.eval_shape(lambda c: c.mean_cumulative_cost(jnp.ones((), jnp.float32)), costs).shape
     if len(shape) == 0:
@@ -338,7 +317,7 @@ def make_sync_bandit(costs: Any, budget: ArrayLike, min_rate: ArrayLike, max_rat
     budget, min_rate, max_rate = (_float_leaf(v, n, dtype) for v, n in
                                   ((budget, "budget"), (min_rate, "min_rate"), (max_rate, "max_rate")))
     if is_concrete(budget, min_rate, max_rate):
-        k = num_arms(costs)
+        k = _num_arms(costs)
         b, lo, hi = float(budget), float(min_rate), float(max_rate)
         if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo <= hi):
             raise ValueError(f"need 0 < min_rate <= max_rate < inf; got min_rate={lo}, max_rate={hi}")
@@ -374,7 +353,7 @@ def polynomial_bandit(key: jax.Array, num_arms: int = 100, *, budget_fraction: f
     key_scale, key_exp = jax.random.split(key)
     scale = jax.random.uniform(key_scale, (num_arms,), dtype)
     exponent = jax.nn.sigmoid(scaling * jax.random.uniform(key_exp, (num_arms,), dtype))
-    costs = PolynomialCosts(scale, exponent, jnp.full((num_arms,), noise, dtype))
+    costs = _PolynomialCosts(scale, exponent, jnp.full((num_arms,), noise, dtype))
     return SyncBandit(costs, jnp.asarray(budget_fraction * num_arms, dtype),
                       jnp.asarray(min_rate, dtype), jnp.asarray(max_rate, dtype))
 
@@ -396,13 +375,13 @@ def binary_poisson_bandit(key: jax.Array, num_arms: int = 100, *, budget_fractio
         raise ValueError(f"importance must be >= 0; got {importance}")
     dtype = dtype or jnp.result_type(float)
     lam = jax.random.uniform(key, (num_arms,), dtype, minval=lo, maxval=hi)
-    costs = BinaryPoissonCosts(jnp.full((num_arms,), importance, dtype), lam)
+    costs = _BinaryPoissonCosts(jnp.full((num_arms,), importance, dtype), lam)
     return SyncBandit(costs, jnp.asarray(budget_fraction * num_arms, dtype),
                       jnp.asarray(min_rate, dtype), jnp.asarray(max_rate, dtype))
 
 
 # ----------------------------------------------------------------- policy cost (Lemma 1)
-def arm_costs(costs: Any, rate: ArrayLike) -> jax.Array:
+def _arm_costs(costs: Any, rate: ArrayLike) -> jax.Array:
     r"""Per-arm costs :math:`J_k(r_k) = r_k\bar C_k(1/r_k)` (ICML-20 Lemma 1, eq. 7).
 
     Uses the family's ``arm_cost`` closed form when it has one.
@@ -426,22 +405,22 @@ def policy_cost(costs: Any, rate: ArrayLike) -> jax.Array:
         r = np.asarray(rate)
         if not np.all(np.isfinite(r)) or np.any(r <= 0):
             raise ValueError("rate must be finite and > 0 for every arm")
-    return jnp.mean(arm_costs(costs, rate), axis=-1)
+    return jnp.mean(_arm_costs(costs, rate), axis=-1)
 
 
-def marginal_values(costs: Any, rate: ArrayLike) -> jax.Array:
+def _marginal_values(costs: Any, rate: ArrayLike) -> jax.Array:
     r"""Per-arm marginal values :math:`-J_k'(r_k) = \frac1{r_k}\bar c_k(\frac1{r_k}) - \bar
     C_k(\frac1{r_k}) \ge 0` (ICML-20 Lemma 1 proof), so :math:`\partial J/\partial r_k =
     -\text{marginal}_k/K`.
 
     Uses the family's ``marginal_value`` closed form when it has one, else forward-mode
-    autodiff of :func:`arm_costs` (elementwise).
+    autodiff of :func:`_arm_costs` (elementwise).
     """
     fn = getattr(costs, "marginal_value", None)
     if fn is not None:
         return fn(rate)
     rate = jnp.asarray(rate)
-    _, d = jax.jvp(lambda r: arm_costs(costs, r), (rate,), (jnp.ones_like(rate),))
+    _, d = jax.jvp(lambda r: _arm_costs(costs, r), (rate,), (jnp.ones_like(rate),))
     return -d
 
 
@@ -449,7 +428,7 @@ def _log_marginal_gap(rate, params):
     r""":math:`\log m_k(r) - \log y_k`, nonincreasing in r (``-inf`` where :math:`m_k(r) = 0`,
     ``+inf`` where :math:`y_k \le 0`: every rate is then too small)."""
     costs, target = params
-    m = marginal_values(costs, rate)
+    m = _marginal_values(costs, rate)
     pos = m > 0
     ypos = target > 0
     gap = jnp.log(jnp.where(pos, m, 1.0)) - jnp.log(jnp.where(ypos, target, 1.0))
@@ -463,7 +442,7 @@ def _invert_marginal(costs, target, lower, upper):
     the implicit function theorem per arm."""
     target = jnp.asarray(target)
     shape = jnp.broadcast_shapes(jnp.shape(target), jnp.shape(lower), jnp.shape(upper),
-                                 jax.eval_shape(lambda c: marginal_values(c, jnp.ones((), target.dtype)),
+                                 jax.eval_shape(lambda c: _marginal_values(c, jnp.ones((), target.dtype)),
                                                 costs).shape)
     target = jnp.broadcast_to(target, shape)
     lower = jnp.broadcast_to(jnp.asarray(lower, target.dtype), shape)
@@ -480,7 +459,7 @@ def _invert_marginal(costs, target, lower, upper):
     return solve_monotone(_log_marginal_gap, params, lower, upper, x0=x0).x
 
 
-def kkt_rate(costs: Any, target: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> jax.Array:
+def _kkt_rate(costs: Any, target: ArrayLike, lower: ArrayLike, upper: ArrayLike) -> jax.Array:
     r"""The rate in ``[lower, upper]`` whose marginal value :math:`-J_k'(r)` equals ``target``.
 
     This is the per-arm KKT inverse of Problem 1 (ICML-20 eq. 8): a free arm at dual
@@ -497,31 +476,31 @@ def kkt_rate(costs: Any, target: ArrayLike, lower: ArrayLike, upper: ArrayLike) 
     return _invert_marginal(costs, target, lower, upper)
 
 
-def optimal_rates(costs: Any, budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, *,
+def _optimal_rates(costs: Any, budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, *,
                   max_steps: int = 100, rtol: float | None = None,
                   throw: bool = False) -> Allocation:
     r"""Exact optimum of Problem 1: :math:`\min J(r)` s.t. :math:`\|r\|_1 = B`,
     :math:`r \in [r_{min}, r_{max}]^K` (ICML-20 eq. 8).
 
-    Solved by :func:`jaxcrawl.allocate.allocate` with the utility :math:`u_k = -J_k/K`:
+    Solved by :func:`jaxcrawl.allocate` with the utility :math:`u_k = -J_k/K`:
     the returned ``dual`` is :math:`\nu = -\partial J/\partial r_k` at every free arm
     (the KKT multiplier of the budget; also :math:`-dJ^*/dB`), and each arm's rate is
-    :func:`kkt_rate` at target :math:`K\nu`.  Jit/vmap/grad-safe.
+    :func:`_kkt_rate` at target :math:`K\nu`.  Jit/vmap/grad-safe.
 
     Args:
       costs: a :class:`CostProcess` family of K arms.
       budget: B.
       lower, upper: :math:`r_{min}`, :math:`r_{max}` (scalars or ``(K,)``).
-      max_steps, rtol, throw: as in :func:`jaxcrawl.allocate.allocate` (``throw=True``
+      max_steps, rtol, throw: as in :func:`jaxcrawl.allocate` (``throw=True``
         raises :class:`jaxcrawl.NonConvergenceError` when the dual root-find stops at
         ``max_steps``).
 
     Returns:
-      :class:`jaxcrawl.allocate.Allocation` ``(x, dual, residual, num_steps, converged)``:
+      :class:`jaxcrawl.Allocation` ``(x, dual, residual, num_steps, converged)``:
       ``converged`` says whether the dual root-find met its tolerance within
       ``max_steps``, and ``residual`` is the budget gap before the closing correction.
     """
-    k = num_arms(costs)
+    k = _num_arms(costs)
     budget = jnp.asarray(budget)
     if not jnp.issubdtype(budget.dtype, jnp.floating):
         budget = budget.astype(jnp.result_type(float))
@@ -539,29 +518,42 @@ def optimal_rates(costs: Any, budget: ArrayLike, lower: ArrayLike, upper: ArrayL
 def _optimum_rate(nu, params):
     c, lo, hi = params
     k = lo.shape[-1]
-    return kkt_rate(c, nu * k, lo, hi)
+    return _kkt_rate(c, nu * k, lo, hi)
 
 
 def _optimum_marginal(x, params):
     c, lo, _ = params
-    return marginal_values(c, x) / lo.shape[-1]
+    return _marginal_values(c, x) / lo.shape[-1]
 
 
-def optimal_policy(bandit: SyncBandit, exploration: ArrayLike = 0.0) -> Allocation:
-    r"""Optimum of a :class:`SyncBandit` (ICML-20 Problem 1, eq. 8); with ``exploration =
-    ε > 0``, of the restricted set :math:`\mathcal K_\varepsilon` (budget
-    :math:`B/(1+\varepsilon)`, rates in :math:`[r_{min}, r_{max}/(1+\varepsilon)]`; ICML-20
-    Alg. 1 line 2), whose cost :math:`J^*_\varepsilon` is what the learners converge to.
-    Returns the :class:`~jaxcrawl.allocate.Allocation` of :func:`optimal_rates` (with
-    ``converged``).
+def optimal_policy(bandit: SyncBandit, exploration: ArrayLike = 0.0, *, max_steps: int = 100,
+                   rtol: float | None = None, throw: bool = False) -> Allocation:
+    r"""Exact optimum of a :class:`SyncBandit`: :math:`\min J(r)` s.t. :math:`\|r\|_1 = B`,
+    :math:`r \in [r_{min}, r_{max}]^K` (ICML-20 Problem 1, eq. 8).
+
+    With ``exploration = ε > 0``, the optimum over the restricted set
+    :math:`\mathcal K_\varepsilon` (budget :math:`B/(1+\varepsilon)`, rates in
+    :math:`[r_{min}, r_{max}/(1+\varepsilon)]`; Alg. 1 line 2), whose cost
+    :math:`J^*_\varepsilon` is what the learners converge to.  ``min_rate`` and ``max_rate``
+    may be per-arm ``(K,)`` arrays.  Jit/vmap/grad-safe.
+
+    Args:
+      bandit: the instance (unbatched; ``jax.vmap`` for many).
+      exploration: ε.
+      max_steps, rtol, throw: as in :func:`jaxcrawl.allocate` (``throw=True`` raises
+        :class:`jaxcrawl.NonConvergenceError` when the dual root-find stops at ``max_steps``).
+
+    Returns:
+      :class:`jaxcrawl.Allocation` ``(x, dual, residual, num_steps, converged)``: ``dual``
+      is :math:`\nu = -\partial J/\partial r_k` at every free arm (also :math:`-dJ^*/dB`).
     """
     scale = 1.0 / (1.0 + jnp.asarray(exploration, jnp.result_type(bandit.budget)))
-    return optimal_rates(bandit.costs, bandit.budget * scale, bandit.min_rate,
-                         bandit.max_rate * scale)
+    return _optimal_rates(bandit.costs, bandit.budget * scale, bandit.min_rate,
+                          bandit.max_rate * scale, max_steps=max_steps, rtol=rtol, throw=throw)
 
 
 # ------------------------------------------------------------ gradient estimator (Lemma 2)
-def gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, exploration: ArrayLike) -> jax.Array:
+def _gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, exploration: ArrayLike) -> jax.Array:
     r"""One sample of the unbiased gradient estimator of ICML-20 Lemma 2.
 
     For each arm: with probability ε a probe play at :math:`t \sim U[0, 1/r_k]` after a
@@ -591,7 +583,7 @@ def gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, exploration: 
     return jnp.where(probe, diff / (exploration * rate * k), 0.0)
 
 
-class ProbeGradient(NamedTuple):
+class _ProbeGradient(NamedTuple):
     r"""Result of :func:`interval_gradient_estimate`.
 
     Attributes:
@@ -611,7 +603,7 @@ def _gather_arms(costs, idx):
 
 def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_intervals: ArrayLike,
                                exploration: ArrayLike, *,
-                               chunk_size: int | None = None) -> ProbeGradient:
+                               chunk_size: int | None = None) -> _ProbeGradient:
     r"""Average of the Lemma 2 samples over ``num_intervals[k]`` sync intervals of each arm.
 
     Each of arm k's intervals (length :math:`1/r_k`, a fresh path each) independently holds
@@ -679,4 +671,4 @@ def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_
             jnp.asarray(0, jnp.int32))
     _, _, sums, count = jax.lax.while_loop(cond, body, init)
     grad = jnp.where(n > 0, sums / jnp.maximum(n, 1).astype(dtype), 0.0)
-    return ProbeGradient(grad=grad, num_probes=count)
+    return _ProbeGradient(grad=grad, num_probes=count)

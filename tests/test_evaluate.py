@@ -14,10 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcrawl import cli, objectives
+import jaxcrawl
+from jaxcrawl import CrawlProblem, cli
 from jaxcrawl.io import read_plan_csv, read_problem_csv, write_problem_csv
 from jaxcrawl.policy_eval import plan_policy
-from jaxcrawl.problem import CrawlProblem
 
 Z = 4.0
 
@@ -63,9 +63,9 @@ def test_plan_evaluates_to_the_closed_forms_exactly(table, capsys):
     out, summary = _last_json(capsys)
     (row,) = summary["results"]
     problem, policy = _plan_policy_of(pages, plan, 60.0)
-    assert row["harmonic_cost"] == float(objectives.harmonic_cost(problem, policy))
-    assert row["binary_cost"] == float(objectives.binary_cost(problem, policy))
-    per_page = np.asarray(objectives.binary_cost(problem, policy, per_page=True), np.float64)
+    assert row["harmonic_cost"] == float(jaxcrawl.harmonic_cost(problem, policy))
+    assert row["binary_cost"] == float(jaxcrawl.binary_cost(problem, policy))
+    per_page = np.asarray(jaxcrawl.binary_cost(problem, policy, per_page=True), np.float64)
     assert row["fresh_fraction"] == pytest.approx(1 - per_page.sum() / np.asarray(problem.importance).sum(), rel=1e-5)
     assert row["crawl_rate"] == pytest.approx(60.0, rel=1e-5)
     # a LambdaCrawl plan is the harmonic optimum at its own volume; the binary one is lower
@@ -133,10 +133,10 @@ def test_constraints_bounded_plan_has_zero_gap_and_capped_violations_are_flagged
     problem = CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), 40.0, jnp.asarray(comp))
     lo, hi = np.full(n, 0.02), np.where(comp, np.inf, 1.5)
     bounded = Constraints(min_rate=lo, max_rate=hi)
-    pol = jaxcrawl.solve(problem, "harmonic", min_rate=lo, max_rate=hi)
+    pol = jaxcrawl.solve(problem, "harmonic", bounds=(lo, hi))
     rep = evaluate_policy(problem, pol, monte_carlo=False, constraints=bounded)
-    assert rep.harmonic_cost == float(objectives.harmonic_cost(problem, pol))
-    assert rep.binary_cost == float(objectives.binary_cost(problem, pol))
+    assert rep.harmonic_cost == float(jaxcrawl.harmonic_cost(problem, pol))
+    assert rep.binary_cost == float(jaxcrawl.binary_cost(problem, pol))
     assert rep.notes == {"violations": {}}
     assert abs(rep.harmonic_gap) <= 1e-5 * abs(rep.optimal_harmonic)
     # an unbounded optimum breaks the bounds (named), and is no worse than the bounded one

@@ -1,4 +1,4 @@
-"""Production revisit heuristics as learners (jaxcrawl.learners.heuristics).
+"""Production revisit heuristics as learners (jaxcrawl.learners.heuristic).
 
 * Each rule's interval update equals a plain-Python transcription of the crawler's
   documented rule, in the crawler's own units, on hand-made fetch sequences (changes,
@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxcrawl import CrawlProblem
 from jaxcrawl import simulate as S
-from jaxcrawl.learners import heuristics as H
-from jaxcrawl.learners import run_learner, run_sweep
-from jaxcrawl.problem import CrawlProblem
+from jaxcrawl.learners import HeuristicParams, heuristic, match_budget, run_learner, run_on_path, run_sweep
+from jaxcrawl.learners import _heuristics as H
 
 DAY = 86400.0
 Z = 4.0
@@ -119,7 +119,7 @@ def _params(learner):
 ])
 def test_nutch_adaptive_update_is_the_documented_rule(settings, sync_delta):
     kw = dict(settings, sync_delta=sync_delta)
-    learner = H.nutch_adaptive(**kw)
+    learner = heuristic("nutch-adaptive", **kw)
     prm = _params(learner)
     flags = np.array(_FLAGS)
     times = np.stack([_fetch_times(DAY, flags.shape[1], s) for s in range(len(flags))])
@@ -140,7 +140,7 @@ def test_nutch_adaptive_update_is_the_documented_rule(settings, sync_delta):
 @pytest.mark.parametrize("kw", [dict(), dict(fetch_interval_min=120.0, fetch_interval_max=2880.0, rate_incr=0.3,
                                               rate_decr=0.7, fetch_interval_default=600.0)])
 def test_stormcrawler_update_is_the_documented_rule(kw):
-    prm = _params(H.stormcrawler_adaptive(**kw))
+    prm = _params(heuristic("stormcrawler-adaptive", **kw))
     flags = np.array(_FLAGS)
     times = np.stack([_fetch_times(1440.0, flags.shape[1], s) for s in range(len(flags))])  # minutes
     got_i, got_next = _run_rule(H.STORMCRAWLER, prm, times / 1440.0, flags)
@@ -157,7 +157,7 @@ def test_stormcrawler_update_is_the_documented_rule(kw):
 @pytest.mark.parametrize("kw", [dict(), dict(min_wait_interval_seconds=6 * 3600.0, max_wait_interval_seconds=5 * DAY,
                                               unchanged_factor=2.0, changed_factor=3.0)])
 def test_heritrix_update_is_the_documented_rule(kw):
-    prm = _params(H.heritrix_wait(**kw))
+    prm = _params(heuristic("heritrix-wait", **kw))
     flags = np.array(_FLAGS)
     times = np.stack([_fetch_times(DAY, flags.shape[1], s) for s in range(len(flags))])
     got_i, got_next = _run_rule(H.HERITRIX, prm, times / DAY, flags)
@@ -172,7 +172,7 @@ def test_heritrix_update_is_the_documented_rule(kw):
 
 
 def test_nutch_default_is_a_fixed_interval():
-    prm = _params(H.nutch_default(interval_default=3 * DAY))
+    prm = _params(heuristic("nutch-default", interval_default=3 * DAY))
     flags = np.array(_FLAGS)
     times = np.stack([_fetch_times(1.0, flags.shape[1], s) for s in range(len(flags))])
     got_i, got_next = _run_rule(H.FIXED, prm, times, flags)
@@ -188,10 +188,10 @@ def test_fixed_interval_crawler_on_drifting_pages_matches_the_exact_costs():
     lam = rng.uniform(0.2, 2.0, n).astype(np.float32)
     problem = CrawlProblem(jnp.ones(n), jnp.asarray(lam), 1.0)
     rates = S.regime_switch(problem.change_rate, [1.0, 3.0, 0.3], [5.0, 11.0], num_windows=num_epochs)
-    learner = H.nutch_default(interval_default=interval * DAY)
+    learner = heuristic("nutch-default", interval_default=interval * DAY)
 
     def one(k):
-        _, info = H.run_on_path(k, learner, problem, rates)
+        _, info = run_on_path(k, learner, problem, rates)
         return info
 
     info = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(0), seeds))
@@ -217,7 +217,7 @@ def test_vmap_over_seeds_equals_single_runs_and_run_sweep_works():
     rng = np.random.default_rng(1)
     problem = CrawlProblem(jnp.asarray(rng.lognormal(0, 1, n), jnp.float32),
                            jnp.asarray(rng.uniform(0.1, 3.0, n), jnp.float32), 6.0)
-    learner = H.heritrix_wait()
+    learner = heuristic("heritrix-wait")
     keys = jax.random.split(jax.random.PRNGKey(3), 3)
     _, batched = jax.vmap(lambda k: run_learner(k, learner, problem, 6))(keys)
     for i in range(3):
@@ -225,9 +225,9 @@ def test_vmap_over_seeds_equals_single_runs_and_run_sweep_works():
         np.testing.assert_allclose(np.asarray(batched.harmonic_cost[i]), np.asarray(single.harmonic_cost), rtol=1e-5)
         np.testing.assert_array_equal(np.asarray(batched.num_crawls[i]), np.asarray(single.num_crawls))
     # a grid over budget_scale for the fixed rule: crawls per day = n / (interval × c)
-    fixed = H.nutch_default(interval_default=2 * DAY)
+    fixed = heuristic("nutch-default", interval_default=2 * DAY)
     batch = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[None], problem)
-    grid = H.HeuristicParams(budget_scale=jnp.asarray([0.5, 1.0, 4.0]))
+    grid = HeuristicParams(budget_scale=jnp.asarray([0.5, 1.0, 4.0]))
     res = run_sweep(jax.random.PRNGKey(4), fixed, batch, grid, num_seeds=2, num_steps=40)
     per_day = np.asarray(res.outputs.num_crawls, np.float64)[..., 8:].mean(-1)  # (G, P, S)
     np.testing.assert_allclose(per_day[:, 0, 0], n / (2 * np.array([0.5, 1.0, 4.0])), rtol=0.05)
@@ -239,8 +239,8 @@ def test_budget_matching_hits_the_bandwidth_within_two_percent():
     rng = np.random.default_rng(2)
     lam = np.exp(rng.normal(np.log(1 / 3), 1.0, n)).astype(np.float32)
     problem = CrawlProblem(jnp.ones(n), jnp.asarray(lam), 0.2 * n)
-    learner = H.nutch_adaptive(interval_default=2 * DAY, epoch_length=5.0)
-    match = H.match_budget(jax.random.PRNGKey(7), learner, problem, burn_in=20, num_epochs=40, num_seeds=4)
+    learner = heuristic("nutch-adaptive", interval_default=2 * DAY, epoch_length=5.0)
+    match = match_budget(jax.random.PRNGKey(7), learner, problem, burn_in=20, num_epochs=40, num_seeds=4)
     assert bool(match.converged)
     # an independent check with a fresh key: within 2%, with a standard error well below it
     vol, se = H.crawl_volume(jax.random.PRNGKey(99), learner, problem, match.params, burn_in=20, num_epochs=40,
@@ -254,18 +254,18 @@ def test_budget_matching_hits_the_bandwidth_within_two_percent():
 
 def test_bad_settings_are_rejected():
     with pytest.raises(ValueError, match="dec_rate"):
-        H.nutch_adaptive(dec_rate=1.5)
+        heuristic("nutch-adaptive", dec_rate=1.5)
     with pytest.raises(ValueError, match="min_interval"):
-        H.nutch_adaptive(min_interval=10 * DAY, max_interval=DAY)
+        heuristic("nutch-adaptive", min_interval=10 * DAY, max_interval=DAY)
     with pytest.raises(ValueError, match="changed_factor"):
-        H.heritrix_wait(changed_factor=0.5)
+        heuristic("heritrix-wait", changed_factor=0.5)
     with pytest.raises(ValueError, match="epoch_length"):
-        H.stormcrawler_adaptive(epoch_length=0.0)
+        heuristic("stormcrawler-adaptive", epoch_length=0.0)
     problem = CrawlProblem(jnp.ones(4), jnp.ones(4), 1.0)
     with pytest.raises(ValueError, match="budget_scale"):
-        H.heritrix_wait().init(problem, H.HeuristicParams(budget_scale=-1.0))
+        heuristic("heritrix-wait").init(problem, HeuristicParams(budget_scale=-1.0))
     with pytest.raises(ValueError, match="num_seeds"):
-        H.match_budget(jax.random.PRNGKey(0), H.heritrix_wait(), problem, num_seeds=1)
+        match_budget(jax.random.PRNGKey(0), heuristic("heritrix-wait"), problem, num_seeds=1)
 
 
 # ------------------------------------------------------------------ the reproduction

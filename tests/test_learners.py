@@ -23,15 +23,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxcrawl
-import jaxcrawl.learners.explore_commit as ec
-import jaxcrawl.learners.learn_and_crawl as lc
-import jaxcrawl.learners.sweep as sw
-from jaxcrawl import estimators, objectives, solvers
+import jaxcrawl.learners._explore_commit as ec
+import jaxcrawl.learners._learn_and_crawl as lc
+import jaxcrawl.learners._sweep as sw
+from jaxcrawl import CrawlProblem, estimators
 from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl.learners import Learner, run_learner
-from jaxcrawl.problem import CrawlProblem
 from jaxcrawl.simulate import config_for
-from jaxcrawl.utilities import BINARY_EPSILON, HARMONIC, HARMONIC_APPROX
 
 Z = 4.0  # standard errors allowed in Monte-Carlo comparisons
 
@@ -269,7 +267,7 @@ def test_phased_regret_is_eq4_per_phase(eps_sweep, instances):
     then (1 − ε)ρ̂ + εR/m for Azar et al.'s optimum ρ̂ of the previous estimates."""
     b = instances["b"]
     info = jax.tree_util.tree_map(lambda x: np.asarray(x)[1, 0, 0], eps_sweep["result"].outputs)
-    f = np.asarray(objectives.binary_freshness(b, jnp.asarray(info.rate)))
+    f = np.asarray(jaxcrawl.binary_freshness(b, jnp.asarray(info.rate)))
     np.testing.assert_allclose(info.utility, eps_sweep["length"] / 10 * f, rtol=rtol_for(f, 1e-7))
     np.testing.assert_allclose(info.rate[0], 1.0, rtol=rtol_for(f, 1e-12))
     rho_hat = np.asarray(jaxcrawl.solve(b.replace(change_rate=jnp.asarray(info.estimate[7])), "binary").rate)
@@ -325,8 +323,8 @@ class _Interrupt(Exception):
 
 
 def test_sweep_resumes_without_recomputing(tmp_path):
-    """A sweep interrupted after its first chunk resumes from disk (the atomic checkpoint
-    files of jaxcrawl.io.checkpoint) and computes only the rest; the result equals the
+    """A sweep interrupted after its first chunk resumes from disk (atomic
+    checkpoint files) and computes only the rest; the result equals the
     uninterrupted sweep; load_sweep reads the chunks; a different sweep is refused."""
     problems, key = toy_problems(), jax.random.key(4)
     kwargs = dict(num_seeds=3, num_steps=6, chunk_size=2)  # the shapes above: no new compilation
@@ -368,7 +366,7 @@ def test_grid_product_and_sweep_validation():
     p = l2c_instance(3)
     with pytest.raises(ValueError, match="leading instance axis"):
         sw.run_sweep(jax.random.key(0), TOY, p, None, num_seeds=1, num_steps=1)
-    assert sw.Learner is Learner and sw.run_learner is run_learner  # one protocol, one driver
+    assert jaxcrawl.learners.Learner is Learner and sw.run_learner is run_learner  # one protocol, one driver
 
 
 # -------------------------------------------------------- LambdaLearnAndCrawl family
@@ -391,9 +389,9 @@ def llc_runs():
 
     @jax.jit
     def optimum(qs):
-        return dict(llc=objectives.harmonic_cost(qs, jaxcrawl.solve(qs, "harmonic")),
-                    llca=objectives.harmonic_cost(qs, jaxcrawl.solve(qs, "harmonic-approx")),
-                    bllc=objectives.binary_cost(qs, solvers.binary_lambda_crawl(qs, 0.4)))
+        return dict(llc=jaxcrawl.harmonic_cost(qs, jaxcrawl.solve(qs, "harmonic")),
+                    llca=jaxcrawl.harmonic_cost(qs, jaxcrawl.solve(qs, "harmonic-approx")),
+                    bllc=jaxcrawl.binary_cost(qs, jaxcrawl.binary_lambda_crawl(qs, 0.4)))
 
     return dict(info=info, settings=settings_, learner=learner,
                 problem=jax.tree_util.tree_map(lambda x: x[0], problems),
@@ -436,12 +434,12 @@ def test_executed_policy_uses_probabilities_under_true_rates():
     """A complete page executes p = ρ̂/λ̂; under the true λ its rate is pλ and its cost −μ log p."""
     p = jaxcrawl.synthetic(jax.random.key(2), 16, complete_fraction=0.5)
     est = p.change_rate * 1.7
-    pol = solvers.lambda_crawl(p.replace(change_rate=est))
+    pol = jaxcrawl.lambda_crawl(p.replace(change_rate=est))
     ex = lc.executed_policy(p, pol)
     comp = np.asarray(p.complete)
     assert np.allclose(np.asarray(ex.rate)[comp], np.asarray(pol.prob * p.change_rate)[comp])
     assert np.allclose(np.asarray(ex.rate)[~comp], np.asarray(pol.rate)[~comp])
-    h = np.asarray(objectives.harmonic_cost(p, ex, per_page=True))
+    h = np.asarray(jaxcrawl.harmonic_cost(p, ex, per_page=True))
     mu = np.asarray(p.importance)
     assert np.allclose(h[comp], -mu[comp] * np.log(np.asarray(pol.prob)[comp]))
 
@@ -526,7 +524,7 @@ def test_flat_ring_estimate_equals_the_padded_estimator(size):
     k = flat_capacity(n, c) if size is None else size
     est, overflow = jax.jit(functools.partial(ring_mle_smoothed, size=k))(
         jnp.asarray(ring, dt), jnp.asarray(head), jnp.asarray(count), jnp.asarray(unchanged, dt), 0.5,
-        estimators.DEFAULT_MIN_RATE, 1e3)
+        lc.DEFAULT_MIN_RATE, 1e3)
     assert bool(overflow) == (count.sum() > k)
     assert np.all(np.asarray(est.converged)) and np.all(np.asarray(ref.converged))
     tol = 4 * default_rtol(dt)
@@ -589,7 +587,7 @@ def llc_small():
 def test_llc_param_validation(llc_small):
     s = llc_small["settings"]
     p = llc_small["problem"]
-    learner = lc.llc(**s)
+    learner = lc.lambda_learn_and_crawl(**s)
     with pytest.raises(ValueError, match="epsilon"):
         learner.init(p, lc.LLCParams(epsilon=1.5))
     with pytest.raises(ValueError, match="suffix_epochs"):
@@ -608,21 +606,21 @@ def log_marginal(x, params):
     return params[0] / x
 
 
-LOG_UTILITY = jaxcrawl.Utility(name="log", rate=log_rate, marginal=log_marginal)
+LOG_UTILITY = jaxcrawl.Objective(name="log", rate=log_rate, marginal=log_marginal)
 
 
 def test_inner_solvers_are_utilities(llc_small):
-    """K19 Alg. 4 line 4 takes any Utility: the former solver names map to the registry's
-    utilities, BLCε takes its floor from the (traced) params.epsilon, and a user-defined
-    utility (weighted log, rates ∝ importance) is solved by jaxcrawl.solve."""
-    assert lc.inner_utility("lambda_crawl") is HARMONIC
-    assert lc.inner_utility("lambda_crawl_approx") is HARMONIC_APPROX
-    assert lc.inner_utility("binary_lambda_crawl") is BINARY_EPSILON
-    assert lc.inner_utility("binary-epsilon") is BINARY_EPSILON and lc.inner_utility(LOG_UTILITY) is LOG_UTILITY
+    """K19 Alg. 4 line 4 takes any Objective: registry names map to the registry's objectives,
+    BLCε takes its floor from the (traced) params.epsilon, and a user-defined objective
+    (weighted log, rates ∝ importance) is solved by jaxcrawl.solve."""
+    assert lc.inner_utility("harmonic") is jaxcrawl.harmonic()
+    assert lc.inner_utility("harmonic-approx") is jaxcrawl.harmonic_approx()
+    assert lc.inner_utility("binary-epsilon") is jaxcrawl.binary(0.4)
+    assert lc.inner_utility(LOG_UTILITY) is LOG_UTILITY
     p = jaxcrawl.synthetic(jax.random.key(2), 64)
     est = p.change_rate * 1.3
-    blc = lc.inner_solve("binary_lambda_crawl", p, est, 0.2)
-    ref = solvers.binary_lambda_crawl(p.replace(change_rate=est), 0.2)
+    blc = lc.inner_solve("binary-epsilon", p, est, 0.2)
+    ref = jaxcrawl.binary_lambda_crawl(p.replace(change_rate=est), 0.2)
     np.testing.assert_allclose(blc.rate, ref.rate, rtol=rtol_for(ref.rate, 1e-12))
     assert float(jnp.min(blc.rate)) >= 0.2 * float(p.bandwidth) / 64 * (1 - rtol_for(ref.rate, 1e-12))
     learner = lc.lambda_learn_and_crawl(LOG_UTILITY, **llc_small["settings"])
@@ -669,8 +667,8 @@ def test_online_resolving_approaches_azar_optimum(estimator):
     page drives the rates to the optimum for the true rates (SA, SAM closest; LLN, whose
     counts restart each round, within 2%)."""
     p = avrachenkov_problem()
-    opt = np.asarray(solvers.binary_lambda_crawl(p).rate)
-    f_star = float(objectives.binary_freshness(p, opt))
+    opt = np.asarray(jaxcrawl.binary_lambda_crawl(p).rate)
+    f_star = float(jaxcrawl.binary_freshness(p, opt))
     learner = lc.online_learn_and_crawl(estimator, **lc.online_settings(p))
     info = jax.jit(jax.vmap(lambda k: sw.run_learner(k, learner, p, 20)[1]))(
         jax.random.split(jax.random.key(7), 4))
@@ -702,8 +700,8 @@ def test_llc_float32_converges():
     q = jaxcrawl.synthetic(jax.random.key(11), 2000)
     p = CrawlProblem(q.importance.astype(jnp.float32), q.change_rate.astype(jnp.float32),
                      jnp.float32(q.bandwidth), q.complete)
-    learner = lc.llc(**lc.llc_settings(p))
+    learner = lc.lambda_learn_and_crawl(**lc.llc_settings(p))
     _, info = sw.run_learner(jax.random.key(12), learner, p, EPOCHS)
-    opt = float(objectives.harmonic_cost(p, solvers.lambda_crawl(p)))
+    opt = float(jaxcrawl.harmonic_cost(p, jaxcrawl.lambda_crawl(p)))
     assert int(np.sum(info.overflow)) == 0
     assert float(info.harmonic_cost[-1]) <= 1.02 * opt

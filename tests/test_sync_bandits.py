@@ -20,12 +20,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxcrawl import sync_bandits as sb
-from jaxcrawl.learners import Learner, SyncLearner, run_learner, sweep_key
+from jaxcrawl.learners import Learner, run_learner, sweep_key
 
 from reference import golden_max
 
-# By module path: the package attribute `jaxcrawl.learners.mirror_sync` is the factory.
-ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
+# The learners' module (its exact steps are tested directly).
+ms = importlib.import_module("jaxcrawl.learners._mirror_sync")
 
 Z = 4.0  # standard errors allowed in Monte-Carlo comparisons
 K_STEP = 9  # arms of every exact-step test (one compiled solve per kind and dtype)
@@ -57,7 +57,7 @@ FAMILIES = {"polynomial": poly_family, "binary_poisson": poisson_family}
 
 def np_marginal(costs):
     """-J_k'(r) written independently in NumPy (ICML-20 Lemma 1 proof), in float64."""
-    if isinstance(costs, sb.PolynomialCosts):
+    if isinstance(costs, sb._PolynomialCosts):
         a, p = np.asarray(costs.scale, np.float64), np.asarray(costs.exponent, np.float64)
         return lambda r: a * p * r ** (-p - 1) / (p + 1)
     w, lam = np.asarray(costs.importance, np.float64), np.asarray(costs.change_rate, np.float64)
@@ -73,7 +73,7 @@ def np_policy_cost(costs, r):
     """J(r) = mean_k r_k Cbar_k(1/r_k), written independently in NumPy (float64)."""
     r = np.asarray(r, np.float64)
     tau = 1 / r
-    if isinstance(costs, sb.PolynomialCosts):
+    if isinstance(costs, sb._PolynomialCosts):
         a, p = np.asarray(costs.scale, np.float64), np.asarray(costs.exponent, np.float64)
         return np.mean(r * a * tau ** (p + 1) / (p + 1))
     w, lam = np.asarray(costs.importance, np.float64), np.asarray(costs.change_rate, np.float64)
@@ -140,7 +140,7 @@ def test_policy_cost_matches_monte_carlo_of_periodic_policy(family):
     per_interval = np.asarray(simulate(jax.random.key(1)), np.float64)
     mean_k = per_interval.mean(0)
     se_k = per_interval.std(0, ddof=1) / np.sqrt(n)
-    exact_k = np.asarray(sb.arm_costs(costs, rate), np.float64)
+    exact_k = np.asarray(sb._arm_costs(costs, rate), np.float64)
     assert np.all(np.abs(mean_k - exact_k) <= Z * se_k + 8 * eps_of(exact_k) * exact_k), (mean_k, exact_k, se_k)
     j_mc, j_se = mean_k.mean(), np.sqrt(np.sum(se_k**2)) / k
     j = sb.policy_cost(costs, rate)
@@ -159,7 +159,7 @@ def test_marginal_and_mean_costs_are_consistent(family):
     def forms(costs, rate):
         tau = 1 / rate
         _, dC = jax.jvp(costs.mean_cumulative_cost, (tau,), (jnp.ones_like(tau),))
-        return dict(marginal=sb.marginal_values(costs, rate),
+        return dict(marginal=sb._marginal_values(costs, rate),
                     grad=jax.grad(sb.policy_cost, argnums=1)(costs, rate),
                     lemma1=costs.mean_cost(tau) * tau - costs.mean_cumulative_cost(tau),
                     dC=dC, c=costs.mean_cost(tau))
@@ -183,8 +183,8 @@ def test_binary_poisson_is_accurate_in_float32_for_slowly_changing_arms():
     c32 = sb.binary_poisson_costs(lam.astype(np.float32))
     r32 = jnp.asarray(rate, jnp.float32)
     assert c32.change_rate.dtype == jnp.float32 and c64.change_rate.dtype == jnp.float64
-    np.testing.assert_allclose(sb.arm_costs(c32, r32), sb.arm_costs(c64, rate), rtol=2e-6)
-    np.testing.assert_allclose(sb.marginal_values(c32, r32), sb.marginal_values(c64, rate), rtol=2e-6)
+    np.testing.assert_allclose(sb._arm_costs(c32, r32), sb._arm_costs(c64, rate), rtol=2e-6)
+    np.testing.assert_allclose(sb._marginal_values(c32, r32), sb._marginal_values(c64, rate), rtol=2e-6)
 
 
 # -------------------------------------------------------------- Lemma 2 (unbiasedness)
@@ -194,7 +194,7 @@ def test_gradient_estimator_is_unbiased(family):
     rate = jnp.array([0.05, 0.2, 0.5, 1.0, 2.0, 4.0])
     eps = 0.1
     n = 200_000
-    g = jax.jit(jax.vmap(lambda k: sb.gradient_estimate(k, costs, rate, eps)))(jax.random.split(jax.random.key(2), n))
+    g = jax.jit(jax.vmap(lambda k: sb._gradient_estimate(k, costs, rate, eps)))(jax.random.split(jax.random.key(2), n))
     g = np.asarray(g, np.float64)
     truth = np.asarray(jax.grad(sb.policy_cost, argnums=1)(costs, rate))
     se = g.std(0, ddof=1) / np.sqrt(n)
@@ -214,7 +214,7 @@ def test_interval_average_estimator_is_unbiased(family, chunk_size):
     out = f(jax.random.split(jax.random.key(3), reps))
     g = np.asarray(out.grad, np.float64)
     assert np.all(g[:, 0] == 0)
-    truth = -np.asarray(sb.marginal_values(costs, rate))
+    truth = -np.asarray(sb._marginal_values(costs, rate))
     se = g.std(0, ddof=1) / np.sqrt(reps)
     assert np.all(np.abs(g.mean(0)[1:] - truth[1:]) <= Z * se[1:]), (g.mean(0), truth, se)
     probes = np.asarray(out.num_probes)
@@ -226,7 +226,7 @@ def test_interval_average_estimator_is_unbiased(family, chunk_size):
 # -------------------------------------------------------------------------- optimum
 def kkt_violation(costs, alloc, lo, hi, k):
     r = np.asarray(alloc.x)
-    m = np.asarray(sb.marginal_values(costs, alloc.x)) / k  # -dJ/dr_k
+    m = np.asarray(sb._marginal_values(costs, alloc.x)) / k  # -dJ/dr_k
     nu = float(alloc.dual)
     free = (r > lo * (1 + 1e-12)) & (r < hi * (1 - 1e-12))
     scale = max(abs(nu), 1e-300)
@@ -275,14 +275,14 @@ def test_optimum_envelope_convergence_flag_and_float32():
     bandit = sb.polynomial_bandit(jax.random.key(0), K_OPT)  # the instance of the KKT test
 
     def jstar(b):
-        return sb.policy_cost(bandit.costs, sb.optimal_rates(bandit.costs, b, bandit.min_rate, bandit.max_rate).x)
+        return sb.policy_cost(bandit.costs, sb.optimal_policy(bandit._replace(budget=b)).x)
 
     a64 = sb.optimal_policy(bandit)
     _, dj = jax.jvp(jstar, (bandit.budget,), (jnp.ones_like(bandit.budget),))
     fd = (jstar(bandit.budget + 1e-4) - jstar(bandit.budget - 1e-4)) / 2e-4
     np.testing.assert_allclose(dj, -a64.dual, rtol=1e-8)
     np.testing.assert_allclose(fd, -a64.dual, rtol=1e-6)
-    one = sb.optimal_rates(bandit.costs, bandit.budget, bandit.min_rate, bandit.max_rate, max_steps=1)
+    one = sb.optimal_policy(bandit, max_steps=1)
     assert not bool(one.converged) and abs(float(one.residual)) > 1e-6 * float(bandit.budget)
     b32 = jax.tree_util.tree_map(lambda x: jnp.asarray(x, jnp.float32), bandit)
     a32 = sb.optimal_policy(b32)
@@ -326,10 +326,10 @@ def test_user_defined_family_uses_generic_paths():
     def closed_forms(costs):
         return dict(
             cost=sb.policy_cost(costs, r),
-            marginal=sb.marginal_values(costs, r),
-            kkt=sb.kkt_rate(costs, y, 0.025, 3.0),
-            dkkt=jax.grad(lambda c: jnp.sum(sb.kkt_rate(c, y, 0.025, 3.0)))(costs)[0],
-            dkkt_dy=jax.jvp(lambda t: sb.kkt_rate(costs, t, 0.025, 3.0), (y,), (y,))[1],
+            marginal=sb._marginal_values(costs, r),
+            kkt=sb._kkt_rate(costs, y, 0.025, 3.0),
+            dkkt=jax.grad(lambda c: jnp.sum(sb._kkt_rate(c, y, 0.025, 3.0)))(costs)[0],
+            dkkt_dy=jax.jvp(lambda t: sb._kkt_rate(costs, t, 0.025, 3.0), (y,), (y,))[1],
             opt=sb.optimal_policy(bandit._replace(costs=costs)).x,
         )
 
@@ -534,7 +534,7 @@ def _run_family(family, num_instances=INSTANCES, rounds=ROUNDS):
         for i, (name, L) in enumerate(learners.items()):
             keys = jax.vmap(lambda p: sweep_key(jax.random.fold_in(key, i), p, 0))(jnp.arange(num_instances))
             j0 = jax.vmap(lambda b: sb.policy_cost(b.costs, L.init(b).rate))(bandits)
-            out[name] = (j0,) + jax.vmap(lambda kk, b: ms.run_sync_learner(kk, L, b, steps[name]))(keys, bandits)
+            out[name] = (j0,) + jax.vmap(lambda kk, b: run_learner(kk, L, b, steps[name]))(keys, bandits)
         return bandits, jeps, out
 
     bandits, jeps, out = go(key)
@@ -640,17 +640,17 @@ def test_grid_search_runs_on_run_sweep_and_matches_single_runs(polynomial_runs):
 
 
 def test_learner_protocol_is_shared_and_facts_are_fields():
-    """SyncLearner is the one Learner type and run_sync_learner the one driver; whether a
-    learner is synchronous is a field (not its name), and it sets the step count."""
-    assert SyncLearner is Learner
+    """The sync learners are Learners driven by run_learner; whether a learner is
+    synchronous is a field (not its name), and it sets the step count."""
     ms_learner, ams = ms.mirror_sync(), ms.async_mirror_sync()
+    assert isinstance(ms_learner, Learner) and isinstance(ams, Learner)
     assert ms_learner.synchronous and not ams.synchronous
     renamed = ms_learner._replace(name="my_sync")
     assert ms.num_learner_steps(renamed, 0.025, 240) == 240
     assert ms.num_learner_steps(ams, 0.025, 240, 20.0) == 480
     with pytest.raises(ValueError, match="update_interval"):
         ms.num_learner_steps(ams, 0.025, 240)
-    assert run_learner is importlib.import_module("jaxcrawl.learners.base").run_learner
+    assert run_learner is importlib.import_module("jaxcrawl.learners._base").run_learner
 
 
 def test_public_boundary_errors():
@@ -665,7 +665,7 @@ def test_public_boundary_errors():
     with pytest.raises(ValueError, match="rate"):
         sb.policy_cost(sb.binary_poisson_costs([1.0, 2.0]), jnp.array([1.0, 0.0]))
     with pytest.raises(ValueError, match="exploration"):
-        sb.gradient_estimate(jax.random.key(0), sb.binary_poisson_costs([1.0]), jnp.ones(1), 0.0)
+        sb._gradient_estimate(jax.random.key(0), sb.binary_poisson_costs([1.0]), jnp.ones(1), 0.0)
     bandit = sb.polynomial_bandit(jax.random.key(0), 10)
     with pytest.raises(ValueError, match="exploration"):
         ms.async_mirror_sync(exploration=1.5).init(bandit)

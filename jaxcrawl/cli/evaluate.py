@@ -5,7 +5,7 @@ Reads ``page_id,importance,change_rate[,complete]`` (:func:`jaxcrawl.io.read_pro
 or draws the synthetic default (:func:`jaxcrawl.synthetic`), and evaluates a
 plan file (``--plan``, as ``jaxcrawl solve --output`` writes it; :func:`jaxcrawl.io.read_plan_csv`)
 and/or named policies (``--policy NAME``, ``--compare a,b,c``: optimal objectives,
-production heuristics, learners; :func:`jaxcrawl.policy_eval.policy_names`) with
+production heuristics, learners) with
 :func:`jaxcrawl.policy_eval.evaluate_policy`.  Prints a table (harmonic cost, binary
 cost, fraction of requests served fresh, crawls used, the optima at the same volume and
 the gaps; ``±`` a standard error for Monte-Carlo figures) and, last, one JSON line.
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     bandwidth = bandwidth_from_args(args, n)
     constraints = Constraints()
     if bounds is not None:
-        from jaxcrawl.bounds import check_rate_bounds
+        from jaxcrawl.core.bounds import check_rate_bounds
 
         check_rate_bounds(bounds[0], bounds[1], float(bandwidth), page_id=page_id)
         constraints = constraints._replace(min_rate=bounds[0], max_rate=bounds[1])

@@ -2,7 +2,7 @@
 
 Runs MirrorSync / AsyncMirrorSync / AsyncPSGDSync (Kolobov, Bubeck & Zimmert, ICML-20) on
 ``--instances`` random polynomial-cost synchronization bandits (``--arms`` arms each) ×
-``--seeds`` seeds × a learning-rate grid with :func:`jaxcrawl.learners.sweep.run_sweep`:
+``--seeds`` seeds × a learning-rate grid with :func:`jaxcrawl.learners.run_sweep`:
 one compiled call per grid chunk, every finished chunk checkpointed in ``--out-dir`` so an
 interrupted sweep resumes.  With several processes (``jaxcrawl launch -n N -- sweep ...``,
 ``--coordinator/--num-processes/--process-id``, or ``--distributed`` on a cluster) the runs
@@ -50,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
     import numpy as np
 
-    from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync, async_psgd_sync, mirror_sync
-    from jaxcrawl.learners.sweep import run_sweep
+    from jaxcrawl.learners import SyncHyperparams, async_mirror_sync, async_psgd_sync, mirror_sync, run_sweep
     from jaxcrawl.sync_bandits import polynomial_bandit
 
     from .multiprocess import join

@@ -1,42 +1,70 @@
-"""Online learners: one protocol (:class:`Learner`, an ``(init, step)`` pair) and one driver
-(:func:`run_learner`, ``jax.lax.scan``).
+"""Online learners: one protocol (:class:`Learner`, an ``(init, step)`` pair over NamedTuple
+states) and one driver (:func:`run_learner`, ``jax.lax.scan``).
 
-* :mod:`jaxcrawl.learners.base` -- :class:`Learner` (= ``SyncLearner``) and
-  :func:`run_learner` (= ``run_sync_learner``).
-* :mod:`jaxcrawl.learners.mirror_sync` -- MirrorSync, AsyncMirrorSync, AsyncPSGDSync
-  (Kolobov, Bubeck & Zimmert, ICML-20) on synchronization bandits.
-* :mod:`jaxcrawl.learners.explore_commit` -- explore-then-commit and phased ε-greedy
-  (Upadhyay et al., Learning to Crawl, AAAI-20).
-* :mod:`jaxcrawl.learners.learn_and_crawl` -- LambdaLearnAndCrawl and its variants
-  (Kolobov et al., NeurIPS-19 Alg. 4), with any :class:`jaxcrawl.Utility` as the inner
-  solver, and online-estimator-driven crawling (Avrachenkov et al. §5).
-* :mod:`jaxcrawl.learners.heuristics` -- the revisit heuristics of production crawlers
-  (Nutch DefaultFetchSchedule / AdaptiveFetchSchedule, StormCrawler AdaptiveScheduler,
-  Heritrix WaitEvaluator), budget matching, and :func:`run_on_path` for drifting pages.
-* :mod:`jaxcrawl.learners.sweep` -- seeds × instances × hyperparameters in one call,
-  written incrementally so an interrupted sweep resumes.
-
-The package attribute ``mirror_sync`` is the MirrorSync factory; import the module by its
-path (``from jaxcrawl.learners.mirror_sync import ...``).
+* Explore-then-commit and phased ε-greedy (Upadhyay et al., *Learning to Crawl*, AAAI-20).
+* LambdaLearnAndCrawl (Kolobov et al., NeurIPS-19 Alg. 4) with any
+  :class:`jaxcrawl.Objective` as the inner solver, and online-estimator-driven crawling
+  (Avrachenkov et al. §5).
+* The revisit heuristics of production crawlers (Nutch, StormCrawler, Heritrix), budget
+  matching, and :func:`run_on_path` for drifting pages.
+* MirrorSync, AsyncMirrorSync and AsyncPSGDSync (Kolobov, Bubeck & Zimmert, ICML-20) on the
+  synchronization bandits of :mod:`jaxcrawl.sync_bandits`.
+* :func:`run_sweep`: seeds × instances × hyperparameters in one call, resumable on disk.
 """
-from .base import Learner, SyncLearner, run_learner, run_sync_learner  # noqa: F401
-from .explore_commit import *  # noqa: F401,F403  (names listed in its __all__)
-from .heuristics import *  # noqa: F401,F403
-from .learn_and_crawl import *  # noqa: F401,F403
-from .mirror_sync import (  # noqa: F401
-    APP_B_GRIDS,
-    AsyncSyncState,
-    GridSearchResult,
-    MirrorSyncState,
-    SyncHyperparams,
-    SyncInfo,
-    async_mirror_sync,
-    async_psgd_sync,
-    barrier_rates,
-    grid_search,
-    mirror_descent_step,
-    mirror_sync,
-    num_learner_steps,
-    projected_sgd_step,
-)
-from .sweep import *  # noqa: F401,F403
+from ._base import Learner as Learner
+from ._base import run_learner as run_learner
+from ._explore_commit import EpsGreedyParams as EpsGreedyParams
+from ._explore_commit import ETCOutcome as ETCOutcome
+from ._explore_commit import ETCParams as ETCParams
+from ._explore_commit import etc_grid_transform as etc_grid_transform
+from ._explore_commit import etc_regret as etc_regret
+from ._explore_commit import etc_regret_bound as etc_regret_bound
+from ._explore_commit import etc_settings as etc_settings
+from ._explore_commit import explore_then_commit as explore_then_commit
+from ._explore_commit import lemma1_phase_length as lemma1_phase_length
+from ._explore_commit import phased_epsilon_greedy as phased_epsilon_greedy
+from ._explore_commit import phased_regret as phased_regret
+from ._explore_commit import phased_settings as phased_settings
+from ._explore_commit import run_etc as run_etc
+from ._explore_commit import tau_star as tau_star
+from ._heuristics import HEURISTICS as HEURISTICS
+from ._heuristics import HeuristicParams as HeuristicParams
+from ._heuristics import heuristic as heuristic
+from ._heuristics import match_budget as match_budget
+from ._heuristics import run_on_path as run_on_path
+from ._learn_and_crawl import LLCParams as LLCParams
+from ._learn_and_crawl import OnlineParams as OnlineParams
+from ._learn_and_crawl import executed_policy as executed_policy
+from ._learn_and_crawl import lambda_learn_and_crawl as lambda_learn_and_crawl
+from ._learn_and_crawl import llc_settings as llc_settings
+from ._learn_and_crawl import online_learn_and_crawl as online_learn_and_crawl
+from ._learn_and_crawl import online_settings as online_settings
+from ._mirror_sync import APP_B_GRIDS as APP_B_GRIDS
+from ._mirror_sync import SyncHyperparams as SyncHyperparams
+from ._mirror_sync import async_mirror_sync as async_mirror_sync
+from ._mirror_sync import async_psgd_sync as async_psgd_sync
+from ._mirror_sync import grid_search as grid_search
+from ._mirror_sync import mirror_sync as mirror_sync
+from ._mirror_sync import num_learner_steps as num_learner_steps
+from ._sweep import grid_product as grid_product
+from ._sweep import load_sweep as load_sweep
+from ._sweep import run_sweep as run_sweep
+from ._sweep import sweep_key as sweep_key
+
+__all__ = [
+    "Learner", "run_learner",
+    # explore-then-commit and phased ε-greedy (AAAI-20)
+    "explore_then_commit", "etc_settings", "ETCParams", "ETCOutcome", "run_etc", "etc_regret",
+    "etc_grid_transform", "tau_star", "etc_regret_bound", "lemma1_phase_length",
+    "phased_epsilon_greedy", "phased_settings", "EpsGreedyParams", "phased_regret",
+    # LambdaLearnAndCrawl (NeurIPS-19) and online re-solving (Avrachenkov et al.)
+    "lambda_learn_and_crawl", "llc_settings", "LLCParams", "executed_policy",
+    "online_learn_and_crawl", "online_settings", "OnlineParams",
+    # production heuristics
+    "heuristic", "HEURISTICS", "HeuristicParams", "match_budget", "run_on_path",
+    # synchronization bandits (ICML-20)
+    "mirror_sync", "async_mirror_sync", "async_psgd_sync", "SyncHyperparams", "grid_search",
+    "num_learner_steps", "APP_B_GRIDS",
+    # sweeps
+    "run_sweep", "grid_product", "sweep_key", "load_sweep",
+]

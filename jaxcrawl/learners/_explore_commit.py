@@ -5,7 +5,7 @@ m pages change as Poisson processes of unknown rates ξ and are requested at kno
 ζ; the crawler has bandwidth R.  The utility of a policy over ``[t1, t2]`` is the number
 of requests served fresh divided by m (eq. 2); the regret compares it with the best
 stationary Poisson policy ρ* (Azar et al.'s optimum of eq. 5,
-:func:`jaxcrawl.solvers.binary_lambda_crawl`).
+:func:`jaxcrawl.binary_lambda_crawl`).
 
 **Explore-then-commit** (§5, Thm 1): crawl every page every :math:`m/R` (the uniform-
 interval policy κ^UI) until τ, estimate ξ by moment matching (eq. 7,
@@ -36,9 +36,8 @@ later phase at :math:`\rho^\varepsilon = (1-\varepsilon)\hat\rho + \varepsilon R
 the estimates from all observations so far.  Each phase's expected utility is eq. 4
 (Lemma 1: the phase is long enough for it to hold up to the tolerance).
 
-All learners are :class:`~jaxcrawl.learners.base.Learner`-compatible ``(init, step)``
-pairs; observations come from :func:`jaxcrawl.simulate.simulate_window`; the optimum for
-the estimates is ``jaxcrawl.solve(problem, "binary")``.
+Both learners are :class:`~jaxcrawl.learners.Learner` ``(init, step)`` pairs; the optimum
+for the estimates is ``jaxcrawl.solve(problem, "binary")``.
 """
 from __future__ import annotations
 
@@ -54,8 +53,10 @@ from jax.typing import ArrayLike
 
 from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
-from jaxcrawl.core.objectives import binary_freshness, uniform_interval_freshness
+from jaxcrawl._src.history import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE
+from jaxcrawl.core.objectives import binary, binary_freshness, uniform_interval_freshness
 from jaxcrawl.core.problem import CrawlProblem
+from jaxcrawl.core.solve import solve
 from jaxcrawl.simulate import (
     ObserveConfig,
     SimConfig,
@@ -70,9 +71,8 @@ from jaxcrawl.simulate import (
     simulate_window,
 )
 from jaxcrawl.simulate.observe import OBSERVATION
-from jaxcrawl.core.objectives import binary
-from jaxcrawl.core.solve import solve
 
+from ._base import Learner, run_learner
 from ._history import (
     CrawlHistory,
     PaddedHistory,
@@ -86,35 +86,6 @@ from ._history import (
     use_observation,
     window_utility,
 )
-from .base import Learner, run_learner
-
-__all__ = [
-    "ESTIMATORS",
-    "tau_star",
-    "etc_regret_bound",
-    "lemma1_phase_length",
-    "exploration_utility",
-    "commit_transient",
-    "PaddedHistory",
-    "ETCParams",
-    "ETCState",
-    "ETCInfo",
-    "ETCOutcome",
-    "ETC",
-    "etc_settings",
-    "explore_then_commit",
-    "commit",
-    "etc_regret",
-    "run_etc",
-    "etc_grid_transform",
-    "simulate_etc",
-    "EpsGreedyParams",
-    "EpsGreedyState",
-    "PhaseInfo",
-    "phased_settings",
-    "phased_epsilon_greedy",
-    "phased_regret",
-]
 
 #: Estimators the learners can use (L2C eq. 7 and eq. 6).
 ESTIMATORS = {"moment_matching": estimators.moment_matching, "mle": estimators.mle}
@@ -305,7 +276,7 @@ class ETCOutcome(NamedTuple):
 
 
 class ETC(NamedTuple):
-    """Explore-then-commit: a :class:`~jaxcrawl.learners.base.Learner` (``init``, ``step``,
+    """Explore-then-commit: a :class:`~jaxcrawl.learners.Learner` (``init``, ``step``,
     ``name``) whose steps are exploration windows, plus the commit.
 
     Attributes:
@@ -437,8 +408,8 @@ def etc_regret(outcome: ETCOutcome, horizon: ArrayLike) -> jax.Array:
 
 def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_window: int,
                         estimator: str = "moment_matching",
-                        min_rate: float = estimators.DEFAULT_MIN_RATE,
-                        max_rate: float = estimators.DEFAULT_MAX_RATE) -> ETC:
+                        min_rate: float = DEFAULT_MIN_RATE,
+                        max_rate: float = DEFAULT_MAX_RATE) -> ETC:
     r"""Explore-then-commit (L2C §5, Thm 1) as an ``(init, step)`` learner plus ``commit``.
 
     ``step`` explores for one window with the uniform-interval policy κ^UI (every page
@@ -582,7 +553,7 @@ def run_etc(key: jax.Array, learner: ETC, problem: CrawlProblem, taus: ArrayLike
 
 
 class _GridTransform:
-    """Hashable ``transform`` for :func:`~jaxcrawl.learners.sweep.run_sweep` (see
+    """Hashable ``transform`` for :func:`~jaxcrawl.learners.run_sweep` (see
     :func:`etc_grid_transform`)."""
 
     def __init__(self, learner, taus, group_ratio, clips):
@@ -615,7 +586,7 @@ class _GridTransform:
 
 def etc_grid_transform(learner: ETC, taus: ArrayLike, *, group_ratio: int = 4,
                        clips: Sequence[tuple[float, float]] | None = None) -> Callable[..., Any]:
-    """A :func:`~jaxcrawl.learners.sweep.run_sweep` ``transform`` that commits at every τ.
+    """A :func:`~jaxcrawl.learners.run_sweep` ``transform`` that commits at every τ.
 
     ``run_sweep(key, learner, problems, params, num_seeds=S, num_steps=learner.num_windows,
     transform=etc_grid_transform(learner, taus))`` returns ``(outcome, info)`` with an
@@ -680,7 +651,7 @@ class EpsGreedyState(NamedTuple):
 
     Attributes:
       sim: the simulator state.
-      history: the compressed :class:`~jaxcrawl.learners.learn_and_crawl.CrawlHistory`
+      history: the compressed :class:`CrawlHistory`
         of all crawls so far (one column per phase).
       rate: ``(m,)`` the policy of the next phase.
       estimate: ``(m,)`` the latest estimates (NaN before the first phase ends).
@@ -772,10 +743,10 @@ def phased_settings(problem: CrawlProblem, phase_length: float, num_phases: int,
 
 def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phases: int,
                           history_capacity: int,
-                          min_rate: float = estimators.DEFAULT_MIN_RATE,
-                          max_rate: float = estimators.DEFAULT_MAX_RATE,
+                          min_rate: float = DEFAULT_MIN_RATE,
+                          max_rate: float = DEFAULT_MAX_RATE,
                           observe: ObserveConfig | None = None) -> Learner:
-    r"""Phased ε-greedy crawling (L2C §6.2) as a :class:`~jaxcrawl.learners.base.Learner`.
+    r"""Phased ε-greedy crawling (L2C §6.2) as a :class:`~jaxcrawl.learners.Learner`.
 
     One ``step`` is one phase of ``windows_per_phase * config.window`` time units (the
     Lemma 1 length, :func:`lemma1_phase_length`): crawl as Poisson processes at the
@@ -788,7 +759,7 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
 
     The crawls are Poisson, so their intervals differ; the likelihood depends on the
     intervals of unchanged crawls only through their sum, so the history is the
-    compressed :class:`~jaxcrawl.learners.learn_and_crawl.CrawlHistory` (changed crawls
+    compressed :class:`CrawlHistory` (changed crawls
     in a ring of ``history_capacity`` per page, unchanged time per phase) and the
     estimate is exactly the MLE of the full history (a page whose ring overflows keeps
     its most recent complete phases; ``info.truncated`` counts them).

@@ -1,4 +1,4 @@
-r"""The revisit heuristics production crawlers run today, as :class:`~jaxcrawl.learners.base.Learner` objects.
+r"""The revisit heuristics production crawlers run today, as :class:`~jaxcrawl.learners.Learner` objects.
 
 Every open-source crawler that revisits pages adapts each page's *fetch interval* to what
 its fetches see: shrink it when a fetch finds the page changed, grow it when unchanged,
@@ -56,7 +56,7 @@ Each fetch sees one bit, *changed since the previous fetch* (L2C eq. 1), and the
 sets the next fetch.  The costs are the exact integrals :math:`\int H(N(s))ds` and
 :math:`\int 1\{N(s)>0\}ds` (K19 eq. 1-2, :math:`N` the uncrawled changes) from the events,
 weighted by importance and averaged over pages as in
-:func:`jaxcrawl.objectives.harmonic_cost` / :func:`~jaxcrawl.objectives.binary_cost`.
+:func:`jaxcrawl.harmonic_cost` / :func:`~jaxcrawl.binary_cost`.
 Complete pages' change signals are ignored (these crawlers do not use them).
 
 **Time units.**  The problem's time unit is set by ``time_unit_seconds`` (default 86400:
@@ -91,28 +91,7 @@ from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.special import harmonic_number
 from jaxcrawl.core.problem import CrawlProblem
 
-from .base import Learner, run_learner
-
-__all__ = [
-    "FIXED",
-    "NUTCH",
-    "STORMCRAWLER",
-    "HERITRIX",
-    "HEURISTICS",
-    "HeuristicParams",
-    "HeuristicState",
-    "HeuristicInfo",
-    "update_interval",
-    "heuristic",
-    "nutch_default",
-    "nutch_adaptive",
-    "stormcrawler_adaptive",
-    "heritrix_wait",
-    "run_on_path",
-    "BudgetMatch",
-    "crawl_volume",
-    "match_budget",
-]
+from ._base import Learner, run_learner
 
 FIXED = 0
 """Rule: fixed interval (Nutch ``DefaultFetchSchedule``)."""
@@ -186,7 +165,7 @@ class HeuristicInfo(NamedTuple):
 
     Attributes:
       harmonic_cost: :math:`\frac1n\sum_i\mu_i\frac1L\int H(N_i(s))ds` over the epoch
-        (the simulated counterpart of :func:`jaxcrawl.objectives.harmonic_cost`).
+        (the simulated counterpart of :func:`jaxcrawl.harmonic_cost`).
       binary_cost: :math:`\frac1n\sum_i\mu_i\frac1L\int 1\{N_i(s)>0\}ds`.
       fresh_fraction: expected fraction of requests (Poisson at rates μ) served fresh,
         :math:`1-\sum_i\mu_i\int 1\{N_i>0\}/(L\sum_i\mu_i)`.
@@ -279,12 +258,10 @@ def _full_params(given: HeuristicParams | None, defaults: HeuristicParams, dtype
 _GOLDEN = 0.6180339887498949
 
 
-def heuristic(rule: int, defaults: HeuristicParams, *, epoch_length: float = 1.0,
-              max_events_per_epoch: int = 1_000_000, name: str | None = None) -> Learner:
-    r"""A revisit heuristic as a :class:`~jaxcrawl.learners.base.Learner` (module docstring).
-
-    Prefer the named factories (:func:`nutch_adaptive`, ...), which take the crawlers'
-    parameter names and units.
+def rule_learner(rule: int, defaults: HeuristicParams, *, epoch_length: float = 1.0,
+                 max_events_per_epoch: int = 1_000_000, name: str | None = None) -> Learner:
+    r"""A revisit rule as a :class:`~jaxcrawl.learners.Learner` (module docstring); the
+    public face is :func:`heuristic`, which takes the crawlers' parameter names and units.
 
     Args:
       rule: :data:`FIXED`, :data:`NUTCH`, :data:`STORMCRAWLER` or :data:`HERITRIX`.
@@ -296,7 +273,7 @@ def heuristic(rule: int, defaults: HeuristicParams, *, epoch_length: float = 1.0
       name: the learner's name (default: the rule's registry name).
 
     Returns:
-      :class:`~jaxcrawl.learners.base.Learner`; ``init(problem, params: HeuristicParams = None)``,
+      :class:`~jaxcrawl.learners.Learner`; ``init(problem, params: HeuristicParams = None)``,
       ``step(key, state, problem) -> (state, HeuristicInfo)``.  The first fetches are
       spread over the initial interval (page ``i`` at ``frac(i φ) × initial_interval``);
       every page starts fresh at time 0.
@@ -388,10 +365,10 @@ def _unit(time_unit_seconds: float) -> float:
 def nutch_default(*, interval_default: float = 2592000.0, time_unit_seconds: float = 86400.0,
                   **kwargs) -> Learner:
     """Apache Nutch ``DefaultFetchSchedule``: every page every ``db.fetch.interval.default``
-    seconds (``nutch-default.xml``: 2592000 = 30 days).  ``kwargs`` go to :func:`heuristic`."""
+    seconds (``nutch-default.xml``: 2592000 = 30 days).  ``kwargs`` go to :func:`rule_learner`."""
     u = _unit(time_unit_seconds)
     i0 = interval_default / u
-    return heuristic(FIXED, HeuristicParams(i0, i0, i0, 1.0, 1.0, -1.0, 1.0), **kwargs)
+    return rule_learner(FIXED, HeuristicParams(i0, i0, i0, 1.0, 1.0, -1.0, 1.0), **kwargs)
 
 
 def nutch_adaptive(*, inc_rate: float = 0.4, dec_rate: float = 0.2, min_interval: float = 60.0,
@@ -401,7 +378,7 @@ def nutch_adaptive(*, inc_rate: float = 0.4, dec_rate: float = 0.2, min_interval
     """Apache Nutch ``AdaptiveFetchSchedule`` with the properties
     ``db.fetch.schedule.adaptive.{inc_rate, dec_rate, min_interval, max_interval,
     sync_delta, sync_delta_rate}`` and ``db.fetch.interval.default`` (seconds; defaults of
-    ``nutch-default.xml``).  ``kwargs`` go to :func:`heuristic`."""
+    ``nutch-default.xml``).  ``kwargs`` go to :func:`rule_learner`."""
     u = _unit(time_unit_seconds)
     if not (0 <= inc_rate and 0 <= dec_rate < 1):
         raise ValueError(f"need inc_rate >= 0 and 0 <= dec_rate < 1; got {inc_rate}, {dec_rate}")
@@ -409,7 +386,7 @@ def nutch_adaptive(*, inc_rate: float = 0.4, dec_rate: float = 0.2, min_interval
         raise ValueError(f"sync_delta_rate must be in [0, 1]; got {sync_delta_rate}")
     prm = HeuristicParams(interval_default / u, min_interval / u, max_interval / u, 1.0 + inc_rate,
                           1.0 - dec_rate, float(sync_delta_rate) if sync_delta else -1.0, 1.0)
-    return heuristic(NUTCH, prm, **kwargs)
+    return rule_learner(NUTCH, prm, **kwargs)
 
 
 def stormcrawler_adaptive(*, fetch_interval_default: float = 1440.0, fetch_interval_min: float = 60.0,
@@ -418,13 +395,13 @@ def stormcrawler_adaptive(*, fetch_interval_default: float = 1440.0, fetch_inter
     """StormCrawler ``AdaptiveScheduler`` with the keys ``fetchInterval.default``,
     ``scheduler.adaptive.fetchInterval.{min, max}`` (minutes) and
     ``scheduler.adaptive.fetchInterval.rate.{incr, decr}`` (its documented defaults).
-    ``kwargs`` go to :func:`heuristic`."""
+    ``kwargs`` go to :func:`rule_learner`."""
     u = _unit(time_unit_seconds) / 60.0
     if not (0 < rate_incr <= 1 and 0 < rate_decr <= 1):
         raise ValueError(f"rates must be in (0, 1] (StormCrawler's rule); got {rate_incr}, {rate_decr}")
     prm = HeuristicParams(fetch_interval_default / u, fetch_interval_min / u, fetch_interval_max / u,
                           1.0 + rate_incr, 1.0 - rate_decr, -1.0, 1.0)
-    return heuristic(STORMCRAWLER, prm, **kwargs)
+    return rule_learner(STORMCRAWLER, prm, **kwargs)
 
 
 def heritrix_wait(*, initial_wait_interval_seconds: float = 86400.0, min_wait_interval_seconds: float = 3600.0,
@@ -432,32 +409,60 @@ def heritrix_wait(*, initial_wait_interval_seconds: float = 86400.0, min_wait_in
                   changed_factor: float = 1.5, time_unit_seconds: float = 86400.0, **kwargs) -> Learner:
     """Heritrix ``WaitEvaluator`` with its properties ``initialWaitIntervalSeconds``,
     ``minWaitIntervalSeconds``, ``maxWaitIntervalSeconds``, ``unchangedFactor`` and
-    ``changedFactor`` (documented defaults).  ``kwargs`` go to :func:`heuristic`."""
+    ``changedFactor`` (documented defaults).  ``kwargs`` go to :func:`rule_learner`."""
     u = _unit(time_unit_seconds)
     if not (unchanged_factor >= 1 and changed_factor >= 1):
         raise ValueError(f"unchanged_factor and changed_factor must be >= 1; got {unchanged_factor}, "
                          f"{changed_factor}")
     prm = HeuristicParams(initial_wait_interval_seconds / u, min_wait_interval_seconds / u,
                           max_wait_interval_seconds / u, float(unchanged_factor), 1.0 / changed_factor, -1.0, 1.0)
-    return heuristic(HERITRIX, prm, **kwargs)
+    return rule_learner(HERITRIX, prm, **kwargs)
 
 
-#: The heuristics by registry name (``jaxcrawl evaluate``'s policy names).
-HEURISTICS = {
-    "nutch-default": nutch_default,
-    "nutch-adaptive": nutch_adaptive,
-    "stormcrawler-adaptive": stormcrawler_adaptive,
-    "heritrix-wait": heritrix_wait,
-}
+#: The heuristics' names (``jaxcrawl evaluate``'s policy names).
+HEURISTICS = ("nutch-default", "nutch-adaptive", "stormcrawler-adaptive", "heritrix-wait")
+_FACTORIES = dict(zip(HEURISTICS, (nutch_default, nutch_adaptive, stormcrawler_adaptive, heritrix_wait)))
+
+
+def heuristic(crawler: str, /, **settings: Any) -> Learner:
+    """A production crawler's revisit heuristic as a :class:`~jaxcrawl.learners.Learner`.
+
+    Args:
+      crawler: one of :data:`HEURISTICS` (module docstring for each rule):
+
+        * ``"nutch-default"``: ``interval_default`` (seconds);
+        * ``"nutch-adaptive"``: ``inc_rate``, ``dec_rate``, ``min_interval``,
+          ``max_interval``, ``sync_delta``, ``sync_delta_rate``, ``interval_default``
+          (seconds; Nutch's ``db.fetch.schedule.adaptive.*`` properties);
+        * ``"stormcrawler-adaptive"``: ``fetch_interval_default``, ``fetch_interval_min``,
+          ``fetch_interval_max`` (minutes), ``rate_incr``, ``rate_decr``;
+        * ``"heritrix-wait"``: ``initial_wait_interval_seconds``,
+          ``min_wait_interval_seconds``, ``max_wait_interval_seconds``,
+          ``unchanged_factor``, ``changed_factor``.
+      **settings: the crawler's settings above (default: its documented defaults), and
+        for every crawler ``time_unit_seconds`` (the problem's time unit, default 86400),
+        ``epoch_length`` (time per ``step``, default 1), ``max_events_per_epoch`` (the
+        event loop's cap, reported in ``info.converged``) and ``name``.
+
+    Returns:
+      ``init(problem, params: HeuristicParams = None)``, ``step(key, state, problem) ->
+      (state, info)`` with ``info`` the epoch's exact ``harmonic_cost``, ``binary_cost``,
+      ``fresh_fraction``, ``num_crawls``, ``num_changes``, ``mean_interval``, ``epoch``
+      and ``converged``.  The first fetches are spread over the initial interval; every
+      page starts fresh at time 0.
+    """
+    if crawler not in _FACTORIES:
+        raise ValueError(f"unknown heuristic {crawler!r}; use one of {', '.join(HEURISTICS)}")
+    return _FACTORIES[crawler](**settings)
 
 
 @functools.partial(jax.jit, static_argnames=("learner",))
 def run_on_path(key: jax.Array, learner: Learner, problem: CrawlProblem, rates: jax.Array,
                 params: Any = None) -> tuple[Any, Any]:
-    """Run any :class:`~jaxcrawl.learners.base.Learner` on drifting pages: step ``i`` sees
+    """Run any :class:`~jaxcrawl.learners.Learner` on drifting pages: step ``i`` sees
     the problem with ``change_rate = rates[i]`` (a rate path of
     :mod:`jaxcrawl.simulate.drift`, one row per step) and key ``fold_in(key, i)``, as
-    :func:`~jaxcrawl.learners.base.run_learner` (which it equals for a constant path).
+    :func:`~jaxcrawl.learners.run_learner` (which it equals for a constant path).
 
     Returns:
       ``(final_state, info)`` with ``info`` stacked over the steps.

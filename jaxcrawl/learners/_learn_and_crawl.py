@@ -1,58 +1,34 @@
 r"""LambdaLearnAndCrawl (LLC, LLCA, BLLCε) and Avrachenkov et al.'s online re-solving loop.
 
-**LambdaLearnAndCrawl** (Kolobov et al., NeurIPS-19, Alg. 4; "K19") learns change rates
+**LambdaLearnAndCrawl** (Kolobov et al., NeurIPS-19 Alg. 4; "K19") learns change rates
 while it crawls, in epochs of length :math:`T_{epoch}`:
 
-1. (line 4) solve for the policy that is optimal for the current estimates
-   :math:`\hat\lambda_{n-1}` with the inner solver, a :class:`~jaxcrawl.Objective` solved by
-   :func:`jaxcrawl.solve` -- LambdaCrawl's harmonic utility (LLC, ``"harmonic"``,
-   :func:`jaxcrawl.solvers.lambda_crawl`), LambdaCrawlApprox's (LLCA, Prop. 9,
-   ``"harmonic-approx"``) or BLCε's binary freshness with a uniform floor (BLLCε,
-   ``"binary-epsilon"`` with ``params.epsilon``, 0.4 in the paper), or any registered or
-   user-defined utility;
-2. (lines 5-8) execute it for one epoch -- :func:`jaxcrawl.simulate.simulate_window`,
-   Poisson crawls for pages in :math:`W^-` (and every page under BLCε), crawls on change
-   signals with probability :math:`p_w` for pages in :math:`W^\circ` -- and append the
-   observations to the history;
-3. (lines 10-13) re-estimate every rate from the history suffix of the last
-   :math:`S(n)` epochs: pages in :math:`W^-` by the smoothed MLE of eq. 10
-   (:func:`jaxcrawl.estimators.mle_smoothed`, imaginary intervals of length 0.5),
-   pages in :math:`W^\circ` by eq. 11 with the imaginary 0.5 observation in an imaginary
-   interval of length 0.5, :math:`(U + 0.5)/(T + 0.5)` over the change signals of the
-   suffix (the authors' code; ``LLCParams.complete_interval = 0`` gives the other reading of
-   the garbled line 13, :math:`(U + 0.5)/T`).
+1. (line 4) solve for the policy optimal for the current estimates with the inner solver,
+   an :class:`~jaxcrawl.Objective` solved by :func:`jaxcrawl.solve`: ``"harmonic"``
+   (LambdaCrawl: LLC), ``"harmonic-approx"`` (LambdaCrawlApprox, Prop. 9: LLCA),
+   ``"binary-epsilon"`` (BLCε with ``params.epsilon``, 0.4 in the paper: BLLCε), or any
+   registered or user-defined objective;
+2. (lines 5-8) execute it for one epoch -- Poisson crawls for pages in :math:`W^-`, crawls
+   on change signals with probability :math:`p_w` for pages in :math:`W^\circ` -- and
+   record the observations;
+3. (lines 10-13) re-estimate every rate from the last :math:`S(n)` epochs: pages in
+   :math:`W^-` by the smoothed MLE of eq. 10 (imaginary intervals of length 0.5), pages in
+   :math:`W^\circ` by eq. 11 with the imaginary observation, :math:`(U + 0.5)/(T + c)`.
 
-The initial estimate is 1 change per unit time (K19 Experiment 3: 1 change/day).  After
-every epoch the new policy is evaluated under the *true* rates with the closed forms
-(harmonic cost, K19 Prop. 1 and 4 / eq. 8, and binary cost, supplement eq. 12-13), as
-in K19 Fig. 3.
+The initial estimate is 1 change per unit time (K19 Experiment 3).  After every epoch the
+new policy is evaluated under the *true* rates in closed form (harmonic cost, K19 Prop. 1
+and 4 / eq. 8; binary cost, supplement eq. 12-13), as in K19 Fig. 3.
 
-**History storage.** The likelihood equation (eq. 10) depends on the intervals of the
-crawls that saw no change only through their *sum*; so the history keeps, per page, the
-sum of those intervals per epoch, and the intervals of the crawls that *did* see a
-change in a ring buffer of ``history_capacity`` entries tagged with their epoch.  The
-estimate is exactly :func:`~jaxcrawl.estimators.mle_smoothed` on the full suffix (the
-tests check this against the uncompressed history), in O(pages × (capacity + epochs))
-memory instead of O(pages × crawls).  A page whose ring buffer overwrites an entry of
-its suffix (more changed crawls than the capacity) has its suffix shortened to the
-complete epochs it still holds -- both parts of the likelihood from the same epochs, so
-the estimate stays an exact MLE, over a shorter suffix; ``info.truncated`` counts such
-pages.
+The likelihood of eq. 10 depends on the intervals of crawls that saw no change only
+through their sum, so the history keeps that sum per epoch and the changed crawls in a ring
+buffer: the estimate is exactly the MLE of the full suffix in O(pages × (capacity +
+epochs)) memory.  A page whose ring overwrites part of its suffix is estimated from the
+complete epochs it still holds (``info.truncated`` counts them).
 
 **Online re-solving** (Avrachenkov, Patil & Thoppe 2022 §5): every page is crawled as a
-Poisson process at its current rate :math:`p_i`; an online estimator (LLN eq. 1, SA eq.
-2 or SAM eq. 3; :mod:`jaxcrawl.estimators`) consumes each observation as it arrives, and
-every round (on average :math:`K` = 50 observations per page) the estimates are handed to
-Azar et al.'s solver (``solve(problem, "binary")``, :func:`~jaxcrawl.solvers.binary_lambda_crawl`)
-for new rates.
-
-Both are :class:`~jaxcrawl.learners.base.Learner` objects: ``init(problem, params)``,
-``step(key, state, problem)``; drive them with
-:func:`~jaxcrawl.learners.base.run_learner` and sweep them with
-:func:`~jaxcrawl.learners.sweep.run_sweep`.  The simulated world is the problem itself (its
-true change rates); the learner only reads what the simulator returns as observations,
-and its settings helpers build configs with ``requests=False`` (no request sampling:
-policies are evaluated with closed forms).
+Poisson process at its current rate; an online estimator (LLN eq. 1, SA eq. 2, SAM eq. 3)
+consumes each observation, and every round the estimates go to Azar et al.'s solver
+(``solve(problem, "binary")``) for new rates.
 """
 from __future__ import annotations
 
@@ -67,10 +43,21 @@ from jax.typing import ArrayLike
 
 from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
+from jaxcrawl._src.history import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE
 from jaxcrawl._src.ring_mle import flat_capacity as default_flat_capacity
 from jaxcrawl._src.ring_mle import ring_mle_smoothed
-from jaxcrawl.core.objectives import binary_cost, binary_freshness, harmonic_cost
+from jaxcrawl.core.objectives import (
+    Objective,
+    binary,
+    binary_cost,
+    binary_freshness,
+    harmonic,
+    harmonic_approx,
+    harmonic_cost,
+    objective,
+)
 from jaxcrawl.core.problem import CrawlProblem, Policy
+from jaxcrawl.core.solve import solve
 from jaxcrawl.simulate import (
     ObserveConfig,
     SimConfig,
@@ -86,9 +73,8 @@ from jaxcrawl.simulate import (
     simulate_window,
 )
 from jaxcrawl.simulate.observe import OBSERVATION
-from jaxcrawl.core.objectives import Objective, binary, harmonic, harmonic_approx, objective
-from jaxcrawl.core.solve import solve
 
+from ._base import Learner
 from ._history import (
     CrawlHistory,
     check_observe,
@@ -96,56 +82,9 @@ from ._history import (
     empty_history,
     in_suffix,
     observe_epoch,
-    record_window,
-    start_epoch,
     suffix_history,
     use_observation,
 )
-from .base import Learner
-
-__all__ = [
-    "INNER_SOLVERS",
-    "SOLVER_ALIASES",
-    "inner_utility",
-    "inner_solve",
-    "LLCParams",
-    "CrawlHistory",
-    "LLCState",
-    "LLCInfo",
-    "executed_policy",
-    "policy_costs",
-    "empty_history",
-    "start_epoch",
-    "record_window",
-    "suffix_history",
-    "suffix_estimate",
-    "llc_settings",
-    "lambda_learn_and_crawl",
-    "llc",
-    "llca",
-    "bllc",
-    "OnlineParams",
-    "OnlineState",
-    "OnlineInfo",
-    "online_settings",
-    "online_learn_and_crawl",
-]
-
-#: The inner solvers' former names (still accepted by ``solver=``) and the registry
-#: utilities (:mod:`jaxcrawl.utilities`) they denote.
-SOLVER_ALIASES = {
-    "lambda_crawl": "harmonic",
-    "lambda_crawl_approx": "harmonic-approx",
-    "binary_lambda_crawl": "binary-epsilon",
-}
-
-#: Inner solvers of LambdaLearnAndCrawl by former name, and the names of the resulting
-#: learners (K19 §9.3: LLC, LLCA, BLLCε).
-INNER_SOLVERS = {
-    "lambda_crawl": "llc",
-    "lambda_crawl_approx": "llca",
-    "binary_lambda_crawl": "bllc",
-}
 
 _LEARNER_NAMES = {harmonic(): "llc", harmonic_approx(): "llca", binary(0.4): "bllc"}
 
@@ -154,16 +93,13 @@ Solver = str | Objective
 
 def inner_utility(solver: Solver) -> Objective:
     """The :class:`~jaxcrawl.Objective` of an inner solver: a registry name
-    (:func:`jaxcrawl.objective_names`), a former solver name of :data:`SOLVER_ALIASES`, or a
-    :class:`~jaxcrawl.Objective` itself."""
-    if isinstance(solver, str):
-        solver = SOLVER_ALIASES.get(solver, solver)
+    (:func:`jaxcrawl.objective_names`) or an :class:`~jaxcrawl.Objective` itself."""
     try:
         return objective(solver)
     except (ValueError, TypeError):
         raise ValueError(
-            f"solver must be a registered utility name, one of {sorted(SOLVER_ALIASES)}, a "
-            f"jaxcrawl.Objective, or a tuple of these; got {solver!r}") from None
+            f"solver must be a registered objective name, a jaxcrawl.Objective, or a tuple of these; "
+            f"got {solver!r}") from None
 
 
 def _utilities(solver: Solver | tuple) -> tuple[Objective, ...]:
@@ -214,7 +150,7 @@ def executed_policy(problem: CrawlProblem, policy: Policy) -> Policy:
     :math:`p_w\hat\lambda_w` it *expects*; the crawler executes :math:`p_w`, so under the
     true rate the page is crawled at :math:`p_w\lambda_w` (K19 eq. 6, Prop. 4).  Poisson
     pages keep their rate.  Use this before evaluating a learned policy with
-    :func:`jaxcrawl.objectives.harmonic_cost` or :func:`~jaxcrawl.objectives.binary_cost`.
+    :func:`jaxcrawl.harmonic_cost` or :func:`~jaxcrawl.binary_cost`.
     """
     rate = jnp.where(policy.on_signal, policy.prob * problem.change_rate, policy.rate)
     return policy._replace(rate=rate, residual=jnp.sum(rate, axis=-1) - problem.bandwidth)
@@ -233,7 +169,7 @@ def policy_costs(problem: CrawlProblem, policy: Policy) -> tuple[jax.Array, jax.
 # ---------------------------------------------------------------------- history
 def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, suffix_epochs: ArrayLike,
                     smoothing: ArrayLike, epoch_length: ArrayLike, previous: ArrayLike, *,
-                    min_rate: float = estimators.DEFAULT_MIN_RATE,
+                    min_rate: float = DEFAULT_MIN_RATE,
                     max_rate: float = 1e3, half_life: ArrayLike | None = None,
                     complete_interval: ArrayLike = 0.5,
                     flat_capacity: int | str | None = "auto", return_converged: bool = False) -> tuple:
@@ -261,7 +197,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     the ring's valid entries packed into a flat array
     (:func:`jaxcrawl._src.ring_mle.ring_mle_smoothed`; four entries per page on
     average, more summed exactly chunk by chunk), not on the padded ``(n, C + E)`` suffix
-    most of which is empty: at NeurIPS-19 Fig. 3's size about 1% of the ring is in use.
+    most of which is empty.
     An integer sets the flat capacity; ``None`` solves on the padded suffix.
 
     Returns:
@@ -379,7 +315,7 @@ class LLCState(NamedTuple):
 
     Attributes:
       estimate: ``(n,)`` current change-rate estimates :math:`\hat\lambda_n`.
-      policy: the :class:`~jaxcrawl.problem.Policy` to execute in the next epoch
+      policy: the :class:`~jaxcrawl.Policy` to execute in the next epoch
         (optimal for ``estimate``).
       sim: the simulator's :class:`~jaxcrawl.simulate.SimState` (the world).
       history: :class:`CrawlHistory`.
@@ -458,7 +394,7 @@ def _check_llc_params(p: LLCParams):
 def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimConfig,
                            windows_per_epoch: int,
                            history_capacity: int = 64, history_epochs: int = 21,
-                           min_rate: float = estimators.DEFAULT_MIN_RATE,
+                           min_rate: float = DEFAULT_MIN_RATE,
                            max_rate: float = 1e3, forgetting: bool = False,
                            observe: ObserveConfig | None = None) -> Learner:
     r"""LambdaLearnAndCrawl (K19 Alg. 4) with a given inner solver, as a :class:`Learner`.
@@ -470,9 +406,8 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
 
     Args:
       solver: the inner solver, a :class:`~jaxcrawl.Objective` or its registry name:
-        ``"harmonic"`` (LLC; former name ``"lambda_crawl"``), ``"harmonic-approx"``
-        (LLCA; ``"lambda_crawl_approx"``), ``"binary-epsilon"`` (BLLCε with
-        ``params.epsilon``; ``"binary_lambda_crawl"``) or any other registered or
+        ``"harmonic"`` (LLC), ``"harmonic-approx"`` (LLCA), ``"binary-epsilon"`` (BLLCε
+        with ``params.epsilon``) or any other registered or
         user-defined utility (solved with :func:`jaxcrawl.solve`); or a tuple of these,
         of which ``params.solver`` picks one (all share one compiled program; under
         ``jax.vmap`` every listed solver is evaluated and the chosen one kept).
@@ -545,24 +480,6 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
 
     name = "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities)
     return Learner(init, step, name + ("-forget" if forgetting else ""))
-
-
-def llc(**kwargs: Any) -> Learner:
-    """LLC: :func:`lambda_learn_and_crawl` with LambdaCrawl's harmonic utility (K19 Alg. 1-3,
-    ``"harmonic"``) as the inner solver."""
-    return lambda_learn_and_crawl(harmonic(), **kwargs)
-
-
-def llca(**kwargs: Any) -> Learner:
-    """LLCA: :func:`lambda_learn_and_crawl` with LambdaCrawlApprox (K19 Prop. 9,
-    ``"harmonic-approx"``) as the inner solver."""
-    return lambda_learn_and_crawl(harmonic_approx(), **kwargs)
-
-
-def bllc(**kwargs: Any) -> Learner:
-    """BLLCε: :func:`lambda_learn_and_crawl` with BLCε (K19 §9.3, ``"binary-epsilon"``, the
-    floor from ``LLCParams.epsilon``) as the inner solver."""
-    return lambda_learn_and_crawl(binary(0.4), **kwargs)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -675,7 +592,7 @@ class OnlineState(NamedTuple):
     """State of :func:`online_learn_and_crawl`.
 
     Attributes:
-      estimator: the online estimator's state (:class:`~jaxcrawl.estimators.LLNState`,
+      estimator: the online estimator's state (``LLNState``,
         ``SAState`` or ``SAMState``); ``estimator.rate`` is the current estimate.
       rate: ``(n,)`` current crawl rates :math:`p_i`.
       sim: the simulator's state.
@@ -721,7 +638,7 @@ def _online_estimator(kind: str, prm: OnlineParams, omega: float):
 
 def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_per_round: int,
                            omega: float = 1.0, min_rate: float = 1e-3,
-                           max_rate: float = estimators.DEFAULT_MAX_RATE,
+                           max_rate: float = DEFAULT_MAX_RATE,
                            observe: ObserveConfig | None = None) -> Learner:
     r"""Online estimates re-solved with Azar et al.'s algorithm (Avrachenkov et al. §5).
 

@@ -24,18 +24,9 @@ bandwidth on probe plays, start at the log-barrier minimiser (line 3), estimate
   .. math:: r^+ = \arg\min_{x\in\mathcal K} \|x - (r - \eta g)\|^2,
             \qquad x_k(\nu) = r_k - \eta g_k - \nu,
 
-both solved exactly by :func:`jaxcrawl.allocate.allocate` (closed form per arm given the
-dual ν, which may be negative; the bracket comes from the marginals via ``marginal_fn``).
-
-A learner is a :class:`~jaxcrawl.learners.base.Learner` (``SyncLearner`` is the same
-type): ``state = init(bandit, hparams)``, ``state, info = step(key, state, bandit)``;
-MirrorSync is ``synchronous`` (one step is one round of :math:`1/r_{min}`), the other two
-step once per update interval.  Hyperparameters live in the state
-(:class:`SyncHyperparams`), so ``jax.vmap`` over ``init``'s ``hparams`` sweeps them without
-retracing; ``jax.vmap`` over keys and bandits gives seeds and instances;
-:func:`run_sync_learner` (= :func:`~jaxcrawl.learners.base.run_learner`) drives a learner
-with ``jax.lax.scan`` and :func:`grid_search` runs the App. B hyperparameter search on
-:func:`~jaxcrawl.learners.sweep.run_sweep`, as one vmapped call.
+both solved exactly by :func:`jaxcrawl.allocate` (closed form per arm given the dual ν,
+which may be negative).  Hyperparameters live in the state (:class:`SyncHyperparams`), so
+``jax.vmap`` over ``init``'s ``hparams`` sweeps them without retracing.
 """
 from __future__ import annotations
 
@@ -50,35 +41,10 @@ from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl.core.solve import Allocation, allocate
-from jaxcrawl.sync_bandits import (
-    TABLE1,
-    SyncBandit,
-    interval_gradient_estimate,
-    num_arms,
-    policy_cost,
-)
+from jaxcrawl.sync_bandits import TABLE1, SyncBandit, interval_gradient_estimate, policy_cost
 
-from .base import Learner, SyncLearner, run_sync_learner
-from .sweep import run_sweep
-
-__all__ = [
-    "SyncHyperparams",
-    "MirrorSyncState",
-    "AsyncSyncState",
-    "SyncInfo",
-    "SyncLearner",
-    "barrier_rates",
-    "mirror_descent_step",
-    "projected_sgd_step",
-    "mirror_sync",
-    "async_mirror_sync",
-    "async_psgd_sync",
-    "run_sync_learner",
-    "num_learner_steps",
-    "GridSearchResult",
-    "grid_search",
-    "APP_B_GRIDS",
-]
+from ._base import Learner
+from ._sweep import run_sweep
 
 # Hyperparameter grids for the App. B search: l_upd over the divisors of 1/r_min = 40 in
 # App. B's range [8, 40]; learning rates bracketing the values App. B reports (Table 1;
@@ -221,7 +187,7 @@ def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLi
     KKT: :math:`\eta g_k - 1/x_k + 1/r_k + \nu = 0` on free arms, so
     :math:`x_k(\nu) = 1/(1/r_k + \eta g_k + \nu)` (``+inf`` when the denominator is
     :math:`\le 0`), clipped to the box; ν (of either sign) is found by
-    :func:`jaxcrawl.allocate.allocate`.  An arm with ``lower == upper`` is held fixed
+    :func:`jaxcrawl.allocate`.  An arm with ``lower == upper`` is held fixed
     (that is how Alg. 2 updates only a subset of arms).
 
     Args:
@@ -232,7 +198,7 @@ def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLi
       lower, upper: box (scalars or ``(K,)``), ``lower > 0``.
 
     Returns:
-      :class:`jaxcrawl.allocate.Allocation`; ``x`` is the new rate vector, ``converged``
+      :class:`jaxcrawl.Allocation`; ``x`` is the new rate vector, ``converged``
       says whether the dual root-find met its tolerance.
     """
     _check_step_inputs(rate, budget, lower, upper, "mirror_descent_step")
@@ -240,7 +206,7 @@ def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLi
 
 
 def _exact_step(rate_fn, marginal_fn, rate, grad, learning_rate, budget, lower, upper) -> Allocation:
-    """The step's argmin over the box with Σx = B: one :func:`~jaxcrawl.allocate.allocate`
+    """The step's argmin over the box with Σx = B: one :func:`~jaxcrawl.allocate`
     on the per-arm KKT solution ``rate_fn(ν, (r, g, η))``."""
     rate = jnp.asarray(rate)
     dtype = rate.dtype
@@ -269,7 +235,7 @@ def projected_sgd_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLik
     .. math:: \arg\min_{x \in [\ell, h],\ \|x\|_1 = B}\ \|x - (r - \eta g)\|_2^2,
               \qquad x_k(\nu) = \mathrm{clip}(r_k - \eta g_k - \nu, \ell_k, h_k),
 
-    with ν (of either sign) found by :func:`jaxcrawl.allocate.allocate`.  Arms with
+    with ν (of either sign) found by :func:`jaxcrawl.allocate`.  Arms with
     ``lower == upper`` are held fixed.  Same arguments and result as
     :func:`mirror_descent_step`.
     """
@@ -292,7 +258,7 @@ def _hparams(bandit, hparams, defaults):
             raise ValueError(f"exploration must lie in (0, 1]; got {eps}")
         if not np.all(np.isfinite(l)) or np.any(l <= 0):
             raise ValueError(f"update_interval must be finite and > 0; got {l}")
-        k = num_arms(bandit.costs)
+        k = bandit.num_arms
         b = float(bandit.budget) / (1 + eps)
         lo, hi = float(bandit.min_rate), float(bandit.max_rate) / (1 + eps)
         if np.any(b < k * lo * (1 - 1e-9)) or np.any(b > k * hi * (1 + 1e-9)):
@@ -311,7 +277,7 @@ def _restricted_set(bandit, eps):
 def _initial_rates(bandit, eps):
     """Alg. 1 line 3: the log-barrier minimiser; uniform B/((1+ε)K) for scalar bounds."""
     budget, lo, hi = _restricted_set(bandit, eps)
-    k = num_arms(bandit.costs)
+    k = bandit.num_arms
     if jnp.ndim(lo) == 0 and jnp.ndim(hi) == 0:
         # K*lo <= budget <= K*hi (checked in init), so equal rates are feasible and optimal.
         return jnp.full((k,), budget / k, jnp.result_type(budget))
@@ -321,7 +287,7 @@ def _initial_rates(bandit, eps):
 def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
                 exploration: float = TABLE1["exploration"], *,
                 first_sample_only: bool = False,
-                chunk_size: int | None = None) -> SyncLearner:
+                chunk_size: int | None = None) -> Learner:
     r"""MirrorSync (ICML-20 Alg. 1) as an ``(init, step)`` learner; one step = one round.
 
     Each round (length :math:`T = 1/r_{min}`, line 1) starts with every arm freshly
@@ -422,7 +388,7 @@ def _async_learner(update_fn, defaults, name, chunk_size):
 def async_mirror_sync(learning_rate: float = TABLE1["async_mirror_sync"]["learning_rate"],
                       exploration: float = TABLE1["exploration"],
                       update_interval: float = TABLE1["async_mirror_sync"]["update_interval"], *,
-                      chunk_size: int | None = None) -> SyncLearner:
+                      chunk_size: int | None = None) -> Learner:
     r"""AsyncMirrorSync (ICML-20 Alg. 2) as an ``(init, step)`` learner; one step = one update time.
 
     Arms are never reset for free.  Between update times :math:`t_i = i\,l_{upd}` every
@@ -450,7 +416,7 @@ def async_mirror_sync(learning_rate: float = TABLE1["async_mirror_sync"]["learni
 def async_psgd_sync(learning_rate: float = TABLE1["async_psgd_sync"]["learning_rate"],
                     exploration: float = TABLE1["exploration"],
                     update_interval: float = TABLE1["async_psgd_sync"]["update_interval"], *,
-                    chunk_size: int | None = None) -> SyncLearner:
+                    chunk_size: int | None = None) -> Learner:
     r"""AsyncPSGDSync (ICML-20 §8): :func:`async_mirror_sync` with the mirror-descent step
     replaced by the exact Euclidean projection of :math:`r - \eta\bar g` onto the local
     constraint set (:func:`projected_sgd_step`).  The arguments are those of
@@ -501,7 +467,7 @@ class GridSearchResult(NamedTuple):
 
 
 class _HorizonHold(NamedTuple):
-    """:func:`~jaxcrawl.learners.sweep.run_sweep` transform of :func:`grid_search`: every run
+    """:func:`~jaxcrawl.learners.run_sweep` transform of :func:`grid_search`: every run
     held at its state after the last step inside the horizon (hashable: one compilation
     per learner and horizon)."""
 
@@ -524,7 +490,7 @@ def grid_search(key: jax.Array, learner: Learner, bandit: SyncBandit,
                 *, exploration: float = TABLE1["exploration"],
                 horizon_rounds: float = TABLE1["horizon_rounds"],
                 tail_fraction: float = 0.25) -> GridSearchResult:
-    """The ICML-20 App. B hyperparameter search, as one :func:`~jaxcrawl.learners.sweep.run_sweep` call.
+    """The ICML-20 App. B hyperparameter search, as one :func:`~jaxcrawl.learners.run_sweep` call.
 
     Every combination of ``learning_rates`` × ``update_intervals`` runs once, with the
     same key (common random numbers, as App. B's fixed seed: run_sweep's
@@ -538,7 +504,7 @@ def grid_search(key: jax.Array, learner: Learner, bandit: SyncBandit,
 
     Args:
       key: PRNG key.
-      learner: a :class:`~jaxcrawl.learners.base.Learner` of this module (its own
+      learner: a :class:`~jaxcrawl.learners.Learner` of this module (its own
         hyperparameters are overridden).
       bandit: one (unbatched) :class:`jaxcrawl.sync_bandits.SyncBandit`.
       learning_rates: η grid.

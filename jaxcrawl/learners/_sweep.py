@@ -1,26 +1,11 @@
 r"""A resumable sweep over seeds × instances × a hyperparameter grid, for any learner.
 
-:func:`run_sweep` runs a :class:`~jaxcrawl.learners.base.Learner` over a grid of
-hyperparameters × a batch of problem instances × seeds, one compiled (jit of nested vmaps
-around :func:`~jaxcrawl.learners.base.run_learner`) call per chunk of the grid.  It
-returns NumPy arrays with leading axes ``(grid, instance, seed)``, and, given ``out_dir``,
-writes every finished chunk to ``chunk_XXXXX.npz`` plus a JSON manifest through the
-atomic checkpoint writers of :mod:`jaxcrawl.io.checkpoint`, so that a sweep interrupted at
-any point resumes without recomputing finished chunks.  The key of instance ``p`` and seed
-``s`` is :func:`sweep_key` ``(key, p, s)``, the same for every grid point (common random
-numbers, as in ICML-20 App. B's fixed seed), so row ``[g, p, s]`` equals
-``run_learner(sweep_key(key, p, s), learner, problem_p, num_steps, params_g)`` -- seed by
-seed, as the tests check.  :func:`jaxcrawl.learners.mirror_sync.grid_search` (ICML-20
-App. B) runs on it.
-
-**Several processes** (a ``jax.distributed`` job, :mod:`jaxcrawl.distributed`): the runs
-are split over the processes -- by blocks of seeds when there are at least as many seeds
-as processes, else by grid chunks (round robin) -- each process writes its own checkpoint
-chunks (``chunk_XXXXX.pIofP.npz`` and ``manifest.pIofP.json``) and resumes from them, and
-the finished outputs are all-gathered, so every process returns the whole sweep, equal to
-the single-process one (each run's key depends only on its instance and seed).
-
-``Learner`` and ``run_learner`` are re-exported here from :mod:`jaxcrawl.learners.base`.
+Instance ``p`` and seed ``s`` get the key :func:`sweep_key` ``(key, p, s)`` at every grid
+point (common random numbers, as ICML-20 App. B's fixed seed), so row ``[g, p, s]`` equals
+``run_learner(sweep_key(key, p, s), learner, problem_p, num_steps, params_g)``.  In a
+``jax.distributed`` job the runs are split over the processes (by blocks of seeds when there
+are at least as many seeds as processes, else by grid chunks), each process checkpoints its
+own chunks, and the outputs are all-gathered: every process returns the whole sweep.
 """
 from __future__ import annotations
 
@@ -37,20 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcrawl.io.checkpoint import load_tree, save_tree, write_json
+from jaxcrawl._src.fileio import load_tree, save_tree, write_json
 
-from .base import Learner, run_learner
-
-__all__ = [
-    "MANIFEST",
-    "Learner",
-    "run_learner",
-    "sweep_key",
-    "grid_product",
-    "SweepResult",
-    "run_sweep",
-    "load_sweep",
-]
+from ._base import Learner, run_learner
 
 MANIFEST = "manifest.json"
 _VERSION = 1
@@ -178,8 +152,7 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
     ``vmap``s around :func:`run_learner`); the last chunk is padded by repeating its
     last grid point (so every chunk has one shape and compiles once) and the padding is
     dropped.  With ``out_dir`` every finished chunk is written atomically to
-    ``out_dir/chunk_XXXXX.npz`` (:func:`jaxcrawl.io.checkpoint.save_tree`) and recorded in
-    ``out_dir/manifest.json`` (:func:`~jaxcrawl.io.checkpoint.write_json`) with a
+    ``out_dir/chunk_XXXXX.npz`` and recorded in ``out_dir/manifest.json`` with a
     fingerprint of all inputs (key, learner name, problems, grid, sizes, transform name,
     ``tag``); a later call with the same inputs loads the finished chunks and computes
     only the missing ones.  A manifest with a different fingerprint raises ``ValueError``
@@ -189,7 +162,7 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
       key: PRNG key; instance ``p`` and seed ``s`` use :func:`sweep_key` ``(key, p, s)``.
       learner: a :class:`Learner`.
       problems: the instances, a pytree (e.g. a batched
-        :class:`~jaxcrawl.problem.CrawlProblem`) with a leading instance axis ``P``;
+        :class:`~jaxcrawl.CrawlProblem`) with a leading instance axis ``P``;
         scalar leaves (e.g. a shared bandwidth) must be broadcast to ``(P,)`` first.
       params: the grid, a pytree of arrays with a leading axis ``G`` (e.g. from
         :func:`grid_product`), or ``None`` (the learner's defaults; ``G = 1``).
@@ -199,7 +172,7 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
       out_dir: directory for the chunk files and the manifest (created if missing).
       transform: optional ``(final_state, info, problem, params) -> pytree`` applied
         inside the compiled call to keep or derive what is needed (default: all of
-        ``info``; e.g. :func:`~jaxcrawl.learners.explore_commit.etc_grid_transform`).  It
+        ``info``; e.g. :func:`~jaxcrawl.learners.etc_grid_transform`).  It
         is a static argument: pass the same hashable object (a module-level function)
         to reuse the compiled program.  Its qualified name enters the fingerprint.
       tag: free text folded into the fingerprint (e.g. a code version).
@@ -243,7 +216,7 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
     suffix = "" if nproc == 1 else f".p{pid}of{nproc}"
     fp_all = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag, transform)
     if nproc > 1:
-        from jaxcrawl.distributed import check_consistent
+        from jaxcrawl.parallel import check_consistent  # only multi-process runs need jaxcrawl.parallel
 
         check_consistent(sweep_inputs=fp_all, out_dir=os.path.abspath(out_dir) if out_dir else None)
 
@@ -318,7 +291,7 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
 
 def _gather_chunks(results, num_chunks, num_seeds, by_seeds, nproc):
     """Every process's share of every chunk, on every process (exact byte all-gathers)."""
-    from jaxcrawl.distributed import allgather_host
+    from jaxcrawl.parallel import allgather_host  # only multi-process runs need jaxcrawl.parallel
 
     template = next(r for r in results if r is not None)
     full = max(int(np.shape(jax.tree_util.tree_leaves(r)[0])[0]) for r in results if r is not None)
