@@ -4,8 +4,14 @@ The papers' vocabulary is unified: ``importance`` (ζ, μ, w), ``change_rate`` (
 ``rate`` (ρ, p, r), ``bandwidth`` (R, B), ``complete`` (W° pages with change signals),
 ``dual`` (the bandwidth multiplier).
 """
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
+# first, before anything imports JAX: when this process is the ``jaxcrawl`` command (and only
+# then), Ctrl-C and SIGTERM while it imports are recorded for the command to act on
+from ._src import interrupts as _interrupts
+
+_interrupts.install_early()
+
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError  # noqa: E402
+from importlib.metadata import version as _version  # noqa: E402
 
 from . import estimators as estimators
 from . import io as io

@@ -3,7 +3,7 @@
 ``jaxcrawl launch -n 2 -- solve --input pages.csv --output plan.csv`` starts two
 ``jaxcrawl solve`` processes on this machine with a coordinator on a free local port
 (CPU collectives over gloo), forwards their output with a ``[i]`` prefix, and stops them
-all when one fails (:func:`jaxcrawl.distributed.launch`).  A command whose first word
+all when one fails (:func:`jaxcrawl.cli.launcher.launch`).  A command whose first word
 ends in ``.py`` is run as a Python script instead of a ``jaxcrawl`` subcommand.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl launch``; returns the job's exit status."""
-    from jaxcrawl.distributed import launch
+    from .launcher import launch
 
     rest = list(args.rest)
     if rest and rest[0] == "--":

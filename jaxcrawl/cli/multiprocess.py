@@ -64,7 +64,7 @@ def join(args: argparse.Namespace) -> bool:
 
     if not requested(args):
         return False
-    from jaxcrawl.distributed import initialize
+    from jaxcrawl.parallel import initialize
 
     if args.x64 if hasattr(args, "x64") else False:
         jax.config.update("jax_enable_x64", True)
@@ -105,18 +105,21 @@ def run_solve(args: argparse.Namespace) -> int:
     import jax
 
     import jaxcrawl
-    from jaxcrawl import distributed as dist
+    from jaxcrawl import parallel as dist
+    from jaxcrawl.io._rows import read_local_rows
 
-    # Options of the single-process solve that this path does not implement yet: refuse them
-    # rather than write a plan that silently ignores them.
+    from .solve import objective_from_args
+
+    # Command options that only the single-process command implements (crawler files, real
+    # time, crawl delays): refused rather than silently ignored.
     unsupported = [flag for flag, attr, default in (
-        ("--min-interval", "min_interval", None), ("--max-interval", "max_interval", None),
         ("--hosts", "hosts", None), ("--crawl-delays", "crawl_delays", None), ("--robots", "robots", None),
         ("--urlfrontier", "urlfrontier", None), ("--nutch", "nutch", None), ("--start", "start", None),
         ("--time-unit", "time_unit", "days")) if getattr(args, attr, default) != default]
     if unsupported:
-        raise ValueError(f"{', '.join(unsupported)}: not supported yet with several processes "
+        raise ValueError(f"{', '.join(unsupported)}: only in a job of one process "
                          "(run the solve in one process, or without these options)")
+    obj = objective_from_args(args)
     if not join(args):
         raise ValueError("--num-processes/--distributed: this job has one process; run without them")
     pid, nproc = jax.process_index(), jax.process_count()
@@ -127,7 +130,7 @@ def run_solve(args: argparse.Namespace) -> int:
     if args.input:
         rows, error = None, None
         try:
-            rows = dist.read_local_rows(args.input)
+            rows = read_local_rows(args.input)
         except ValueError as err:  # a bad row on one process stops every process cleanly
             error = str(err)
         dist.raise_together(error)
@@ -157,14 +160,21 @@ def run_solve(args: argparse.Namespace) -> int:
         except ValueError as err:
             error = str(err)
         dist.raise_together(error)
-    dist.check_consistent(table=table_fp, source=source, bandwidth=bandwidth, objective=args.objective,
-                          epsilon=args.epsilon, caps=None if host_cap is None else host_cap,
+    from jaxcrawl.io.crawler import parse_duration
+
+    intervals = [None if v is None else parse_duration(v, "days", name=flag)
+                 for flag, v in (("--min-interval", args.min_interval), ("--max-interval", args.max_interval))]
+    if intervals[1] == 0:
+        raise ValueError("--max-interval must be > 0")
+    bounds = (None if intervals[1] is None else 1.0 / intervals[1],
+              None if not intervals[0] else 1.0 / intervals[0])
+    dist.check_consistent(table=table_fp, source=source, bandwidth=bandwidth, objective=obj.name,
+                          caps=None if host_cap is None else host_cap, bounds=bounds,
                           max_steps=args.max_steps, rtol=args.rtol, x64=bool(args.x64), output=args.output)
     t0 = time.perf_counter()
-    sol = dist.solve_local_rows(imp, lam, comp, bandwidth, args.objective,
-                                epsilon=args.epsilon if args.objective == "binary-epsilon" else 0.0,
-                                host_id=host_id, host_cap=host_cap, max_steps=args.max_steps, rtol=args.rtol,
-                                dtype=dtype)
+    src = dist.ProcessRows(imp, lam, comp, bandwidth, dtype=dtype)
+    caps = None if host_cap is None else jaxcrawl.HostCaps(host_id, host_cap)
+    sol = jaxcrawl.solve(src, obj, caps=caps, bounds=bounds, max_steps=args.max_steps, rtol=args.rtol)
     seconds = time.perf_counter() - t0
     total = float(dist.allreduce_sum([np.sum(sol.rate, dtype=np.float64)])[0])
     tolerance = budget_tolerance(args.rtol, dtype, bandwidth)
@@ -180,7 +190,7 @@ def run_solve(args: argparse.Namespace) -> int:
     summary = dict(source=source, num_pages=num_pages, bandwidth=bandwidth, objective=args.objective,
                    converged=sol.converged, dual=sol.dual, residual_before_correction=sol.residual,
                    budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,
-                   dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[sol.start, len(sol.rate)])
+                   dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[src.start, len(sol.rate)])
     if failure is None and args.output:
         from jaxcrawl.io import write_plan_csv
 
@@ -200,7 +210,7 @@ def run_solve(args: argparse.Namespace) -> int:
         dist.barrier("jaxcrawl.solve.written")
     if failure is not None:
         summary["error"] = failure
-    print(f"process {pid}/{nproc}: rows {sol.start}..{sol.start + len(sol.rate)} of {num_pages}, dual {sol.dual:.10g}, "
+    print(f"process {pid}/{nproc}: rows {src.start}..{src.start + len(sol.rate)} of {num_pages}, dual {sol.dual:.10g}, "
           f"{sol.num_steps} root-finding steps, converged: {sol.converged}, solve {seconds:.3f} s")
     print(json.dumps(summary))
     if failure is not None:

@@ -3,7 +3,7 @@
 Reads ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``
 (:func:`jaxcrawl.io.read_problem`; CSV, Parquet or JSON Lines by the file's name) or draws
 :func:`jaxcrawl.synthetic`, solves with :func:`jaxcrawl.solve` for the
-``--objective`` (any name of :func:`jaxcrawl.utility_names`) under the revisit bounds
+``--objective`` (any name of :func:`jaxcrawl.objective_names`) under the revisit bounds
 (the file's interval columns and ``--min-interval``/``--max-interval``) and host caps
 (``--host-caps`` and/or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``: the smaller applies), and writes
 the plan ``page_id,rate,prob`` (:func:`jaxcrawl.io.write_plan`), optionally a URLFrontier
@@ -30,7 +30,7 @@ __all__ = ["register", "run", "check_plan"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``solve`` subcommand to an ``argparse`` subparsers object."""
-    from jaxcrawl.utilities import utility_names
+    from jaxcrawl import objective_names
 
     p = subparsers.add_parser(
         "solve",
@@ -54,12 +54,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bw.add_argument("--bandwidth", type=float, help="total crawls per unit time R")
     bw.add_argument("--bandwidth-fraction", type=float, default=None,
                     help="R as a fraction of the number of pages (default 0.2)")
-    p.add_argument("--objective", choices=utility_names(), default="harmonic",
-                   help="a registered utility (jaxcrawl.utility_names()): harmonic: LambdaCrawl; "
+    p.add_argument("--objective", choices=objective_names(), default="harmonic",
+                   help="a registered objective (jaxcrawl.objective_names()): harmonic: LambdaCrawl; "
                         "harmonic-approx: LambdaCrawlApprox; binary: BinaryLambdaCrawl; binary-epsilon: "
                         "BLC-epsilon; delay: accumulated delay; uniform: uniform-interval freshness")
-    p.add_argument("--epsilon", type=float, default=0.4,
-                   help="binary-epsilon: the floor fraction (every page gets >= epsilon*R/n; default 0.4)")
+    p.add_argument("--epsilon", type=float, default=None,
+                   help="with --objective binary-epsilon only: the floor fraction (every page gets >= "
+                        "epsilon*R/n; default 0.4)")
     p.add_argument("--host-caps", help="CSV host_id,cap of per-host crawl-rate caps (see docs/cli.md)")
     p.add_argument("--max-steps", type=int, default=100,
                    help="root-finding step cap (default 100); a solve stopped by it exits with status 3")
@@ -173,6 +174,17 @@ def check_plan(rate: np.ndarray, prob: np.ndarray, bandwidth: float, converged: 
                         dtype=dtype)
 
 
+def objective_from_args(args: argparse.Namespace):
+    """The objective of ``--objective`` (with ``--epsilon``: the floor of ``binary-epsilon`` only)."""
+    import jaxcrawl
+
+    if args.objective == "binary-epsilon":
+        return jaxcrawl.binary(0.4 if args.epsilon is None else args.epsilon)
+    if getattr(args, "epsilon", None) is not None:
+        raise ValueError(f"--epsilon applies to --objective binary-epsilon only (got --objective {args.objective})")
+    return jaxcrawl.objective(args.objective)
+
+
 def _load(args: argparse.Namespace) -> tuple[Any, str]:
     import jax
 
@@ -197,12 +209,10 @@ def run(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
     import jaxcrawl
-    from jaxcrawl import objectives
-    from jaxcrawl.bounds import check_rate_bounds, rate_bounds
+    from jaxcrawl import check_rate_bounds, rate_bounds
     from jaxcrawl.io import check_output, read_host_caps, write_plan
     from jaxcrawl.io.crawler import parse_duration, unit_seconds
     from jaxcrawl.io.progress import progress_bar
-    from jaxcrawl.utilities import binary_epsilon
 
     if multiprocess.requested(args):  # several processes: each solves from its own rows
         return multiprocess.run_solve(args)
@@ -210,9 +220,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-steps must be >= 1; got {args.max_steps}")
     if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol < 1):
         raise ValueError(f"--rtol must be in (0, 1); got {args.rtol}")
-    capped = bool(args.host_caps or args.crawl_delays or args.robots)
-    if capped and (args.max_steps != 100 or args.rtol is not None):
-        raise ValueError("--max-steps and --rtol apply to solves without host caps")
+    obj = objective_from_args(args)
     min_iv = None if args.min_interval is None else parse_duration(args.min_interval, args.time_unit,
                                                                    name="--min-interval")
     max_iv = None if args.max_interval is None else parse_duration(args.max_interval, args.time_unit,
@@ -244,7 +252,6 @@ def run(args: argparse.Namespace) -> int:
         obj_hi = np.where(comp, lam, np.inf) if args.objective in ("harmonic", "harmonic-approx") else None
         check_rate_bounds(lo, hi, float(bandwidth), page_id=page_id, objective_upper=obj_hi,
                           unit=args.time_unit[:-1])
-    utility = binary_epsilon(args.epsilon) if args.objective == "binary-epsilon" else args.objective
     dtype = jnp.float64 if args.x64 else jnp.float32
     from jaxcrawl._src.checks import check_representable
 
@@ -252,36 +259,33 @@ def run(args: argparse.Namespace) -> int:
         check_representable(col, name, dtype, labels=page_id, source=args.input)
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth,
                                     jnp.asarray(comp))
-    bounds = dict(min_rate=jnp.asarray(lo, dtype), max_rate=jnp.asarray(hi, dtype)) if bounded else {}
+    bounds = (jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)) if bounded else None
     gaps = host_gaps(args, page_id)
     num_delay_hosts = 0
+    caps = None
     if args.host_caps and gaps is None:
-        from jaxcrawl import politeness
+        from jaxcrawl.io import load_host_caps
 
-        solve = politeness.solver_from_caps_file(args.host_caps, page_id, args.objective, epsilon=args.epsilon,
-                                                 **bounds)
+        hidx, hcap = load_host_caps(args.host_caps, page_id)
+        caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(hcap, dtype))
     elif gaps is not None:
-        from jaxcrawl import politeness
-
         hidx, delay, names = gaps
         num_delay_hosts = int(delay.size)
         with np.errstate(divide="ignore"):
-            caps = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
+            cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
         if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
             from jaxcrawl.io.hosts import load_host_caps, merge_host_caps
 
             c_idx, c_cap = load_host_caps(args.host_caps, page_id)
-            hidx, caps = merge_host_caps(c_idx, c_cap, hidx, caps, page_id=page_id,
-                                         what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
-                                         names=(None, names))
-        host_arr, cap_arr = jnp.asarray(hidx), jnp.asarray(caps, dtype)
-
-        def solve(pr):
-            return politeness.solve_with_host_caps(pr, host_arr, cap_arr, args.objective, epsilon=args.epsilon,
-                                                   **bounds).policy
-    else:
-        solve = jax.jit(lambda pr, b: jaxcrawl.solve(pr, utility, max_steps=args.max_steps, rtol=args.rtol, **b))
-        solve = functools.partial(solve, b=bounds)
+            hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
+                                        what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
+                                        names=(None, names))
+        caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(cap, dtype))
+    options = dict(max_steps=args.max_steps, rtol=args.rtol)
+    if caps is None:
+        solve = functools.partial(jax.jit(lambda pr, b: jaxcrawl.solve(pr, obj, bounds=b, **options)), b=bounds)
+    else:  # eager: the capped log-gap fallback is compiled only where a plan needs it
+        solve = functools.partial(jaxcrawl.solve, objective=obj, caps=caps, bounds=bounds, **options)
     if getattr(args, "check", False):  # debug mode: inputs and rates checked by page (jaxcrawl.debug)
         from jaxcrawl.debug import checked
 
@@ -305,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
         if off.size:
             failure = (f"the plan misses the revisit bounds of {off.size} pages (first: page "
                        f"{page_id[off[0]]!r}, rate {rate[off[0]]!r} outside [{lo[off[0]]!r}, {hi[off[0]]!r}])")
-    costs = jax.jit(lambda pr, pol: (objectives.harmonic_cost(pr, pol), objectives.binary_cost(pr, pol)))
+    costs = jax.jit(lambda pr, pol: (jaxcrawl.harmonic_cost(pr, pol), jaxcrawl.binary_cost(pr, pol)))
     harmonic, binary = (float(c) for c in costs(problem, policy))
     summary = {
         "source": source,

@@ -1,8 +1,8 @@
 """``jaxcrawl stream``: optimal crawl rates for a page table on disk, chunk by chunk.
 
 Solves any separable objective from a page-table directory (``importance.npy``,
-``change_rate.npy``, ``complete.npy``; :func:`jaxcrawl.scale.write_page_table`) with
-:func:`jaxcrawl.scale.stream_solve`: memory O(chunk), one sequential read of the table per
+``change_rate.npy``, ``complete.npy``; :func:`jaxcrawl.io.write_page_table`) as a
+:class:`jaxcrawl.parallel.StreamedTable` with :func:`jaxcrawl.solve`: memory O(chunk), one sequential read of the table per
 root-finding step, the rates written to one ``.npy`` file.  With several processes
 (``--num-processes``/``--coordinator``/``--process-id``, ``jaxcrawl launch``, or a cluster
 with ``--distributed``) each process streams its own row range and the sums are combined
@@ -20,7 +20,7 @@ __all__ = ["register", "run"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``stream`` subcommand to an ``argparse`` subparsers object."""
-    from jaxcrawl.utilities import utility_names
+    from jaxcrawl import objective_names
 
     from .multiprocess import add_arguments
 
@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bw.add_argument("--bandwidth", type=float, help="total crawls per unit time R")
     bw.add_argument("--bandwidth-fraction", type=float, default=None,
                     help="R as a fraction of the number of pages (default 0.2)")
-    p.add_argument("--objective", choices=utility_names(), default="harmonic", help="a separable utility")
-    p.add_argument("--epsilon", type=float, default=0.4, help="binary-epsilon: the floor fraction (default 0.4)")
+    p.add_argument("--objective", choices=objective_names(), default="harmonic", help="a separable objective")
+    p.add_argument("--epsilon", type=float, default=None,
+                   help="with --objective binary-epsilon only: the floor fraction (default 0.4)")
     p.add_argument("--chunk-size", type=int, default=1 << 20, help="pages per chunk (default 1048576)")
     p.add_argument("--max-steps", type=int, default=100, help="root-finding step cap (default 100)")
     p.add_argument("--rtol", type=float, default=None, help="relative budget tolerance of the root-find")
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     import jax
 
     import jaxcrawl
-    from jaxcrawl.scale import PageTable, stream_solve
+    from jaxcrawl.io import PageTable
+    from jaxcrawl.parallel import StreamedTable
 
     from .multiprocess import join
 
@@ -63,17 +65,17 @@ def run(args: argparse.Namespace) -> int:
     if args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1; got {args.chunk_size}")
     table = PageTable(args.table)
-    from .solve import bandwidth_from_args, budget_tolerance
+    from .solve import bandwidth_from_args, budget_tolerance, objective_from_args
 
     bandwidth = bandwidth_from_args(args, table.num_pages)
-    objective, epsilon = ("binary", args.epsilon) if args.objective == "binary-epsilon" else (args.objective, 0.0)
+    obj = objective_from_args(args)
     # the rates go to a temporary file next to the output (one name, every process writes its
     # rows); only a result that passes the final guard is renamed over the output
     import os
 
     import numpy as np
 
-    from jaxcrawl import distributed as dist
+    from jaxcrawl import parallel as dist
 
     from . import check_result
 
@@ -85,15 +87,15 @@ def run(args: argparse.Namespace) -> int:
     dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
     try:
-        res = stream_solve(table, float(bandwidth), objective=objective, epsilon=epsilon, chunk_size=args.chunk_size,
-                           dtype=np.dtype(dtype).name, out_path=partial, max_steps=args.max_steps, rtol=args.rtol,
-                           progress=False if args.quiet else None)
+        src = StreamedTable(table, float(bandwidth), chunk_size=args.chunk_size, dtype=np.dtype(dtype).name,
+                            out=partial, progress=False if args.quiet else None)
+        res = jaxcrawl.solve(src, obj, max_steps=args.max_steps, rtol=args.rtol)
         seconds = time.perf_counter() - t0
         rate = np.asarray(res.rate)
         multi = jax.process_count() > 1
         local = [float(np.sum(rate, dtype=np.float64)), float(np.sum(~np.isfinite(rate)))]
         total, bad_total = (dist.allreduce_sum(local) if multi else local)
-        failure = check_result({"rates": rate}, np.arange(res.start, res.start + len(rate)), converged=res.converged,
+        failure = check_result({"rates": rate}, np.arange(src.start, src.start + len(rate)), converged=res.converged,
                                num_steps=res.num_steps, residual_before=res.residual, bandwidth=float(bandwidth),
                                total=float(total), tolerance=budget_tolerance(args.rtol, dtype, float(bandwidth)),
                                dtype=dtype, what="the streamed solve", nonfinite_total=int(bad_total))
@@ -114,14 +116,14 @@ def run(args: argparse.Namespace) -> int:
             os.unlink(partial)
     summary = dict(table=args.table, num_pages=table.num_pages, bandwidth=float(bandwidth), objective=args.objective,
                    converged=res.converged, dual=res.dual if math.isfinite(res.dual) else None,
-                   residual_before_correction=res.residual, root_steps=res.num_steps, passes=res.num_passes,
+                   residual_before_correction=res.residual, root_steps=res.num_steps, passes=src.num_passes,
                    solve_seconds=seconds, process=jax.process_index(), num_processes=jax.process_count(),
-                   rows=[res.start, nrows],
+                   rows=[src.start, nrows],
                    output=args.output if failure is None else None)
     if failure is not None:
         summary["error"] = failure
     print(f"stream       {table.num_pages} pages, dual {res.dual:.10g}, {res.num_steps} root-finding steps, "
-          f"{res.num_passes} passes, {seconds:.2f} s, converged: {res.converged}")
+          f"{src.num_passes} passes, {seconds:.2f} s, converged: {res.converged}")
     print(json.dumps(summary))
     if failure is not None:
         raise jaxcrawl.NonConvergenceError(failure + ("; no rates written" if args.output else ""))
