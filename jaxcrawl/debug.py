@@ -20,8 +20,8 @@ program and report the first offending value with its position::
     checked(solve_batch)(imp, jnp.ones((8, 100)), jnp.full(8, 20.0))
     # jaxcrawl.debug.CheckError: argument 0 must not be NaN: problem 3, page 17, value nan
 
-A :class:`~jaxcrawl.CrawlProblem` passed as an argument is checked by its own rules
-(``check_problem``), so a negative importance is caught as well as a NaN.  The arguments
+A :class:`~jaxcrawl.CrawlProblem` passed as an argument is checked by its own rules,
+so a negative importance is caught as well as a NaN.  The arguments
 of the wrapped function must be arrays or pytrees of arrays (close over anything else).
 
 What is checked (the axes: the last axis of a per-page array is the page; the leading
@@ -51,7 +51,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import checkify
 
-__all__ = ["checked", "check_problem", "check_array", "CheckError"]
+from .core.problem import CrawlProblem
+
+__all__ = ["checked", "check_array", "CheckError"]
 
 
 class CheckError(ValueError):
@@ -100,7 +102,7 @@ def check_array(x: Any, what: str, rule: str = "nan-free", *, per_page: bool = T
                        problem=i // pages, page=i % pages, value=value)
 
 
-def check_problem(problem: Any, what: str = "problem") -> None:
+def _check_problem(problem: Any, what: str = "problem") -> None:
     """Inside a checkified function: the rules of :class:`jaxcrawl.CrawlProblem` on traced
     values (importance and change_rate finite and > 0 per page, bandwidth finite and > 0 per
     problem -- its leading axes are the problems)."""
@@ -110,14 +112,12 @@ def check_problem(problem: Any, what: str = "problem") -> None:
 
 
 def _check_inputs(args: tuple, kwargs: dict) -> None:
-    from jaxcrawl.core.problem import CrawlProblem
-
     is_problem = lambda x: isinstance(x, CrawlProblem)  # noqa: E731
     tree = (args, kwargs)
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_problem)[0]:
         name = _arg_name(path)
         if is_problem(leaf):
-            check_problem(leaf, name)
+            _check_problem(leaf, name)
         elif _is_float(leaf):
             check_array(leaf, name, "nan-free")
 

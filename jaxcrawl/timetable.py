@@ -62,24 +62,18 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from ._src.checks import is_concrete
-from ._src.special import ein, ein_minus_phi1, phi1
+from ._src.special import ein_minus_phi1, phi1
 from .core.problem import CrawlProblem, Policy
 
 __all__ = [
-    "Timetable",
-    "CrawlerState",
+    "timetable",
     "golden_phase",
     "hashed_phase",
-    "crawl_counts",
-    "timetable",
-    "timetable_from_policy",
-    "SpacedTimetable",
     "space_crawls",
     "init_crawler",
     "next_crawls",
     "periodic_binary_cost",
     "periodic_harmonic_cost",
-    "ein",
 ]
 
 #: round(2**32 * (sqrt(5) - 1) / 2): the golden ratio's fractional part in 32-bit fixed point.
@@ -224,7 +218,7 @@ def _window_first(rate, phase, start, horizon):
     return k0, delta, count
 
 
-def crawl_counts(rate: ArrayLike, phase: ArrayLike, start: ArrayLike, end: ArrayLike) -> jax.Array:
+def _crawl_counts(rate: ArrayLike, phase: ArrayLike, start: ArrayLike, end: ArrayLike) -> jax.Array:
     r"""Exact number of crawls of each page in ``[start, end)``.
 
     :math:`\lceil \mathrm{end}\,\rho_i-\varphi_i\rceil-\lceil\mathrm{start}\,\rho_i-\varphi_i\rceil`:
@@ -381,26 +375,31 @@ def _bucket(m: int) -> int:
 
 
 def timetable(
-    rate: ArrayLike,
+    rate: ArrayLike | Policy,
     horizon: ArrayLike,
     *,
     start: ArrayLike = 0.0,
     phase: ArrayLike | str | None = None,
     capacity: int | None = None,
     relative: bool = False,
+    include_signal_pages: bool = False,
 ) -> Timetable:
     r"""Every crawl in ``[start, start + horizon)``, page ``i`` at ``(k + phase_i) / rate_i``.
 
     The derandomisation of a Poisson crawl policy (NeurIPS-19 §4.1, after Azar et al.):
     per page, gaps of exactly ``1 / rate_i`` and, in every window ``[a, b)``, a number of
-    crawls strictly within ±1 of ``rate_i * (b - a)`` (see :func:`crawl_counts`).
+    crawls strictly within ±1 of ``rate_i * (b - a)`` (see :func:`_crawl_counts`).
     Consecutive windows join seamlessly (the crawl times depend only on absolute time).
 
     Vectorised: per-page counts, one scatter + cumsum to lay the crawls out in a buffer,
     one sort.  Jittable with ``capacity`` static.
 
     Args:
-      rate: ``(n,)`` crawl rates (>= 0; 0 = never crawled).
+      rate: ``(n,)`` crawl rates (>= 0; 0 = never crawled), or a solver's
+        :class:`~jaxcrawl.Policy` of one problem.  A policy's pages crawled on change
+        signals (``on_signal``, NeurIPS-19 Π°) are crawled when their signals arrive,
+        which no timetable can know in advance, so they are left out (rate 0) unless
+        ``include_signal_pages`` (then they are timetabled at their rate).
       horizon: window length (> 0).
       start: window start.
       phase: ``(n,)`` phases in ``[0, 1)``, ``"golden"`` (default, :func:`golden_phase`)
@@ -409,6 +408,7 @@ def timetable(
         rounded up to a size bucket (<= 12.5% padding).
       relative: ``time`` holds each crawl's time since ``start`` (in ``[0, horizon)``)
         instead of its absolute time.
+      include_signal_pages: with a Policy, timetable its signal pages too.
 
     Returns:
       :class:`Timetable`.  Warns (``RuntimeWarning``) eagerly if crawls did not fit.
@@ -423,6 +423,11 @@ def timetable(
     ``relative=False`` the returned absolute times are rounded to the working dtype near
     ``start``.  Under ``jit`` the position is computed in the working dtype.
     """
+    if isinstance(rate, Policy):
+        on_signal = rate.on_signal
+        rate = jnp.asarray(rate.rate)
+        if not include_signal_pages:
+            rate = jnp.where(on_signal, jnp.zeros_like(rate), rate)
     rate = _as_rate(rate)
     phase = _resolve_phase(phase, rate)
     _check_rate_phase(rate, phase)
@@ -463,22 +468,6 @@ def timetable(
             stacklevel=2,
         )
     return out
-
-
-def timetable_from_policy(policy: Policy, horizon: ArrayLike, *, start: ArrayLike = 0.0,
-                          phase: ArrayLike | str | None = None,
-                          include_signal_pages: bool = False,
-                          capacity: int | None = None, relative: bool = False) -> Timetable:
-    """Timetable of a solver's :class:`~jaxcrawl.problem.Policy` (one problem, ``(n,)`` rates).
-
-    Pages crawled on change signals (``policy.on_signal``, NeurIPS-19 Π°) are crawled when
-    their signals arrive, which no timetable can know in advance, so they are left out
-    (rate 0) unless ``include_signal_pages`` (then they are timetabled at their rate).
-    """
-    rate = jnp.asarray(policy.rate)
-    if not include_signal_pages:
-        rate = jnp.where(policy.on_signal, jnp.zeros_like(rate), rate)
-    return timetable(rate, horizon, start=start, phase=phase, capacity=capacity, relative=relative)
 
 
 # ------------------------------------------------------------------ politeness gaps

@@ -1,4 +1,4 @@
-"""Drifting pages (jaxcrawl.simulate.drift) and forgetting estimators.
+"""Drifting pages (jaxcrawl.simulate: regime_switch, simulate_drift, periodic_drift_costs) and forgetting estimators.
 
 * The simulated staleness integrals on a drifting path match the exact expected ones of
   :func:`periodic_drift_costs` within 4 standard errors (pages repeated as independent
@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcrawl import estimators
+import jaxcrawl
+from jaxcrawl import CrawlProblem, estimators, learners
 from jaxcrawl import simulate as S
-from jaxcrawl.problem import CrawlProblem
 
 Z = 4.0
 
@@ -79,7 +79,7 @@ def test_simulated_costs_on_a_regime_switch_match_the_exact_formula():
     np.testing.assert_allclose(np.asarray(rates[4]), lam)
     np.testing.assert_allclose(np.asarray(rates[5]), lam * mult, rtol=1e-6)
     sched = S.periodic_schedule(jnp.asarray(per), jnp.asarray(ph))
-    config = S.drift_config(problem, sched, rates, 1.0, requests=False)
+    config = S.config_for(problem.replace(change_rate=jnp.max(rates, axis=0)), sched, 1.0, requests=False)
     state = S.init_state(problem)
     _, tot = jax.jit(S.simulate_drift, static_argnames="config")(
         jax.random.PRNGKey(0), problem, sched, state, config, rates)
@@ -190,22 +190,19 @@ def test_llc_with_forgetting_follows_a_regime_switch():
     """LambdaLearnAndCrawl on pages whose rates jump 5x at day 40: with a 4-day half-life the
     estimate error falls back to its own pre-switch level after the switch; without
     forgetting it stays well above its pre-switch level (and above the forgetting one's)."""
-    from jaxcrawl.learners import heuristics as H
-    from jaxcrawl.learners import learn_and_crawl as LC
-
     n, num_epochs = 60, 70
     rng = np.random.default_rng(8)
     lam = np.exp(rng.normal(np.log(0.5), 0.5, n)).astype(np.float32)
     problem = CrawlProblem(jnp.asarray(rng.lognormal(0, 1, n), jnp.float32), jnp.asarray(lam), 0.4 * n)
     rates = S.regime_switch(problem.change_rate, [1.0, 5.0], [40.0], num_windows=num_epochs)
-    settings = LC.llc_settings(problem.replace(change_rate=5 * problem.change_rate), history_epochs=64)
-    plain = LC.llc(**settings)
-    forget = LC.llc(**settings, forgetting=True)
+    settings = learners.llc_settings(problem.replace(change_rate=5 * problem.change_rate), history_epochs=64)
+    plain = learners.lambda_learn_and_crawl(jaxcrawl.harmonic(), **settings)
+    forget = learners.lambda_learn_and_crawl(jaxcrawl.harmonic(), **settings, forgetting=True)
     assert forget.name == "llc-forget"
     key = jax.random.PRNGKey(11)
-    _, info_plain = H.run_on_path(key, plain, problem, rates)
-    _, info_forget = H.run_on_path(key, forget, problem, rates, LC.LLCParams(half_life=4.0))
-    _, info_inf = H.run_on_path(key, forget, problem, rates, LC.LLCParams(half_life=jnp.inf))
+    _, info_plain = learners.run_on_path(key, plain, problem, rates)
+    _, info_forget = learners.run_on_path(key, forget, problem, rates, learners.LLCParams(half_life=4.0))
+    _, info_inf = learners.run_on_path(key, forget, problem, rates, learners.LLCParams(half_life=jnp.inf))
     # no discount: the same estimates as the plain learner (up to the root-finders' tolerance)
     np.testing.assert_allclose(np.asarray(info_inf.estimate_error), np.asarray(info_plain.estimate_error),
                                rtol=2e-3, atol=2e-3)
@@ -216,4 +213,4 @@ def test_llc_with_forgetting_follows_a_regime_switch():
     assert err_p[-5:].mean() >= 1.5 * err_p[30:40].mean()       # plain MLE keeps the old regime
     assert err_p[-5:].mean() >= 1.5 * err_f[-5:].mean()
     with pytest.raises(ValueError, match="half_life"):
-        forget.init(problem, LC.LLCParams(half_life=0.0))
+        forget.init(problem, learners.LLCParams(half_life=0.0))

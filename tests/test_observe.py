@@ -1,4 +1,4 @@
-"""The observation-level sampler (jaxcrawl.simulate.observe) against the event-level
+"""The observation-level sampler (jaxcrawl.simulate.observe_window) against the event-level
 simulator, its use by the crawling learners, and compile counts.
 
 The law tests, the compile counts and the learner comparisons are ``long`` (own step of
@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from jaxcrawl import CrawlProblem, data
+from jaxcrawl import CrawlProblem, learners, synthetic
 from jaxcrawl import simulate as sim
+from jaxcrawl._src.observations import OBSERVATION, Observations, Observed
 from jaxcrawl.learners import _history as lh
-from jaxcrawl.learners import explore_commit as ec
-from jaxcrawl.learners import learn_and_crawl as lc
 from jaxcrawl.learners import run_learner
+from jaxcrawl.simulate._schedules import PERIODIC, POISSON, SIGNAL
+from jaxcrawl.simulate._state import stationary_state
 
 import helpers
 
@@ -39,7 +40,7 @@ def _problem():
     rho = np.array([1.1, 0.8, 0.0, 0.9])
     prob = np.array([0.0, 0.0, 0.6, 0.0])
     complete = np.array([False, False, True, True])
-    kind = np.array([sim.POISSON, sim.POISSON, sim.SIGNAL, sim.POISSON])
+    kind = np.array([POISSON, POISSON, SIGNAL, POISSON])
     rep = lambda a: np.repeat(a, COPIES)  # noqa: E731
     problem = CrawlProblem(jnp.ones(4 * COPIES, jnp.float32), jnp.asarray(rep(lam), jnp.float32),
                            jnp.float32(4.0 * COPIES), jnp.asarray(rep(complete)))
@@ -52,7 +53,7 @@ def _problem():
 @pytest.fixture(scope="module")
 def draws():
     problem, schedule, ptype = _problem()
-    state0 = sim.stationary_state(jax.random.key(0), problem, schedule)
+    state0 = stationary_state(jax.random.key(0), problem, schedule)
     # start half of the pages stale with a known time since the last crawl (carried state)
     state0 = state0._replace(since_crawl=state0.since_crawl.at[::2].set(0.4),
                              num_changes=state0.num_changes.at[::2].set(2))
@@ -181,13 +182,13 @@ def test_record_observed_equals_record_window():
         iv = np.where(mask, rng.exponential(0.5, (n, k)) + 1e-3, 0.0).astype(np.float32)
         ch = mask & (rng.uniform(size=(n, k)) < 0.5)
         signals = rng.randint(0, 4, n)
-        obs = sim.Observations(jnp.asarray(iv), jnp.asarray(ch, jnp.float32), jnp.asarray(mask),
+        obs = Observations(jnp.asarray(iv), jnp.asarray(ch, jnp.float32), jnp.asarray(mask),
                                jnp.asarray(ch, jnp.int32), jnp.full((n, k), jnp.inf))
         hist_a = _record_window(hist_a, obs, jnp.asarray(signals), epoch)
         pool = 40
         page = np.repeat(np.arange(n), cnt)
         flat = lambda a, fill: np.concatenate([a[mask], np.full(pool - cnt.sum(), fill)])  # noqa: E731
-        observed = sim.Observed(
+        observed = Observed(
             page=jnp.asarray(np.concatenate([page, np.full(pool - cnt.sum(), n)]), jnp.int32),
             interval=jnp.asarray(flat(iv, 0.0), jnp.float32), changed=jnp.asarray(flat(ch, False)),
             valid=jnp.asarray(np.arange(pool) < cnt.sum()),
@@ -209,7 +210,7 @@ def test_unsupported_and_capacity_overflows_are_flagged():
     the crawls: both flagged, never silent."""
     problem = CrawlProblem(jnp.ones(4), jnp.full(4, 1.0), jnp.float32(40.0))
     schedule = sim.poisson_schedule(jnp.full(4, 10.0))
-    schedule = schedule._replace(kind=schedule.kind.at[0].set(sim.PERIODIC), period=schedule.period.at[0].set(0.5))
+    schedule = schedule._replace(kind=schedule.kind.at[0].set(PERIODIC), period=schedule.period.at[0].set(0.5))
     cfg = sim.ObserveConfig(window=1.0, pool_capacity=4)
     state, obs = jax.jit(lambda k: sim.observe_window(k, sim.init_state(problem), problem, schedule, cfg))(
         jax.random.key(0))
@@ -226,26 +227,26 @@ def test_unsupported_and_capacity_overflows_are_flagged():
 
 # ---------------------------------------------------------------------- learners
 def _small_llc(sampler, n=300):
-    problem = data.synthetic(jax.random.key(3), n)
-    settings = lc.llc_settings(problem, "harmonic", events_per_window=48.0, sampler=sampler)
-    return problem, lc.lambda_learn_and_crawl("harmonic", **settings)
+    problem = synthetic(jax.random.key(3), n)
+    settings = learners.llc_settings(problem, "harmonic", events_per_window=48.0, sampler=sampler)
+    return problem, learners.lambda_learn_and_crawl("harmonic", **settings)
 
 
 @pytest.mark.long
 def test_learners_choose_the_sampler_and_say_so():
     """llc_settings / phased_settings / online_settings pick the observation level unless
     told 'event'; info.sampler reports it."""
-    problem = data.synthetic(jax.random.key(3), 200)
-    assert lc.llc_settings(problem, "harmonic")["observe"] is not None
-    assert lc.llc_settings(problem, "harmonic", sampler="event")["observe"] is None
-    assert ec.phased_settings(problem, 2.0, 3)["observe"] is not None
-    assert lc.online_settings(problem)["observe"] is not None
+    problem = synthetic(jax.random.key(3), 200)
+    assert learners.llc_settings(problem, "harmonic")["observe"] is not None
+    assert learners.llc_settings(problem, "harmonic", sampler="event")["observe"] is None
+    assert learners.phased_settings(problem, 2.0, 3)["observe"] is not None
+    assert learners.online_settings(problem)["observe"] is not None
     with pytest.raises(ValueError, match="sampler"):
-        lc.llc_settings(problem, "harmonic", sampler="fast")
-    settings = lc.llc_settings(problem, "harmonic")
+        learners.llc_settings(problem, "harmonic", sampler="fast")
+    settings = learners.llc_settings(problem, "harmonic")
     wrong = settings | dict(observe=sim.ObserveConfig(window=settings["observe"].window / 2, pool_capacity=8))
     with pytest.raises(ValueError, match="observe.window"):
-        lc.lambda_learn_and_crawl("harmonic", **wrong)
+        learners.lambda_learn_and_crawl("harmonic", **wrong)
 
 
 def _compiles_once(learner, problem, params=None):
@@ -264,24 +265,24 @@ def _compiles_once(learner, problem, params=None):
 def test_llc_compiles_once_and_reports_the_observation_sampler():
     problem, learner = _small_llc("auto")
     info = _compiles_once(learner, problem)
-    assert np.all(np.asarray(info.sampler) == sim.observe.OBSERVATION)
+    assert np.all(np.asarray(info.sampler) == OBSERVATION)
     assert int(np.asarray(info.overflow).sum()) == 0
 
 
 @pytest.mark.long
 def test_phased_eps_greedy_compiles_once():
-    problem = data.synthetic(jax.random.key(4), 200)
-    settings = ec.phased_settings(problem, 3.0, 3)
-    info = _compiles_once(ec.phased_epsilon_greedy(**settings), problem)
-    assert np.all(np.asarray(info.sampler) == sim.observe.OBSERVATION)
+    problem = synthetic(jax.random.key(4), 200)
+    settings = learners.phased_settings(problem, 3.0, 3)
+    info = _compiles_once(learners.phased_epsilon_greedy(**settings), problem)
+    assert np.all(np.asarray(info.sampler) == OBSERVATION)
 
 
 @pytest.mark.long
 def test_online_loop_compiles_once():
-    problem = data.synthetic(jax.random.key(4), 200)
-    settings = lc.online_settings(problem, observations_per_round=5.0)
-    info = _compiles_once(lc.online_learn_and_crawl("sa", **settings), problem)
-    assert np.all(np.asarray(info.sampler) == sim.observe.OBSERVATION)
+    problem = synthetic(jax.random.key(4), 200)
+    settings = learners.online_settings(problem, observations_per_round=5.0)
+    info = _compiles_once(learners.online_learn_and_crawl("sa", **settings), problem)
+    assert np.all(np.asarray(info.sampler) == OBSERVATION)
     assert int(np.asarray(info.overflow).sum()) == 0
 
 
@@ -292,7 +293,7 @@ def test_learners_end_at_the_same_cost_with_either_sampler():
     errors of their difference (Welch), and both runs have no overflow."""
     seeds = 24
     keys = jax.random.split(jax.random.key(11), seeds)
-    problem = data.synthetic(jax.random.key(3), 400)
+    problem = synthetic(jax.random.key(3), 400)
 
     def compare(build, metric):
         means = []
@@ -310,11 +311,11 @@ def test_learners_end_at_the_same_cost_with_either_sampler():
         assert abs(a.mean() - b.mean()) <= 4.5 * se + 1e-6 * abs(a.mean()), (a.mean(), b.mean(), se)
         return means
 
-    compare(lambda s: (lc.lambda_learn_and_crawl("harmonic", **lc.llc_settings(
+    compare(lambda s: (learners.lambda_learn_and_crawl("harmonic", **learners.llc_settings(
         problem, "harmonic", events_per_window=48.0, sampler=s)), 4), lambda i: i.harmonic_cost[:, -1])
-    compare(lambda s: (ec.phased_epsilon_greedy(**ec.phased_settings(problem, 2.0, 4, sampler=s)), 4),
+    compare(lambda s: (learners.phased_epsilon_greedy(**learners.phased_settings(problem, 2.0, 4, sampler=s)), 4),
             lambda i: i.freshness[:, -1])
-    compare(lambda s: (lc.online_learn_and_crawl("sa", **lc.online_settings(
+    compare(lambda s: (learners.online_learn_and_crawl("sa", **learners.online_settings(
         problem, observations_per_round=10.0, sampler=s)), 3), lambda i: i.freshness[:, -1])
 
 

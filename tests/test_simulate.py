@@ -21,9 +21,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxcrawl import CrawlProblem
 from jaxcrawl import simulate as S
-from jaxcrawl.problem import CrawlProblem
-from jaxcrawl.simulate import _sampling  # the count sampler itself, tested directly
+from jaxcrawl._src import sampling as _sampling  # the count sampler itself, tested directly
+from jaxcrawl._src.sampling import poisson_capacity
+from jaxcrawl._src.special import harmonic_number
+from jaxcrawl.simulate._runs import history
+from jaxcrawl.simulate._schedules import PERIODIC, POISSON, SIGNAL
+from jaxcrawl.simulate._state import stationary_state
 
 from helpers import count_compiles
 
@@ -49,8 +54,8 @@ def _mixed(seed, n=N_PAGES, dtype=np.float32, complete_frac=0.25):
 
 def _schedule(kind_incomplete, comp, rho, p, phase=None, dtype=np.float32):
     n = comp.shape[0]
-    kind = np.where(comp, S.SIGNAL, kind_incomplete).astype(np.int32)
-    if kind_incomplete == S.POISSON:
+    kind = np.where(comp, SIGNAL, kind_incomplete).astype(np.int32)
+    if kind_incomplete == POISSON:
         rate, period = np.where(comp, 0.0, rho), np.full(n, np.inf)
     else:
         rate, period = np.zeros(n), np.where(comp, np.inf, 1.0 / rho)
@@ -150,10 +155,10 @@ def world() -> World:
     xi[[3, 4, 5]] = [40.0, 25.0, 30.0]  # heavy pages: counts drawn by rejection
     comp = np.arange(n) % 3 == 2
     imp = rng.uniform(0.5, 3.0, n)
-    kinds = np.where(comp, S.SIGNAL, np.where(np.arange(n) % 3 == 0, S.POISSON, S.PERIODIC))
-    rate = np.where(kinds == S.POISSON, rng.uniform(0.0, 3.0, n), 0.0)
+    kinds = np.where(comp, SIGNAL, np.where(np.arange(n) % 3 == 0, POISSON, PERIODIC))
+    rate = np.where(kinds == POISSON, rng.uniform(0.0, 3.0, n), 0.0)
     rate[0] = 0.0  # never crawled
-    period = np.where(kinds == S.PERIODIC, rng.uniform(0.2, 1.5, n), np.inf)
+    period = np.where(kinds == PERIODIC, rng.uniform(0.2, 1.5, n), np.inf)
     period[1] = np.inf  # periodic page that is never crawled
     prob_sig = np.where(comp, rng.uniform(0.0, 1.0, n), 0.0)
     prob_sig[2] = 0.0
@@ -163,7 +168,7 @@ def world() -> World:
     m = 3 * len(OBS_GROUPS) * OBS_PER_GROUP
     part = np.repeat(np.arange(3), len(OBS_GROUPS) * OBS_PER_GROUP)
     o_xi = np.tile(np.repeat(OBS_GROUPS, OBS_PER_GROUP), 3)
-    o_kind = np.choose(part, [S.PERIODIC, S.POISSON, S.SIGNAL])
+    o_kind = np.choose(part, [PERIODIC, POISSON, SIGNAL])
     xi = np.concatenate([xi, o_xi])
     imp = np.concatenate([imp, np.ones(m)])
     comp = np.concatenate([comp, part == 2])
@@ -224,7 +229,7 @@ def mixed_config():
     cfgs = []
     for seed in (0, 1):
         prob, rho, p, comp, _ = _mixed(seed)
-        cfgs.append(S.config_for(prob, _schedule(S.POISSON, comp, rho, p), 1.0))
+        cfgs.append(S.config_for(prob, _schedule(POISSON, comp, rho, p), 1.0))
     prob, rho, _ = _transient_problem()
     cfgs.append(S.config_for(prob, S.poisson_schedule(jnp.asarray(rho, jnp.float32)), 1.0))
     fields = {f: max(getattr(c, f) for c in cfgs) for f in
@@ -238,7 +243,7 @@ def mixed_config():
 # --------------------------------------------------------------------------- capacities
 @pytest.mark.parametrize("mean", [0.0, 0.01, 0.7, 3.0, 17.5, 120.0])
 def test_poisson_capacity_is_the_1e9_quantile(mean):
-    k = S.poisson_capacity(mean, 1e-9)
+    k = poisson_capacity(mean, 1e-9)
 
     def upper(kk):  # P(X > kk) summed directly in float64
         js = np.arange(kk + 1, kk + 2000)
@@ -292,21 +297,21 @@ def stationary_draw():
     n = m + 2 * STAT_HALF + 3
     xi = np.ones(n)
     xi[:m] = 2.0 * np.repeat(SAMPLER_MEANS, SAMPLER_SIZE)
-    kind = np.full(n, S.PERIODIC)
-    kind[m:m + STAT_HALF] = S.POISSON
-    kind[m + STAT_HALF:m + 2 * STAT_HALF] = S.SIGNAL
+    kind = np.full(n, PERIODIC)
+    kind[m:m + STAT_HALF] = POISSON
+    kind[m + STAT_HALF:m + 2 * STAT_HALF] = SIGNAL
     period = np.ones(n)
     period[-3:] = 2.0
     phase = np.full(n, 4.5)
     phase[-3:] = [0.0, 0.5, -0.7]
-    comp = kind == S.SIGNAL
+    comp = kind == SIGNAL
     f32 = np.float32
     prob = CrawlProblem(np.ones(n, f32), xi.astype(f32), 10.0, comp)
     sched = S.Schedule(
         kind=jnp.asarray(kind, jnp.int32), rate=jnp.full(n, 0.25, f32),
         prob=jnp.full(n, 0.4, f32), period=jnp.asarray(period, f32), phase=jnp.asarray(phase, f32),
     )
-    st = jax.jit(S.stationary_state)(jax.random.key(0), prob, sched, time=jnp.asarray(5.0, f32))
+    st = jax.jit(stationary_state)(jax.random.key(0), prob, sched, time=jnp.asarray(5.0, f32))
     return np.asarray(st.num_changes), np.asarray(st.since_crawl), m
 
 
@@ -426,17 +431,17 @@ def test_windows_match_a_numpy_event_loop():
                 sel = e.valid & (e.page == i)
                 ts = e.time[sel]
                 assert np.all(np.diff(ts) >= 0) and np.all((ts > 0) & (ts <= w))
-                if kinds[i] == S.SIGNAL:  # crawls only right after changes
+                if kinds[i] == SIGNAL:  # crawls only right after changes
                     assert np.all(e.is_change[sel][e.is_crawl[sel]])
                 else:  # never both at once
                     assert not np.any(e.is_change[sel] & e.is_crawl[sel])
-                if kinds[i] == S.PERIODIC and np.isfinite(period[i]):
+                if kinds[i] == PERIODIC and np.isfinite(period[i]):
                     # crawls exactly on the window's grid phase + k * period, all of them
                     k = (t_abs + ts[e.is_crawl[sel]] - wd.phase[i]) / period[i]
                     assert np.allclose(k, np.round(k), atol=1e-4)
                     grid = np.arange(-100, 100) * period[i] + wd.phase[i]
                     assert np.sum(e.is_crawl[sel]) == np.sum((grid > t_abs) & (grid <= t_abs + w))
-                if kinds[i] != S.SIGNAL and rate[i] == 0 and not np.isfinite(period[i]):
+                if kinds[i] != SIGNAL and rate[i] == 0 and not np.isfinite(period[i]):
                     assert not np.any(e.is_crawl[sel])  # never crawled
                 np.testing.assert_allclose(win.harmonic[t, b, i], harm, rtol=tol, atol=tol)
                 np.testing.assert_allclose(win.stale_time[t, b, i], stale, rtol=tol, atol=tol)
@@ -466,7 +471,7 @@ def poisson_evaluation(mixed_config):
     """Poisson crawling and crawl-on-signal on 1,200 mixed pages (compiles the shared
     Monte-Carlo program)."""
     prob, rho, p, comp, _ = _mixed(0)
-    sched = _schedule(S.POISSON, comp, rho, p)
+    sched = _schedule(POISSON, comp, rho, p)
     ev = S.evaluate(jax.random.key(0), prob, sched, horizon=float(NUM_WINDOWS),
                     num_replicates=REPLICATES, config=mixed_config)
     return ev, prob, rho, p, comp
@@ -494,7 +499,7 @@ def test_uniform_interval_costs_match_app_h(mixed_config, poisson_evaluation):
     the program compiled for the Poisson schedule runs it (same shapes and config)."""
     prob, rho, p, comp, rng = _mixed(1)
     phase = rng.uniform(0.0, 1.0, N_PAGES) / rho
-    sched = _schedule(S.PERIODIC, comp, rho, p, phase=phase)
+    sched = _schedule(PERIODIC, comp, rho, p, phase=phase)
     with count_compiles() as log:
         ev = S.evaluate(jax.random.key(1), prob, sched, horizon=float(NUM_WINDOWS),
                         num_replicates=REPLICATES, config=mixed_config)
@@ -549,7 +554,7 @@ def test_overflow_is_counted_and_reported(mixed_config):
     """Too many events for the capacities: every overflowing page-window is counted and
     ``evaluate`` warns (same compiled program as the closed-form tests)."""
     prob, rho, p, comp, _ = _mixed(0)
-    sched = _schedule(S.POISSON, comp, rho, p)
+    sched = _schedule(POISSON, comp, rho, p)
     busy = CrawlProblem(prob.importance, prob.change_rate * 50.0, prob.bandwidth, prob.complete)
     with pytest.warns(RuntimeWarning, match="overflowed"):
         ev = S.evaluate(jax.random.key(0), busy, sched, horizon=float(NUM_WINDOWS),
@@ -631,7 +636,7 @@ def test_timetable_beats_poisson_crawling_in_the_simulator(poisson_evaluation, m
 
     ev_poi, prob, rho, p, comp = poisson_evaluation
     offset = np.asarray(timetable.golden_phase(N_PAGES), np.float64) / rho
-    sched = _schedule(S.PERIODIC, comp, rho, p, phase=offset)
+    sched = _schedule(PERIODIC, comp, rho, p, phase=offset)
     with count_compiles() as log:  # the program the Poisson evaluation compiled
         ev_per = S.evaluate(jax.random.key(6), prob, sched, horizon=float(NUM_WINDOWS),
                             num_replicates=REPLICATES, config=mixed_config)
@@ -673,7 +678,7 @@ def test_observation_laws():
         records.append(jax.tree_util.tree_map(np.asarray, (win.observations, win.num_changes,
                                                            win.num_crawls)))
     obs, nchg_all, ncrl_all = jax.tree_util.tree_map(lambda *a: np.concatenate(a)[1:], *records)
-    hist_all = jax.tree_util.tree_map(np.asarray, S.history(obs))  # (instance, n, T * K)
+    hist_all = jax.tree_util.tree_map(np.asarray, history(obs))  # (instance, n, T * K)
     assert hist_all.intervals.shape == (2, wd.n, num_windows * wd.config.crawl_capacity)
     for b, scale in enumerate(INSTANCE_SCALE):
         hist = jax.tree_util.tree_map(lambda a: a[b], hist_all)
@@ -750,7 +755,7 @@ def test_harmonic_number():
     n = np.array([0, 1, 2, 3, 10, 255, 256, 300, 5000])
     ref = np.array([math.fsum(1.0 / np.arange(1, k + 1)) for k in n])
     dtype = jnp.result_type(float)
-    got = np.asarray(jax.jit(S.harmonic_number, static_argnums=1)(jnp.asarray(n), dtype))
+    got = np.asarray(jax.jit(harmonic_number, static_argnums=1)(jnp.asarray(n), dtype))
     assert got.dtype == dtype
     np.testing.assert_allclose(got, ref, rtol=8 * np.finfo(dtype).eps)
 
@@ -766,7 +771,7 @@ def test_bad_input_raises_value_errors():
         S.poisson_schedule(jnp.asarray([1.0, -1.0]))
     with pytest.raises(ValueError, match="period"):
         S.periodic_schedule(jnp.asarray([1.0, 0.0]))
-    sched = _schedule(S.POISSON, comp, rho, p)
+    sched = _schedule(POISSON, comp, rho, p)
     with pytest.raises(ValueError, match="whole number of windows"):
         S.evaluate(jax.random.key(0), prob, sched, horizon=2.5, window=1.0)
     with pytest.raises(ValueError, match="num_replicates"):
@@ -780,19 +785,20 @@ def test_bad_input_raises_value_errors():
 
 
 def test_public_names_are_reexported():
-    """Every name of ``jaxcrawl.simulate.__all__`` resolves, and the submodules hold them."""
-    import jaxcrawl.simulate.window as window
+    """Every name of ``jaxcrawl.simulate.__all__`` resolves; the implementation modules are private."""
+    import jaxcrawl.simulate._window as window
 
     for name in S.__all__:
         assert getattr(S, name) is not None, name
+    assert len(set(S.__all__)) == len(S.__all__) <= 22
     assert S.simulate_window is window.simulate_window
     assert callable(S.simulate) and callable(S.monte_carlo)
 
 
 # --------------------------------------------------------------------------- composition
 def test_closed_forms_agree_with_objectives():
-    """The closed forms written in this file agree with jaxcrawl.objectives."""
-    objectives = pytest.importorskip("jaxcrawl.objectives")
+    """The closed forms written in this file agree with jaxcrawl's objectives."""
+    import jaxcrawl as objectives
     prob, rho, p, comp, _ = _mixed(0)
     mu = np.asarray(prob.importance, np.float64)
     xi = np.asarray(prob.change_rate, np.float64)

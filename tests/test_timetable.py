@@ -1,6 +1,6 @@
 """Crawl timetables (jaxcrawl.timetable): counts within ±1 over any window, periodic gaps,
-the crawl generator, phases, the periodic-cost closed forms and the compatibility module
-``jaxcrawl.schedule``.  The simulator's confirmation that the timetable beats Poisson
+the crawl generator, phases and the periodic-cost closed forms.
+The simulator's confirmation that the timetable beats Poisson
 crawling at the same rates is in ``tests/test_simulate.py`` (it shares that file's
 compiled Monte-Carlo program).
 
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import jaxcrawl
 from jaxcrawl import CrawlProblem
 from jaxcrawl import timetable as S
+from jaxcrawl._src.special import ein
 
 EULER_GAMMA = 0.5772156649015329
 
@@ -74,7 +75,7 @@ def timetable(rate, horizon, *, start=0.0, phase="golden"):
 
 
 # jitted entry points: one compilation per shape instead of one per operation and shape
-crawl_counts = jax.jit(S.crawl_counts)
+crawl_counts = jax.jit(S._crawl_counts)
 golden_phase = jax.jit(S.golden_phase, static_argnames=("num_pages", "dtype"))
 periodic_harmonic_cost = jax.jit(S.periodic_harmonic_cost, static_argnames="per_page")
 periodic_binary_cost = jax.jit(S.periodic_binary_cost, static_argnames="per_page")
@@ -215,15 +216,15 @@ def lc_plan():
     return prob, jaxcrawl.lambda_crawl(prob)
 
 
-def test_timetable_from_policy_leaves_signal_pages_out(lc_plan):
+def test_timetable_of_a_policy_leaves_signal_pages_out(lc_plan):
     p, pol = lc_plan
     comp = np.asarray(p.complete)
     assert comp.any()
-    tt = S.timetable_from_policy(pol, 5.0, capacity=CAPACITY)
+    tt = S.timetable(pol, 5.0, capacity=CAPACITY)
     assert int(tt.overflow) == 0
     pages = set(np.asarray(tt.page)[np.asarray(tt.mask)].tolist())
     assert not (pages & set(np.flatnonzero(comp).tolist()))
-    tt2 = S.timetable_from_policy(pol, 5.0, include_signal_pages=True, capacity=CAPACITY)
+    tt2 = S.timetable(pol, 5.0, include_signal_pages=True, capacity=CAPACITY)
     assert int(tt2.num_crawls) > int(tt.num_crawls)
 
 
@@ -360,8 +361,8 @@ def test_ein_is_expected_harmonic_number_of_a_poisson_count():
         pmf = np.exp(k * np.log(m) - m - scipy.special.gammaln(k + 1))
         expected = np.sum(pmf * harmonic)
         # the float64 pmf sum is itself good to ~1e-13 (log-pmf roundings at large m)
-        np.testing.assert_allclose(float(S.ein(m)), expected, rtol=max(16 * eps(), 1e-13))
-        np.testing.assert_allclose(float(S.ein(m)), ein_ref(m), rtol=16 * eps())
+        np.testing.assert_allclose(float(ein(m)), expected, rtol=max(16 * eps(), 1e-13))
+        np.testing.assert_allclose(float(ein(m)), ein_ref(m), rtol=16 * eps())
 
 
 @pytest.mark.parametrize("u", [1e-5, 0.01, 0.5, 1.99, 2.01, 7.0, 60.0, 1e4])

@@ -1,6 +1,6 @@
 """Samplers and scans of the simulator: exact Poisson counts in float32, cumulative sums.
 
-Private to :mod:`jaxcrawl.simulate`.  Poisson counts with means up to
+Used by :mod:`jaxcrawl.simulate` and the learners.  Poisson counts with means up to
 :data:`LIGHT_MEAN` are drawn by inversion of the upper tail (:func:`poisson_inverse`,
 one fused pass), larger ones by transformed rejection (:func:`poisson_ptrs`, Hörmann
 1993).
@@ -34,6 +34,21 @@ def poisson_upper_quantile(mean: float, tail: float) -> int:
 
 #: Capacity of the inversion sampler: the Poisson(LIGHT_MEAN) quantile at 1e-9.
 LIGHT_CAP = poisson_upper_quantile(LIGHT_MEAN, 1e-9)
+
+
+def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
+    """Smallest ``K >= 1`` with ``P(Poisson(mean) > K) < tail``.
+
+    Sizes the per-window event buffers (a page-window overflows with probability below
+    ``tail``).  Computed in float64 by summing the upper tail of the probability mass
+    function from its small end (no cancellation).
+    """
+    mean = float(mean)
+    if not (math.isfinite(mean) and mean >= 0):
+        raise ValueError(f"mean must be finite and >= 0, got {mean!r}")
+    if not (0 < tail < 1):
+        raise ValueError(f"tail must be in (0, 1), got {tail!r}")
+    return poisson_upper_quantile(mean, tail)
 
 
 def cumsum(x: jax.Array) -> jax.Array:

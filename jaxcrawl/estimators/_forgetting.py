@@ -2,7 +2,7 @@ r"""Forgetting change-rate estimators: the MLE with an exponentially discounted 
 
 The estimators of :mod:`jaxcrawl.estimators.offline` weigh every observation of a
 history equally, so after a page's change rate moves (a redesign, a news article going
-cold; :mod:`jaxcrawl.simulate.drift`) they keep averaging the old regime in.  Two ways to
+cold; :func:`jaxcrawl.simulate.simulate_drift`) they keep averaging the old regime in.  Two ways to
 forget, one parameter each:
 
 * **sliding window** -- only the observations of the last ``window`` time units:

@@ -54,19 +54,9 @@ from jax.typing import ArrayLike
 from .._src.checks import is_concrete
 from .._src.special import ein
 from ..core.problem import CrawlProblem
-from .schedules import Schedule
-from .state import SimConfig, SimState, config_for
-from .window import simulate_window
-
-__all__ = [
-    "regime_switch",
-    "hot_then_cold",
-    "lognormal_walk",
-    "drift_config",
-    "DriftTotals",
-    "simulate_drift",
-    "periodic_drift_costs",
-]
+from ._schedules import Schedule
+from ._state import SimConfig, SimState
+from ._window import simulate_window
 
 
 def _check_path_args(base_rate, num_windows: int, window: float) -> jax.Array:
@@ -173,16 +163,6 @@ def lognormal_walk(key: jax.Array, base_rate: ArrayLike, *, volatility: float, n
     return base[None] * jnp.exp(log_path)
 
 
-def drift_config(problem: CrawlProblem, schedule: Schedule | None, rates: ArrayLike, window: float = 1.0,
-                 **kwargs) -> SimConfig:
-    """:func:`~jaxcrawl.simulate.config_for` sized for every window of the rate path
-    ``rates`` (the capacities of the largest rate each page reaches; eager)."""
-    if not is_concrete(problem, rates):
-        raise ValueError("drift_config needs concrete values: call it outside jit")
-    peak = jnp.max(jnp.asarray(rates, problem.change_rate.dtype), axis=0)
-    return config_for(problem.replace(change_rate=peak), schedule, window, **kwargs)
-
-
 class DriftTotals(NamedTuple):
     r"""Per-page sums over the windows of :func:`simulate_drift` (all ``(..., n)``).
 
@@ -211,7 +191,8 @@ def simulate_drift(key: jax.Array, problem: CrawlProblem, schedule: Schedule, st
       problem: the pages (its ``change_rate`` is replaced window by window).
       schedule: the crawl :class:`~jaxcrawl.simulate.Schedule` (fixed over the run).
       state: initial :class:`~jaxcrawl.simulate.SimState`.
-      config: static :class:`~jaxcrawl.simulate.SimConfig` (:func:`drift_config`).
+      config: static :class:`~jaxcrawl.simulate.SimConfig` sized for the path's peak rates:
+        ``config_for(problem.replace(change_rate=rates.max(0)), schedule, window)``.
       rates: ``(num_windows, ..., n)`` rate path (:func:`regime_switch`,
         :func:`hot_then_cold`, :func:`lognormal_walk`, or any positive array).
 

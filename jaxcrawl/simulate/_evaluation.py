@@ -16,12 +16,10 @@ from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
 from ..core.problem import CrawlProblem, Policy, raw_problem
+from ._runs import simulate
+from ._schedules import Schedule, schedule_from_policy
+from ._state import SimConfig, SimState, config_for, stationary_state
 from ._validate import check_schedule
-from .runs import simulate
-from .schedules import Schedule, schedule_from_policy
-from .state import SimConfig, SimState, config_for, stationary_state
-
-__all__ = ["Evaluation", "monte_carlo", "evaluate"]
 
 
 class Evaluation(NamedTuple):

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -59,27 +58,11 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
+from .._src.observations import Observed
+from .._src.sampling import LIGHT_CAP, LIGHT_MEAN, cumsum, poisson_counts, poisson_upper_quantile
 from ..core.problem import CrawlProblem
-from ._sampling import LIGHT_CAP, LIGHT_MEAN, cumsum, poisson_counts, poisson_upper_quantile
-from .schedules import POISSON, SIGNAL, Schedule
-from .state import SimState
-
-__all__ = [
-    "EVENT",
-    "OBSERVATION",
-    "SAMPLERS",
-    "ObserveConfig",
-    "observe_config",
-    "Observed",
-    "observe_window",
-    "padded_observations",
-    "expected_fresh_time",
-]
-
-#: Sampler codes reported by the learners' info (``info.sampler``).
-EVENT = 0
-OBSERVATION = 1
-SAMPLERS = {EVENT: "event", OBSERVATION: "observation"}
+from ._schedules import POISSON, SIGNAL, Schedule
+from ._state import SimState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,42 +138,6 @@ def observe_config(problem: CrawlProblem, window: float, *, max_crawl_rate: Arra
         heavy_crawl_pages=int((bound * w > LIGHT_MEAN).sum(-1).max()),
         heavy_change_pages=int((rows * w > LIGHT_MEAN).sum(-1).max()),
     )
-
-
-class Observed(NamedTuple):
-    """What a crawler sees in one window (:func:`observe_window`).
-
-    Per crawl of a partially observed page (flat, ``(pool_capacity,)``, each page's
-    crawls contiguous and in time order):
-
-    Attributes:
-      page: page of each slot (``n`` for unused slots).
-      interval: time since the page's previous crawl (L2C eq. 1's interval).
-      changed: bool, the crawl saw a change (L2C's :math:`1 - o`).
-      valid: bool, the slot holds a crawl.
-      rank: index of the crawl within its page's window (0, 1, ...).
-      num_crawls: ``(n,)`` int32 crawls of the window (every page).
-      num_changes: ``(n,)`` int32 change signals of the completely observed pages (K19
-        eq. 11); 0 for partially observed pages (they send none).
-      partial: ``(n,)`` bool, the page's crawls were observed (a Poisson page without
-        signals).
-      overflow: ``(n,)`` bool, the page's window hit a capacity or has an unsupported
-        (periodic) schedule: its observations are incomplete.
-      fresh_time: ``(n,)`` for partially observed pages, the conditional expectation of
-        the time the page was fresh in the window given what was drawn
-        (:func:`expected_fresh_time`; 0 for the other pages).
-    """
-
-    page: jax.Array
-    interval: jax.Array
-    changed: jax.Array
-    valid: jax.Array
-    rank: jax.Array
-    num_crawls: jax.Array
-    num_changes: jax.Array
-    partial: jax.Array
-    overflow: jax.Array
-    fresh_time: jax.Array
 
 
 def _fresh_given_change(rate, g):
@@ -316,20 +263,3 @@ def observe_window(key: jax.Array, state: SimState, problem: CrawlProblem, sched
         fn = jax.vmap(fn)
     keys = jax.random.split(key, math.prod(batch)).reshape(batch) if batch else key
     return fn(keys, state, xi, sched.kind, sched.rate, sched.prob, sig)
-
-
-def padded_observations(obs: Observed, num_slots: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """The flat observations of one problem as the padded ``(n, num_slots)`` histories of
-    :mod:`jaxcrawl.estimators`: ``(intervals, changed, mask, lost)`` with ``lost`` the
-    pages that had more crawls than ``num_slots`` (their later crawls are dropped)."""
-    n = obs.num_crawls.shape[-1]
-    keep = obs.valid & (obs.rank < num_slots)
-    dest = jnp.where(keep, obs.page * num_slots + obs.rank, n * num_slots)
-
-    def scatter(values, fill):
-        flat = jnp.full((n * num_slots,), fill, values.dtype).at[dest].set(values, mode="drop")
-        return flat.reshape(n, num_slots)
-
-    lost = obs.partial & (obs.num_crawls > num_slots)
-    return (scatter(obs.interval, 0.0), scatter(obs.changed.astype(obs.interval.dtype), 0.0),
-            scatter(keep, False), lost)

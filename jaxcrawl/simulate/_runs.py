@@ -8,13 +8,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._src.observations import Observations
 from ..core.problem import CrawlProblem
+from ._schedules import Schedule
+from ._state import SimConfig, SimState
 from ._validate import check_schedule
-from .schedules import Schedule
-from .state import SimConfig, SimState
-from .window import Observations, Window, simulate_window
-
-__all__ = ["Totals", "simulate", "history"]
+from ._window import Window, simulate_window
 
 
 class Totals(NamedTuple):

@@ -19,18 +19,6 @@ from .._src.checks import is_concrete
 from .._src.special import as_float
 from ..core.problem import CrawlProblem, Policy
 
-__all__ = [
-    "POISSON",
-    "PERIODIC",
-    "SIGNAL",
-    "Schedule",
-    "poisson_schedule",
-    "periodic_schedule",
-    "signal_schedule",
-    "schedule_from_policy",
-    "nominal_rate",
-]
-
 POISSON = 0
 """Schedule kind: crawl as a Poisson process of rate ``rate`` (L2C Δ_R, K19 Π⁻)."""
 PERIODIC = 1

@@ -17,19 +17,10 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
+from .._src.sampling import LIGHT_MEAN, poisson_any, poisson_capacity
 from ..core.problem import CrawlProblem
-from ._sampling import LIGHT_MEAN, poisson_any, poisson_upper_quantile
+from ._schedules import PERIODIC, POISSON, SIGNAL, Schedule
 from ._validate import check_schedule
-from .schedules import PERIODIC, POISSON, SIGNAL, Schedule
-
-__all__ = [
-    "SimState",
-    "init_state",
-    "stationary_state",
-    "SimConfig",
-    "poisson_capacity",
-    "config_for",
-]
 
 
 class SimState(NamedTuple):
@@ -174,21 +165,6 @@ class SimConfig:
             v = getattr(self, name)
             if int(v) != v or v < (1 if name == "request_capacity" else 0):
                 raise ValueError(f"{name} must be a nonnegative integer, got {v!r}")
-
-
-def poisson_capacity(mean: float, tail: float = 1e-9) -> int:
-    """Smallest ``K >= 1`` with ``P(Poisson(mean) > K) < tail``.
-
-    Sizes the per-window event buffers (a page-window overflows with probability below
-    ``tail``).  Computed in float64 by summing the upper tail of the probability mass
-    function from its small end (no cancellation).
-    """
-    mean = float(mean)
-    if not (math.isfinite(mean) and mean >= 0):
-        raise ValueError(f"mean must be finite and >= 0, got {mean!r}")
-    if not (0 < tail < 1):
-        raise ValueError(f"tail must be in (0, 1), got {tail!r}")
-    return poisson_upper_quantile(mean, tail)
 
 
 def config_for(

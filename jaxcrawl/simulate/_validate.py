@@ -5,7 +5,7 @@ import numpy as np
 
 from .._src.checks import is_concrete
 from ..core.problem import CrawlProblem
-from .schedules import PERIODIC, POISSON, SIGNAL, Schedule
+from ._schedules import PERIODIC, POISSON, SIGNAL, Schedule
 
 
 def check_schedule(problem: CrawlProblem, schedule: Schedule) -> None:

@@ -27,39 +27,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._src.observations import Observations
+from .._src.sampling import LIGHT_CAP, LIGHT_MEAN, cummax, cumsum, poisson_counts, segmented_cumsum
 from .._src.special import harmonic_number
 from ..core.problem import CrawlProblem
-from ._sampling import LIGHT_CAP, LIGHT_MEAN, cummax, cumsum, poisson_counts, segmented_cumsum
-from .schedules import PERIODIC, POISSON, SIGNAL, Schedule
-from .state import SimConfig, SimState
-
-__all__ = ["Observations", "Events", "Window", "simulate_window"]
-
-
-class Observations(NamedTuple):
-    """What the crawler sees in one window, padded to ``crawl_capacity`` crawls per page.
-
-    The format of :mod:`jaxcrawl.estimators` (leading axes: pages, then whatever the
-    caller vmaps over).
-
-    Attributes:
-      intervals: ``(..., n, K)`` time since the previous crawl (the first crawl of a
-        window counts from the last crawl of an earlier window, or from the initial
-        state's ``since_crawl``); 0 where masked.
-      changed: ``(..., n, K)`` 1.0 if the page changed since the previous crawl, else 0.0
-        (L2C eq. 1: ``changed = 1 - o_{i,n}``); 0 where masked.
-      mask: ``(..., n, K)`` True where a crawl happened.
-      counts: ``(..., n, K)`` int32 number of changes since the previous crawl (L2C
-        App. K full observation); 0 where masked.
-      crawl_times: ``(..., n, K)`` crawl times measured from the window's start; ``inf``
-        where masked.
-    """
-
-    intervals: jax.Array
-    changed: jax.Array
-    mask: jax.Array
-    counts: jax.Array
-    crawl_times: jax.Array
+from ._schedules import PERIODIC, POISSON, SIGNAL, Schedule
+from ._state import SimConfig, SimState
 
 
 class Events(NamedTuple):
