@@ -4,9 +4,9 @@ Compares ``jaxcrawl.estimators.mle`` (Learning to Crawl eq. 6 solved by the shar
 elementwise safeguarded Newton from the sufficient-statistics bracket, jitted; also run
 as ``jit(vmap(mle))`` over pages) with two plain NumPy per-page loops on 1e3 pages: a
 bisection on the likelihood equation (what the NeurIPS-19 reference implementation does
-per page) and the previous jaxcrawl algorithm (rtsafe on the log-score in ``log x``, same
-tolerance), and reports the time per page of each, the ratios, the iterations used, the
-per-page evaluation counts and whether every page converged.  The JAX result on the
+per page) and rtsafe on the log-score in ``log x`` (same tolerance), and reports the time
+per page of each, the ratios, the iterations used, the per-page evaluation counts and
+whether every page converged.  The JAX result on the
 baselines' pages is checked against them.
 
 Then the same benchmark runs once more in a child process with transparent huge pages

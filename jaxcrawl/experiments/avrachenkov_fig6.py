@@ -13,7 +13,7 @@ update is the one in force when the observation was made.
 LLN is run in two readings.  Eq. 1 is derived (eq. 4-6) for the single crawl rate that
 generated its counts; **LLN** (``estimators.lln_rate_weighted``, the faithful reading)
 weights each count by the rate that generated it, x_k = Σ_j p_j I_j/(k + α_k - Î_k), which
-is eq. 1 while p does not change.  **LLN-pooled** (the former reading) pools the counts over
+is eq. 1 while p does not change.  **LLN-pooled** (the other reading) pools the counts over
 phases and multiplies them by the *current* rate, so its estimate jumps with every re-solve; its
 checks are reported under ``results["other_readings"]``, not as claims.
 
@@ -43,7 +43,7 @@ SHOWN = (4, 9)  # the paper's p_5 (hot) and p_10 (rarely changing), 0-based
 # "LLN" is eq. 1 with each count weighted by the rate that generated it (lln_rate_weighted:
 # the reading consistent with eq. 4-6, which derive eq. 1 for the rate of the counts);
 # "LLN-pooled" is eq. 1 with the counts pooled over phases times the *current* rate (the
-# experiment's former reading, reported under results["other_readings"]).
+# other reading, reported under results["other_readings"]).
 ESTIMATORS = {"LLN": lambda: est.lln_rate_weighted(1.0), "LLN-pooled": lambda: est.lln(1.0),
               "SA": lambda: est.sa(0.75), "SAM": lambda: est.sam(1.3, 0.75, 1.0)}
 CLAIMED = ("LLN", "SA", "SAM")
@@ -134,7 +134,7 @@ def run(ctx):
             tolerance="Σ|p - p*|/B <= 0.1, freshness ratio >= 0.99, median relative error of p_5, p_10 <= 15%, "
                       "phase-to-phase swing of the hot pages' rates <= 5% of p* (settled)",
             paper="Fig. 6: the estimated crawl rates approach the optimal ones",
-            note=("The former reading: eq. 1 with the counts pooled over phases but multiplied by the "
+            note=("The other reading: eq. 1 with the counts pooled over phases but multiplied by the "
                   "*current* rate, x_k = p Î_k/(k + α - Î_k), a reading eq. 4-6 (derived for the one rate "
                   "that generated the counts) argue against. The estimate jumps in proportion to every "
                   "change of p, so a hot page's estimate and rate lock into a period-2 oscillation "

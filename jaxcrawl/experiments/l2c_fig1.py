@@ -28,7 +28,7 @@ regret stays out of its √T regime for T <= 1e6.  The paper's text says it samp
 ξ_max"; our reading: the time unit in which the fastest page (ln 98 changes per day)
 changes once per exploration interval at the smaller bandwidth, R = m/50, i.e. one unit =
 1/(50 ln 98) day ≈ 6.3 minutes (rates per day x 1/229).  The claims use that unit.  The
-former choice, rates per day / 20 (one unit = 1/20 day = 72 minutes), is reported under
+other choice, rates per day / 20 (one unit = 1/20 day = 72 minutes), is reported under
 ``results["other_readings"]``, and a scan of the time unit (1 day to 1/1000 day, at
 reduced size: m = 1000 pages, 20 seeds; --quick: only the two readings) shows where each
 slope claim holds.  (Thm 1's constant e^{2 ξ_max m/R} with ξ_max = 25 is vacuous for both R
@@ -66,7 +66,7 @@ XI_MIN, XI_MAX = 1e-9, 25.0
 DAILY_RATE_RANGE = (1 / 98, float(np.log(98)))   # changes per day (see the docstring)
 # the time unit in days: the fastest page changes once per exploration interval at m/R = 50
 TIME_UNIT = 1.0 / (50 * DAILY_RATE_RANGE[1])
-OTHER_TIME_UNIT = 1.0 / 20                         # the former choice (rates per day / 20)
+OTHER_TIME_UNIT = 1.0 / 20                         # the other reading (rates per day / 20)
 SCAN_TIME_UNITS = (1.0, 1 / 5, 1 / 20, 1 / 50, TIME_UNIT, 1 / 1000)
 RATE_RANGE = tuple(r * TIME_UNIT for r in DAILY_RATE_RANGE)
 HORIZON_A = 1e4
@@ -165,7 +165,7 @@ def run(ctx):
                             {f"R{r}_m{m}_s{seeds}": (lambda r=r: work(r)) for r in bandwidths})
     for r in bandwidths:
         res[r] = chunks[f"R{r}_m{m}_s{seeds}"]
-    other = ctx.run_chunks("ETC, former time unit (1/20 day)",
+    other = ctx.run_chunks("ETC, other time unit (1/20 day)",
                            {f"R{r}_m{m}_s{seeds}_unit20": (lambda r=r: work(r, OTHER_TIME_UNIT)) for r in bandwidths})
     res_other = {r: other[f"R{r}_m{m}_s{seeds}_unit20"] for r in bandwidths}
 
@@ -223,7 +223,7 @@ def run(ctx):
                 note=(f"In the stated time unit the pages change slowly relative to the exploration interval at "
                       f"m/R = 5 (the fastest about {DAILY_RATE_RANGE[1] * TIME_UNIT * m / r:.2f} times per "
                       "interval), so their estimates need many rounds and at T = 1e4 the best τ lies close to the "
-                      "horizon: the regret at the largest τ is within 4 standard errors of the minimum. In the former "
+                      "horizon: the regret at the largest τ is within 4 standard errors of the minimum. In the other "
                       "unit (1/20 day; results.other_readings) the minimum is interior for both R, but the m/R = 50 "
                       "slope claims fail there (results.rate_scale_scan: the slopes by time unit).")
                 if faithful and r == bandwidths[1] else "",

@@ -26,7 +26,7 @@ Two readings of the synthetic data are run (with ``--data`` only the data set):
   ``synthetic(..., complete_subset="neurips19")``, calibrated to §7 ("allocating to it a
   disproportionately large fraction of the overall bandwidth": LC gives the 4% complete
   pages 8% of R) and to the Fig. 2 ratios (2x in §7, "nearly 5-fold" in §9.5: √10);
-* ``"random"`` (the former reading; ``results["other_readings"]``): the complete pages are
+* ``"random"`` (the other reading; ``results["other_readings"]``): the complete pages are
   a random 4% from the same law as the rest, and LC gives them *less* than their count
   share -- contradicting §7.
 

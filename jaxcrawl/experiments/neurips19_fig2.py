@@ -14,7 +14,7 @@ The complete pages are those of the Fig. 1 problem (synthetic generator with the
 18,532,314 pages, or ``--data DIR``).  On synthetic data the claims use the complete subset's
 law ``complete_subset="neurips19"`` (calibrated to §7 and to this figure's ratios, see
 ``jaxcrawl.io.synthetic.COMPLETE_SUBSETS`` and ``neurips19_fig1``); the same claims on the
-former ``"random"`` law are reported under ``results["other_readings"]``.
+``"random"`` law are reported under ``results["other_readings"]``.
 """
 from __future__ import annotations
 
