@@ -11,8 +11,8 @@ loader, each against a baseline measured in the same run.
    including Python and JAX start-up and compilation) and its own read/solve/write split.
 2. A history file in the data set's format (``URL_ID <TAB> offset <TAB> [[w, z], ...]``, 5
    pairs a line) is generated; the loader reads it (fresh process; peak RSS against the
-   bytes of the arrays it returns).  Baseline: the per-line Python parser the loader used
-   before (``_stream`` + ``_parse_history``), timed on the first 200,000 lines and scaled.
+   bytes of the arrays it returns).  Baseline: a per-line Python parser (``_stream`` +
+   ``_parse_history``), timed on the first 200,000 lines and scaled.
 
 Prints the figures and, last, one JSON object.
 """
