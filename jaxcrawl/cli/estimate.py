@@ -1,9 +1,10 @@
 """``jaxcrawl estimate``: crawl histories in, estimated change rates (with confidence
 half-widths) out.
 
-Input is either a directory in the NeurIPS-19 data set format (:mod:`jaxcrawl.io.neurips19`)
-or a CSV of histories with header ``page_id,interval,changed[,importance]``
-(:mod:`jaxcrawl.io.histories`; one row per observation, in time order within each page).
+Input is either a directory in the NeurIPS-19 data set format
+(:func:`jaxcrawl.io.load_crawl_dataset`) or a table of histories with header
+``page_id,interval,changed[,importance]`` (:func:`jaxcrawl.io.read_histories`; one row per
+observation, in time order within each page).
 Output is a CSV with one row per page.  With a data set directory and ``--columns
 problem`` this is the NeurIPS-19 ``ProcessRawData`` step in one invocation: every URL's
 change rate is estimated from its whole history (complete-observation URLs keep their
@@ -14,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import numpy as np
 
-from jaxcrawl.io.histories import Histories
+from jaxcrawl.io import Histories
 
 __all__ = ["register", "run", "estimate_rates", "ESTIMATORS"]
 
@@ -73,7 +75,7 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
                    window: float | None = None, batch_size: int = 65536,
                    dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Rates and confidence half-widths of every page of ``histories``
-    (:class:`jaxcrawl.io.histories.Histories`), in padded batches of pages of similar
+    (:class:`jaxcrawl.io.Histories`), in padded batches of pages of similar
     history length.
 
     Pages are grouped by their number of observations rounded up to a power of two (at least
@@ -160,12 +162,12 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl estimate``; returns the process exit code."""
-    from jaxcrawl.io import TableError, check_output, write_problem_csv
-    from jaxcrawl.io.histories import input_files, read_histories, write_estimates_csv
-    from jaxcrawl.io.neurips19 import LoadReport
+    from jaxcrawl.io import CrawlDataset, TableError, check_output, read_histories, write_estimates, write_problem
 
     _check_args(args)
-    check_output(args.output, *input_files(args.input))
+    inputs = ([os.path.join(args.input, name) for name in CrawlDataset.FILES.values()]
+              if os.path.isdir(args.input) else [args.input])
+    check_output(args.output, *inputs)
     dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
     try:
@@ -197,11 +199,12 @@ def run(args: argparse.Namespace) -> int:
         if args.columns == "problem":
             keep = h.importance > 0
             left_out = int(n - keep.sum())
-            write_problem_csv(args.output, h.page_id[keep], h.importance[keep], rates[keep], h.complete[keep])
+            write_problem(args.output, h.page_id[keep], h.importance[keep], rates[keep], h.complete[keep])
         else:
-            write_estimates_csv(args.output, h.page_id, h.importance, rates, half, nobs, h.complete)
+            write_estimates(args.output, h.page_id, h.importance, rates, half, nobs, h.complete)
 
     report = h.report
+    dataset = os.path.isdir(h.source)  # a LoadReport (joins, missing files), else a FileReport
     summary = {
         "input": h.source,
         "estimator": args.estimator,
@@ -220,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         "estimate_seconds": est_seconds,
         "dtype": np.dtype(dtype).name,
     }
-    if isinstance(report, LoadReport):
+    if dataset:
         summary["joins"] = report.joins
         summary["missing_files"] = list(report.missing_files)
     else:
@@ -232,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
             summary["pages_left_out_nonpositive_importance"] = left_out
     print(f"input        {h.source}: {n} pages ({summary['num_complete']} complete), "
           f"{summary['num_observations']} observations")
-    if isinstance(report, LoadReport):
+    if dataset:
         for line in report.summary().splitlines():
             print(f"             {line}")
     else:

@@ -16,6 +16,7 @@ follow the signals, so they are left out of the timetable (and counted) unless
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -79,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _start(text: str | None) -> tuple[float, float | None]:
     """``(start in plan units, start epoch seconds or None)`` of ``--start``."""
-    from jaxcrawl.io.crawler import parse_start
+    from jaxcrawl._src.timeunits import parse_start
 
     if text is None:
         return 0.0, None
@@ -98,17 +99,9 @@ def run(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
     from jaxcrawl import timetable as tt
-    from jaxcrawl.io import check_output, read_plan, write_timetable
-    from jaxcrawl.io.crawler import (
-        iso_utc,
-        next_fetch,
-        parse_duration,
-        unit_seconds,
-        write_nutch_seeds,
-        write_urlfrontier,
-    )
-    from jaxcrawl.io.plans import page_keys
-    from jaxcrawl.io.progress import progress_bar
+    from jaxcrawl._src.fileio import progress_bar
+    from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
+    from jaxcrawl.io import check_output, read_plan, write_nutch_seeds, write_timetable, write_urlfrontier
 
     from .solve import host_gaps
 
@@ -139,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if args.phase == "golden":
         phase = tt.golden_phase(len(rate), dtype=dtype)
     elif args.phase == "hash":
-        phase = tt.hashed_phase(jnp.asarray(page_keys(plan.page_id)), seed=args.seed, dtype=dtype)
+        phase = tt.hashed_phase(jnp.asarray(_page_keys(plan.page_id)), seed=args.seed, dtype=dtype)
     else:
         phase = jnp.zeros_like(rate_j)
     gaps = host_gaps(args, plan.page_id)
@@ -251,9 +244,8 @@ def run(args: argparse.Namespace) -> int:
 def _last_host_fetch(args: argparse.Namespace, gaps, epoch: float | None, start: float) -> np.ndarray:
     """Each crawl-delay host's last fetch in the ``--after`` timetable, in this window's
     time coordinates (time since ``--start`` in the plan's unit; ``-inf``: none)."""
-    from jaxcrawl.io import hosts as io_hosts
-    from jaxcrawl.io.crawler import unit_seconds
-    from jaxcrawl.io.plans import read_timetable
+    from jaxcrawl._src.timeunits import unit_seconds
+    from jaxcrawl.io import read_crawl_delays, read_timetable
 
     if os.path.realpath(args.after) in {os.path.realpath(o) for o in (args.output, args.urlfrontier, args.nutch) if o}:
         raise ValueError(f"--after {args.after} is also an output of this run; give the previous window's file")
@@ -266,9 +258,11 @@ def _last_host_fetch(args: argparse.Namespace, gaps, epoch: float | None, start:
     hidx, _, names = gaps
     last = np.full(len(names), -np.inf)
     if time.size and len(names):
-        where = {str(h): i for i, h in enumerate(names.tolist())}
-        ph = io_hosts.page_hosts(page_id, pages_path=args.hosts, unknown_pages="skip")
-        h = np.asarray([where.get(x.lower(), -1) if x is not None else -1 for x in ph], np.int64)
+        where = {str(x): i for i, x in enumerate(names.tolist())}
+        idx, _, seen = read_crawl_delays(args.crawl_delays or args.robots, page_id, pages_path=args.hosts,
+                                         user_agent=args.user_agent, unknown_pages="ignore")
+        to_gaps = np.asarray([where.get(str(x), -1) for x in seen.tolist()] + [-1], np.int64)
+        h = to_gaps[idx]
         ok = h >= 0
         np.maximum.at(last, h[ok], rel[ok])
     return last
@@ -313,3 +307,13 @@ def _check_periodic(times, pages, rate, phase, start, horizon, dtype, page_id) -
         raise ValueError(f"the timetable gives {int(wrong.sum())} pages the wrong number of crawls (first: page "
                          f"{page_id[i]!r}, {int(counts[i])} crawls where its period gives {int(exact[i])}){hint}; "
                          "no timetable written")
+
+
+def _page_keys(page_id) -> np.ndarray:
+    """Stable 32-bit keys of page ids (BLAKE2b of their text) for
+    :func:`jaxcrawl.timetable.hashed_phase`: a page's key does not depend on the others."""
+    ids = np.asarray(page_id).tolist()
+    out = np.empty(len(ids), np.uint32)
+    for i, pid in enumerate(ids):
+        out[i] = int.from_bytes(hashlib.blake2b(str(pid).encode(), digest_size=4).digest(), "little")
+    return out

@@ -1,12 +1,5 @@
-"""Real time and crawler-native output: time units, ISO 8601 start times, durations, and the
-files a crawler ingests (URLFrontier JSON Lines, Apache Nutch injector seed lists).
-
-Time.  jaxcrawl's rates are "per unit time"; the unit is that of the input's
-``change_rate`` (``--time-unit``: seconds, minutes, hours or days).  Absolute times are
-kept on the host as float64 seconds since the Unix epoch (UTC) -- never in the JAX dtype --
-and written as ISO 8601 UTC text (``2026-01-05T06:00:00.000Z``) or integer epoch seconds.
-
-Crawler formats (one line per page, pages with rate 0 left out and counted):
+"""The files a crawler ingests: URLFrontier JSON Lines and Apache Nutch injector seed lists
+(one line per page, pages with rate 0 left out and counted).
 
 * **URLFrontier** (crawler-commons' URL Frontier API, ``urlfrontier.proto``): each line is
   a JSON ``URLItem`` holding a ``KnownURLItem``::
@@ -26,105 +19,20 @@ Crawler formats (one line per page, pages with rate 0 left out and counted):
 """
 from __future__ import annotations
 
-import datetime as _dt
-import math
+import gzip
+import json
 import os
-import re
-from typing import Union
 
 import numpy as np
 from jax.typing import ArrayLike
 
-from .checkpoint import atomic_write
-
-__all__ = [
-    "TIME_UNITS",
-    "unit_seconds",
-    "parse_duration",
-    "parse_start",
-    "iso_utc",
-    "next_fetch",
-    "write_urlfrontier",
-    "write_nutch_seeds",
-]
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-#: Seconds in each ``--time-unit``.
-TIME_UNITS = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0, "days": 86400.0}
-_ALIASES = {"s": "seconds", "sec": "seconds", "second": "seconds", "m": "minutes", "min": "minutes",
-            "minute": "minutes", "h": "hours", "hour": "hours", "d": "days", "day": "days",
-            "w": "weeks", "week": "weeks", "weeks": "weeks"}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|inf)\s*([a-zA-Z]*)\s*$")
-
-
-def unit_seconds(unit: str) -> float:
-    """Seconds in ``unit`` (``seconds``, ``minutes``, ``hours``, ``days``; ``s``/``m``/``h``/``d``)."""
-    name = _ALIASES.get(str(unit).strip().lower(), str(unit).strip().lower())
-    if name == "weeks":
-        return 7 * 86400.0
-    if name not in TIME_UNITS:
-        raise ValueError(f"time unit must be one of {', '.join(TIME_UNITS)}; got {unit!r}")
-    return TIME_UNITS[name]
-
-
-def parse_duration(text: str | float, unit: str = "days", *, name: str = "duration") -> float:
-    """A duration in ``unit``: a bare number is already in ``unit``; a suffix names its own
-    unit (``90s``, ``15m``, ``6h``, ``2d``, ``1w``); ``inf`` is no bound."""
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        m = _DURATION.match(str(text))
-        if not m:
-            raise ValueError(f"{name} must be a number or a number with a unit (90s, 15m, 6h, 2d, 1w); "
-                             f"got {text!r}")
-        value = float(m.group(1))
-        if m.group(2):
-            value *= unit_seconds(m.group(2)) / unit_seconds(unit)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{name} must be >= 0; got {text!r}")
-    return value
-
-
-def parse_start(text: str) -> float:
-    """Seconds since the Unix epoch (float, UTC) of an ISO 8601 date or date-time.
-
-    ``2026-01-05``, ``2026-01-05T06:00``, ``2026-01-05T06:00:00Z``,
-    ``2026-01-05T07:00:00+01:00``; a time without an offset is UTC.
-    """
-    raw = str(text).strip()
-    s = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
-    try:
-        t = _dt.datetime.fromisoformat(s)
-    except ValueError:
-        raise ValueError(f"--start must be an ISO 8601 date or date-time (e.g. 2026-01-05T06:00:00Z); "
-                         f"got {text!r}") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=_dt.timezone.utc)
-    return t.timestamp()
-
-
-def iso_utc(epoch_seconds: ArrayLike, unit: str = "ms") -> np.ndarray:
-    """ISO 8601 UTC text (``...Z``) of epoch seconds, vectorised (NumPy ``datetime64``)."""
-    e = np.asarray(epoch_seconds, np.float64)
-    scale = {"s": 1, "ms": 1_000, "us": 1_000_000}[unit]
-    ticks = np.round(e * scale).astype(np.int64).astype(f"datetime64[{unit}]")
-    return np.datetime_as_string(ticks, unit=unit, timezone="UTC")
-
-
-def next_fetch(rate: ArrayLike, phase: ArrayLike, start_epoch: float, unit: float) -> np.ndarray:
-    """Epoch seconds of each page's first crawl at or after ``start_epoch``: ``phase / rate``
-    units after it (the timetable's ``k = 0`` crawl, :mod:`jaxcrawl.timetable`); ``inf``
-    for rate 0.  Computed in float64 on the host."""
-    r = np.asarray(rate, np.float64)
-    p = np.asarray(phase, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(r > 0, start_epoch + unit * p / np.where(r > 0, r, 1.0), np.inf)
+from .._src.fileio import atomic_write
+from .._src.hostmap import url_host
+from .._src.timeunits import unit_seconds
+from ._schema import PathLike
 
 
 def _write_lines(path: PathLike, lines, gz: bool) -> None:
-    import gzip
-
     def write(tmp: str) -> None:
         with (gzip.open(tmp, "wt", encoding="utf-8", newline="") if gz
               else open(tmp, "w", encoding="utf-8", newline="")) as fh:
@@ -148,15 +56,11 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
       path: the file (``.gz``: gzip).
       url: ``(n,)`` page URLs (page ids).
       rate: ``(n,)`` crawl rates per ``unit``.
-      next_epoch: ``(n,)`` next fetch time, epoch seconds (float64; :func:`next_fetch`).
+      next_epoch: ``(n,)`` next fetch time, epoch seconds (float64).
       unit: the rates' time unit.
       key: ``(n,)`` queue keys (default: each URL's host name, or the URL itself).
       crawl_id: the ``crawlID`` of every item (default ``""``, the frontier's default crawl).
     """
-    import json
-
-    from .hosts import url_host
-
     r = np.asarray(rate, np.float64)
     t = np.asarray(next_epoch, np.float64)
     ids = _text_ids(url)

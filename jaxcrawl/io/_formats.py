@@ -10,16 +10,16 @@ name ends with                              format
 ``.csv`` or anything else (``+ .gz``)       CSV (RFC 4180 quoting, UTF-8)
 ==========================================  ==========================================
 
-Reading (:func:`read_arrow`) is what :func:`jaxcrawl.io.tables.read_table` does first:
+Reading (:func:`read_arrow`) is what :func:`jaxcrawl.io.read_table` does first:
 pyarrow parses the file into columns, and every rule of the schema is checked on whole
 columns at once (no Python per row).  Only rows found malformed are looked at one by one,
 to build the ``path:line: message`` of the exact reader.  When a text file's line numbers
 cannot be known from the rows alone (blank lines, a value holding a line break, a cell
 pyarrow cannot convert, a header not on the first line), :func:`read_arrow` returns None
-and the line-by-line reader of :mod:`jaxcrawl.io.tables` reads the file instead, so the
+and the line-by-line reader of :func:`jaxcrawl.io.read_table` reads the file instead, so the
 result and every message are the same either way; only the speed differs.
 
-Writing (:func:`write_columns`) goes through :func:`jaxcrawl.io.checkpoint.atomic_write`
+Writing (:func:`write_table`) goes through :func:`jaxcrawl.io.atomic_write`
 (a temporary file in the same directory, fsynced, renamed over the destination): CSV by
 pyarrow's CSV writer (fields quoted only when a text column needs it; floats in their
 shortest round-trip form), Parquet by pyarrow, JSON Lines built column-wise (non-finite
@@ -38,16 +38,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from .checkpoint import atomic_write
-
-__all__ = [
-    "file_format",
-    "open_text",
-    "read_arrow",
-    "write_columns",
-    "as_arrow",
-    "ids_to_numpy",
-]
+from .._src.fileio import atomic_write
+from ._schema import FALSE_WORDS, TRUE_WORDS, RowError, TableError, check_groups
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -79,6 +71,7 @@ def open_text(path: PathLike, mode: str = "rb"):
 
 
 def _pa():
+    # pyarrow is imported on first use: `import jaxcrawl` stays fast
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -181,8 +174,6 @@ def _read_parquet(path: str):
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as err:
-        from .tables import TableError
-
         raise TableError(path, None, f"not a readable Parquet file ({err})") from None
     return table, np.arange(1, table.num_rows + 1, dtype=np.int64)
 
@@ -213,8 +204,6 @@ def ids_to_numpy(col) -> np.ndarray:
 def _column_values(c, col, kind_ids: bool):
     """``(values, bad, raw_fn)`` of one column: NumPy values in the column's dtype, the
     bad mask and a function giving a bad cell's raw value (for its message)."""
-    from .tables import FALSE_WORDS, TRUE_WORDS
-
     pa, pc = _pa()
     n = len(col)
     col = col.combine_chunks() if hasattr(col, "combine_chunks") else col
@@ -321,10 +310,8 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
     Returns ``(columns, lines, present)`` -- or None when the exact line-by-line reader
     must read the file (a text file whose line numbers are not those of its rows, or a
     cell pyarrow cannot convert).  Malformed rows go through ``log.bad`` (raise, or count
-    and skip) with the messages of :meth:`jaxcrawl.io.tables.Column.parse`.
+    and skip) with the messages of :meth:`jaxcrawl.io.Column.parse`.
     """
-    from .tables import RowError, TableError, check_groups
-
     fmt, _ = file_format(path)
     if fmt == "csv":
         if schema.comments:
@@ -456,7 +443,7 @@ def _jsonl_lines(table) -> Any:
     return pc.binary_join_element_wise(*pieces, "")
 
 
-def write_columns(path: PathLike, columns: Mapping[str, Any], *, chunk: int = 1 << 20,
+def write_table(path: PathLike, columns: Mapping[str, Any], *, chunk: int = 1 << 20,
                   progress: Any = None) -> None:
     """Write a table atomically in the format of ``path``'s name (module docstring).
 

@@ -4,10 +4,9 @@ A history CSV has the header ``page_id,interval,changed[,importance]`` (``url_id
 accepted for ``page_id``): one row per observation, in time order within each page;
 ``interval`` is the time since the page's previous crawl (> 0), ``changed`` whether the
 page changed in it (0/1), ``importance`` an optional score that must be the same on every
-row of a page.  :func:`read_history_csv` keeps the observations flat, page by page
-(:class:`Histories`; its padded ``(pages, k)`` view is what the estimators take);
-:func:`histories_from_dataset` gives the same view of a NeurIPS-19 data set directory
-(:mod:`jaxcrawl.io.neurips19`).
+row of a page.  :func:`read_histories` keeps the observations flat, page by page
+(:class:`Histories`; its padded ``(pages, k)`` view is what the estimators take), from
+such a table or from a NeurIPS-19 data set directory (:func:`load_crawl_dataset`).
 """
 from __future__ import annotations
 
@@ -17,18 +16,10 @@ from typing import NamedTuple
 import numpy as np
 from jax.typing import ArrayLike
 
-from .neurips19 import FILES, CrawlDataset, LoadReport, load_crawl_dataset
-from .tables import Column, FileReport, Schema, finite_or_blank, read_table, write_csv
-
-__all__ = [
-    "HISTORY",
-    "Histories",
-    "read_history_csv",
-    "histories_from_dataset",
-    "read_histories",
-    "input_files",
-    "write_estimates_csv",
-]
+from ._formats import file_format, write_table
+from ._neurips19 import CrawlDataset, LoadReport, load_crawl_dataset
+from ._schema import Column, FileReport, Schema
+from ._tables import finite_or_blank, read_table, write_csv
 
 #: History CSV: ``page_id,interval,changed[,importance]``.
 HISTORY = Schema(
@@ -57,13 +48,13 @@ class Histories(NamedTuple):
       complete: ``(n,)`` bool, pages with complete change observations (data sets only).
       complete_change_rate: ``(n,)`` their given change rate, NaN elsewhere.
       source: the file or directory read.
-      report: the :class:`~jaxcrawl.io.tables.FileReport` of a CSV, or the
-        :class:`~jaxcrawl.io.neurips19.LoadReport` of a data set.
+      report: the table's ``FileReport`` (:attr:`jaxcrawl.io.Table.report`), or the
+        data set's ``LoadReport`` (:attr:`jaxcrawl.io.CrawlDataset.report`).
 
     The padded ``(n, k)`` view the estimators take directly (``k`` the longest history) is
     :attr:`intervals` / :attr:`changed` / :attr:`mask`, built on access -- for pages of very
     unequal lengths use :meth:`padded` on groups of similar length, as ``jaxcrawl
-    estimate`` does (``jaxcrawl.cli.estimate.estimate_rates``).
+    estimate`` does (:func:`jaxcrawl.cli.estimate.estimate_rates`).
     """
 
     page_id: np.ndarray
@@ -116,25 +107,9 @@ class Histories(NamedTuple):
         return self.padded()[2]
 
 
-def read_history_csv(path: str | os.PathLike[str], *, errors: str = "raise",
-                     dtype: type = np.float64, hint: str = "") -> Histories:
-    """Read a history CSV ``page_id,interval,changed[,importance]`` (module docstring).
-
-    Pages are in order of first appearance; each page's observations keep their order.
-    The observations are kept flat (:class:`Histories`): memory is proportional to the
-    rows, not to pages times the longest history.
-
-    Args:
-      path: the CSV.
-      errors: ``"raise"``: a malformed row raises
-        :class:`~jaxcrawl.io.tables.TableError` ``path:line: message``; ``"skip"``:
-        malformed rows are counted by reason in ``report`` and left out.
-      dtype: float dtype of the intervals.
-      hint: appended to the error of a malformed row (default: how to skip them).
-
-    Returns:
-      :class:`Histories` (``complete`` all False).
-    """
+def _read_history_table(path: str | os.PathLike[str], *, errors: str = "raise",
+                        dtype: type = np.float64, hint: str = "") -> Histories:
+    """:func:`read_histories` of a table (``complete`` all False)."""
     hint = hint or "(pass errors='skip' to count and skip malformed rows)"
     t = read_table(path, HISTORY, errors=errors, hint=hint)
     ids = t["page_id"]
@@ -153,7 +128,7 @@ def read_history_csv(path: str | os.PathLike[str], *, errors: str = "raise",
                      np.zeros(n, bool), np.full(n, np.nan), t.path, t.report)
 
 
-def histories_from_dataset(ds: CrawlDataset, source: str = "") -> Histories:
+def _from_dataset(ds: CrawlDataset, source: str) -> Histories:
     """The :class:`Histories` view of a loaded NeurIPS-19 data set."""
     mask = np.asarray(ds.mask, bool)  # left-aligned: row-major order keeps each page's time order
     offsets = np.concatenate([[0], np.cumsum(mask.sum(axis=1))]).astype(np.int64)
@@ -164,9 +139,23 @@ def histories_from_dataset(ds: CrawlDataset, source: str = "") -> Histories:
 def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
                    dtype: type = np.float64, max_observations: int | None = None,
                    hint: str = "", quiet: bool = True) -> Histories:
-    """Histories from a NeurIPS-19 data set directory or a history CSV (by what ``path`` is).
+    """Crawl histories from a NeurIPS-19 data set directory (:func:`load_crawl_dataset`)
+    or a history table ``page_id,interval,changed[,importance]`` (CSV, Parquet or JSON
+    Lines, by name; module docstring), by what ``path`` is.
 
-    ``max_observations`` (data sets only) keeps each page's most recent observations.
+    Pages are in order of first appearance; each page's observations keep their order.
+    The observations are kept flat (:class:`Histories`): memory is proportional to the
+    rows, not to pages times the longest history.
+
+    Args:
+      path: the table or the data set directory.
+      errors: ``"raise"``: a malformed row raises :class:`~jaxcrawl.io.TableError`
+        ``path:line: message``; ``"skip"``: malformed rows are counted by reason in
+        ``report`` and left out.
+      dtype: float dtype of the intervals.
+      max_observations: (data sets only) keep each page's most recent observations.
+      hint: appended to the error of a malformed table row (default: how to skip them).
+      quiet: no progress bar while a data set loads.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -174,33 +163,24 @@ def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
     if os.path.isdir(path):
         ds = load_crawl_dataset(path, errors=errors, max_observations=max_observations, dtype=dtype,
                                 quiet=quiet)
-        return histories_from_dataset(ds, path)
+        return _from_dataset(ds, path)
     if max_observations is not None:
         raise ValueError("max_observations applies to data set directories only")
-    return read_history_csv(path, errors=errors, dtype=dtype, hint=hint)
+    return _read_history_table(path, errors=errors, dtype=dtype, hint=hint)
 
 
-def input_files(path: str | os.PathLike[str]) -> list[str]:
-    """The files :func:`read_histories` reads for ``path`` (to keep outputs off them)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        return [os.path.join(path, name) for name in FILES.values()]
-    return [path]
-
-
-def write_estimates_csv(path: str | os.PathLike[str], page_id: ArrayLike,
-                        importance: ArrayLike, change_rate: ArrayLike, half_width: ArrayLike,
-                        num_observations: ArrayLike, complete: ArrayLike) -> None:
+def write_estimates(path: str | os.PathLike[str], page_id: ArrayLike,
+                    importance: ArrayLike, change_rate: ArrayLike, half_width: ArrayLike,
+                    num_observations: ArrayLike, complete: ArrayLike) -> None:
     """Write ``page_id,importance,change_rate,half_width,num_observations,complete``
     atomically (unknown importance or half-width: an empty CSV field; ``null`` in Parquet
     and JSON Lines, chosen by ``path``'s name)."""
-    from .formats import file_format, write_columns
-
     if file_format(path)[0] != "csv":
-        imp, half = np.asarray(importance, np.float64), np.asarray(half_width, np.float64)
-        import pyarrow as pa
+        import pyarrow as pa  # imported on first use: `import jaxcrawl` stays fast
 
-        write_columns(path, {
+        imp, half = np.asarray(importance, np.float64), np.asarray(half_width, np.float64)
+
+        write_table(path, {
             "page_id": page_id, "importance": pa.array(imp, mask=~np.isfinite(imp)),
             "change_rate": np.asarray(change_rate, np.float64),
             "half_width": pa.array(half, mask=~np.isfinite(half)),

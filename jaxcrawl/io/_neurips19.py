@@ -33,10 +33,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import DTypeLike
 
-from .progress import progress_bar
-from .tables import Column, FileReport, RowError, RowLog, TableError
-
-__all__ = ["CrawlDataset", "FileReport", "LoadReport", "load_crawl_dataset", "FILES"]
+from .._src.fileio import progress_bar
+from ._schema import Column, FileReport, RowError, RowLog, TableError
 
 #: The data set's file names, by role.
 FILES = {
@@ -118,6 +116,7 @@ class CrawlDataset(NamedTuple):
       host_constrained: ``(n,)`` bool, True when the page's host imposes a politeness
         constraint (False when unknown).
       report: the :class:`LoadReport`.
+      FILES: (class attribute) the data set's file names, by role.
     """
 
     url_id: np.ndarray
@@ -132,6 +131,10 @@ class CrawlDataset(NamedTuple):
     host_id: np.ndarray
     host_constrained: np.ndarray
     report: LoadReport
+
+    #: The data set's file names, by role (``urls``, ``hosts``, ``importance``,
+    #: ``history``, ``complete``).
+    FILES = FILES
 
 
 # The columns of the data set's files (one rule each, shared with every jaxcrawl table).
@@ -1013,7 +1016,7 @@ def load_crawl_dataset(
 
     Raises:
       ValueError: malformed line (``errors="raise"``; a
-        :class:`~jaxcrawl.io.tables.TableError` naming the file and line), missing
+        :class:`~jaxcrawl.io.TableError` naming the file and line), missing
         directory or required file, or bad arguments.
     """
     if errors not in ("raise", "skip"):

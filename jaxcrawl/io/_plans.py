@@ -1,27 +1,22 @@
 """Crawl plans and timetables on disk.
 
 A plan is what ``jaxcrawl solve --output`` writes and ``jaxcrawl schedule --plan`` reads:
-a table (CSV, Parquet or JSON Lines, by the file's name) ``page_id,rate,prob`` with one row per page (``rate`` in crawls per unit time,
+a table ``page_id,rate,prob`` with one row per page (``rate`` in crawls per unit time,
 ``prob`` the probability of crawling on a change signal, NeurIPS-19 Π°).  A timetable is a
-CSV ``time,page_id`` with one row per crawl, sorted by time.  Every write is atomic
-(:func:`jaxcrawl.io.tables.write_csv`).
+table ``time,page_id`` with one row per crawl, sorted by time.  The format follows the
+file's name (CSV, Parquet, JSON Lines) and every write is atomic.
 """
 from __future__ import annotations
 
-import hashlib
-import os
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import numpy as np
 from jax.typing import ArrayLike
 
-from .formats import write_columns
-from .tables import Column, Schema, read_table, write_csv
-
-__all__ = ["PLAN", "TIMETABLE", "Plan", "read_plan", "write_plan", "write_timetable", "read_timetable",
-           "read_plan_csv", "write_plan_csv", "write_timetable_csv", "page_keys"]
-
-PathLike = Union[str, "os.PathLike[str]"]
+from .._src.timeunits import iso_utc, unit_seconds
+from ._formats import write_table
+from ._schema import Column, PathLike, Schema, TableError
+from ._tables import read_table
 
 #: Plan CSV: ``page_id,rate,prob``, one distinct page a row.
 PLAN = Schema(
@@ -58,16 +53,11 @@ def read_plan(path: PathLike, *, errors: str = "raise") -> Plan:
 
     ``rate`` must be finite and >= 0, ``prob`` in [0, 1], page ids distinct (int64 when
     all are decimal integers).  A malformed row raises
-    :class:`~jaxcrawl.io.tables.TableError` (a ``ValueError``) ``path:line: message``
+    :class:`~jaxcrawl.io.TableError` (a ``ValueError``) ``path:line: message``
     naming the column and the rule.
     """
     t = read_table(path, PLAN, errors=errors, id_columns=("page_id",))
     return Plan(t["page_id"], t["rate"], t["prob"])
-
-
-def read_plan_csv(path: PathLike) -> Plan:
-    """:func:`read_plan` (any supported format, despite the name)."""
-    return read_plan(path)
 
 
 def write_plan(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayLike, *,
@@ -76,14 +66,8 @@ def write_plan(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayL
     of ``path``'s name (CSV, Parquet, JSON Lines; ``.gz`` for gzip text).  ``rate`` is in
     crawls per unit time (the unit of the input's ``change_rate``); ``prob`` is the
     probability of crawling a complete page on each change signal (NeurIPS-19 Π°)."""
-    write_columns(path, {"page_id": page_id, "rate": np.asarray(rate, np.float64),
+    write_table(path, {"page_id": page_id, "rate": np.asarray(rate, np.float64),
                          "prob": np.asarray(prob, np.float64)}, progress=progress)
-
-
-def write_plan_csv(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayLike,
-                   chunk: int = 1 << 16) -> None:
-    """:func:`write_plan` (the format follows ``path``'s name)."""
-    write_plan(path, page_id, rate, prob)
 
 
 def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike, *,
@@ -92,13 +76,11 @@ def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: A
 
     Without ``start_epoch``: columns ``time,page_id`` with ``time`` in the plan's time unit
     (float64).  With ``start_epoch`` (seconds since the Unix epoch, UTC; e.g.
-    :func:`jaxcrawl.io.crawler.parse_start` of ``--start``): columns
+    ``--start``): columns
     ``time,epoch_seconds,page_id`` with ``time`` an ISO 8601 UTC timestamp (milliseconds,
     ``Z``) and ``epoch_seconds`` = ``start_epoch + time * seconds_per_unit`` (float64,
     computed on the host whatever the JAX dtype).
     """
-    from .crawler import iso_utc, unit_seconds
-
     ids = np.asarray(page_id)
     t = np.asarray(time, np.float64)
     pid = ids[np.asarray(page, np.int64)]
@@ -107,7 +89,7 @@ def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: A
     else:
         epoch = float(start_epoch) + t * unit_seconds(unit)
         cols = {"time": iso_utc(epoch), "epoch_seconds": epoch, "page_id": pid}
-    write_columns(path, cols, progress=progress)
+    write_table(path, cols, progress=progress)
 
 
 def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
@@ -115,10 +97,8 @@ def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
 
     ``time`` is float64: epoch seconds when the file has an ``epoch_seconds`` column
     (``absolute`` True), else the ``time`` column in the plan's unit.  A malformed row (a
-    non-numeric time) is a :class:`~jaxcrawl.io.tables.TableError` naming the file.
+    non-numeric time) is a :class:`~jaxcrawl.io.TableError` naming the file.
     """
-    from .tables import TableError
-
     t = read_table(path, TIMETABLE, id_columns=("page_id",))
     epoch = np.asarray(t["epoch_seconds"], np.float64)
     if epoch.size and not np.isnan(epoch).all():
@@ -128,11 +108,11 @@ def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
         time = text.astype(np.float64)
     except ValueError:
         bad = next(i for i, x in enumerate(text) if not _is_number(x))
-        raise TableError(f"{path}: row {bad + 1}: column 'time' must be a number (or give epoch_seconds); "
-                         f"got {text[bad]!r}") from None
+        raise TableError(path, bad + 1, "column 'time' must be a number (or give epoch_seconds); "
+                         f"got {text[bad]!r}", unit="row") from None
     if not np.isfinite(time).all():
         bad = int(np.flatnonzero(~np.isfinite(time))[0])
-        raise TableError(f"{path}: row {bad + 1}: column 'time' must be finite; got {text[bad]!r}")
+        raise TableError(path, bad + 1, f"column 'time' must be finite; got {text[bad]!r}", unit="row")
     return time, t["page_id"], False
 
 
@@ -142,23 +122,3 @@ def _is_number(x: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def write_timetable_csv(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike,
-                        *, digits: int = 17, chunk: int = 1 << 16) -> None:
-    """Write a timetable ``time,page_id`` atomically: crawl ``j`` of page ``page_id[page[j]]``
-    at ``time[j]`` (rows in the given order), times with ``digits`` significant digits."""
-    ids = np.asarray(page_id)
-    write_csv(path, ("time", "page_id"),
-              (np.asarray(time, np.float64), ids[np.asarray(page, np.int64)]),
-              (f".{int(digits)}g", None), chunk=chunk)
-
-
-def page_keys(page_id: ArrayLike) -> np.ndarray:
-    """Stable 32-bit keys of page ids (BLAKE2b of their text), e.g. for
-    :func:`jaxcrawl.timetable.hashed_phase`: a page's key does not depend on the others."""
-    ids = np.asarray(page_id).tolist()
-    out = np.empty(len(ids), np.uint32)
-    for i, pid in enumerate(ids):
-        out[i] = int.from_bytes(hashlib.blake2b(str(pid).encode(), digest_size=4).digest(), "little")
-    return out

@@ -1,26 +1,12 @@
-"""One reader for every table jaxcrawl reads, and one writer for the tables it writes.
+"""The one table reader and the CSV writer.
 
-A file format is read into a :class:`Table` by :func:`read_table` against a
-:class:`Schema`: named, typed :class:`Column` s with their rules (a number's range, a
-non-empty text, a boolean), an optional key whose values must be distinct, and columns
-whose value must not change within a group of rows.  Every malformed row becomes a
-``path:line: message`` error naming the column and the rule (:class:`TableError`), or,
-with ``errors="skip"``, is counted by reason in the table's :class:`FileReport` -- never
-dropped silently.  The page tables (:func:`read_problem_csv`), plans
-(:func:`jaxcrawl.io.plans.read_plan_csv`), crawl histories
-(:func:`jaxcrawl.io.histories.read_history_csv`) and host files
-(:mod:`jaxcrawl.io.hosts`) are all schemas of this one reader.
-
-Formats.  The reader takes rows from a *source* chosen by the file's suffix: CSV (the
-default, any suffix not registered otherwise) is built in; another format is added with
-:func:`register_format` by a function that opens the file and yields batches of columns
-(:class:`Batch`), so a columnar format (Parquet, JSON Lines) plugs in without touching the
-validation.
-
-Writing.  :func:`write_csv` writes a table in chunks through
-:func:`jaxcrawl.io.checkpoint.atomic_write`: an error or Ctrl-C never leaves a truncated
-file and an existing file is untouched until the new one is complete.
-:func:`check_output` refuses an output path that names one of the inputs.
+:func:`read_table` reads a file into a :class:`Table` against a :class:`Schema`: every
+malformed row becomes a ``path:line: message`` error naming the column and the rule
+(:class:`TableError`), or, with ``errors="skip"``, is counted by reason in the table's
+:class:`FileReport` -- never dropped silently.  The reader takes rows from a *source*
+chosen by the file's suffix: CSV (the default) and JSON Lines are built in, columnar reading
+goes through pyarrow first (:mod:`._formats`), and another format is added with
+:func:`register_format`.  :func:`write_csv` writes atomically, ``chunk`` rows at a time.
 """
 from __future__ import annotations
 
@@ -30,392 +16,24 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any, NamedTuple, Union
+from typing import IO, Any
 
 import numpy as np
 from jax.typing import ArrayLike
 
-from .checkpoint import atomic_write, same_file
-from .formats import file_format, read_arrow, write_columns
-
-__all__ = [
-    "Column",
-    "Schema",
-    "Table",
-    "Batch",
-    "FileReport",
-    "RowError",
-    "TableError",
-    "RowLog",
-    "read_table",
-    "register_format",
-    "format_for",
-    "write_csv",
-    "write_file",
-    "check_output",
-    "PAGE_TABLE",
-    "PageRows",
-    "read_problem_csv",
-    "write_problem_csv",
-    "read_problem",
-    "write_problem",
-    "finite_or_blank",
-]
-
-PathLike = Union[str, "os.PathLike[str]"]
-
-#: Words accepted as True / False by a ``boolean`` column (case-insensitive).
-TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y"})
-FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", ""})
-_MAX_EXAMPLES = 10
-
-
-# ------------------------------------------------------------------------- errors
-class RowError(Exception):
-    """One malformed row: ``reason`` (a short category for counting, e.g. ``"bad cap"``)
-    and a message naming the column and the rule."""
-
-    def __init__(self, reason: str, message: str, column: str | None = None):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-        self.column = column
-
-
-class TableError(ValueError):
-    """A malformed table file, reported as ``path:line: message [hint]``.
-
-    Attributes:
-      path: the file.
-      line: the 1-based line (row) number, or None for a whole-file problem.
-      message: what is wrong (names the column and the rule for a malformed value).
-      column: the offending column, when there is one.
-      reason: the short category (``"bad importance"``, ``"wrong number of fields"``...).
-      hint: appended advice (e.g. how to skip malformed rows), may be empty.
-    """
-
-    def __init__(self, path: PathLike, line: int | None, message: str, *,
-                 column: str | None = None, reason: str | None = None, hint: str = "",
-                 unit: str = "line"):
-        self.path = os.fspath(path)
-        self.line = line
-        self.message = message
-        self.column = column
-        self.reason = reason
-        self.hint = hint
-        self.unit = unit
-        where = _where(self.path, line, unit)
-        super().__init__(f"{where}: {message}" + (f" {hint}" if hint else ""))
-
-    def with_hint(self, hint: str) -> TableError:
-        """The same error with another hint."""
-        return TableError(self.path, self.line, self.message, column=self.column,
-                          reason=self.reason, hint=hint, unit=self.unit)
-
-
-def _where(path: str, line: int | None, unit: str = "line") -> str:
-    """``path:line`` for text files, ``path: row N`` for Parquet (row numbers from 1)."""
-    if line is None:
-        return path
-    return f"{path}:{line}" if unit == "line" else f"{path}: row {line}"
-
-
-class FileReport(NamedTuple):
-    """What was read from one file.
-
-    Attributes:
-      path: the file.
-      rows_read: data rows accepted.
-      rows_skipped: malformed rows skipped (only with ``errors="skip"``).
-      skipped_by_reason: ``{reason: count}`` of the skipped rows.
-      blank_lines: empty lines (ignored; not data).
-      header_lines: 1 if the file has a column header line, else 0.
-      examples: up to 10 ``"file:line: message"`` strings for skipped rows.
-    """
-
-    path: str
-    rows_read: int
-    rows_skipped: int
-    skipped_by_reason: dict[str, int]
-    blank_lines: int
-    header_lines: int
-    examples: tuple[str, ...]
-
-
-class RowLog:
-    """The error policy and counts of one file being read.
-
-    ``bad(line, err)`` raises :class:`TableError` when ``errors == "raise"``; with
-    ``errors == "skip"`` it counts the row by ``err.reason`` and keeps up to 10 examples.
-    """
-
-    def __init__(self, path: PathLike, errors: str = "raise", hint: str = "", unit: str = "line"):
-        if errors not in ("raise", "skip"):
-            raise ValueError(f"errors must be 'raise' or 'skip'; got {errors!r}")
-        self.path = os.fspath(path)
-        self.unit = unit
-        self.errors = errors
-        self.hint = hint
-        self.rows_read = 0
-        self.rows_skipped = 0
-        self.reasons: dict[str, int] = {}
-        self.blank = 0
-        self.header = 0
-        self.examples: list[str] = []
-
-    def bad(self, line: int, err: RowError) -> None:
-        """Handle one malformed row (raise, or count and skip)."""
-        if self.errors == "raise":
-            raise TableError(self.path, line, err.message, column=err.column, reason=err.reason,
-                             hint=self.hint, unit=self.unit)
-        self.rows_skipped += 1
-        self.reasons[err.reason] = self.reasons.get(err.reason, 0) + 1
-        if len(self.examples) < _MAX_EXAMPLES:
-            self.examples.append(f"{_where(self.path, line, self.unit)}: {err.message}")
-
-    def report(self) -> FileReport:
-        """The counts so far as a :class:`FileReport`."""
-        return FileReport(self.path, self.rows_read, self.rows_skipped, dict(self.reasons),
-                          self.blank, self.header, tuple(self.examples))
-
-
-# ------------------------------------------------------------------------ columns
-_KINDS = ("text", "number", "integer", "boolean", "binary")
-_DTYPES = {"text": object, "number": np.float64, "integer": np.int64, "boolean": bool, "binary": bool}
-
-
-@dataclass(frozen=True)
-class Column:
-    """A named, typed column and its rule.
-
-    Attributes:
-      name: the header name (matched case-insensitively).
-      kind: ``"text"`` (non-empty after stripping), ``"number"`` (a float),
-        ``"integer"``, ``"boolean"`` (1/0/true/false/t/f/yes/no/y/n, empty = false) or
-        ``"binary"`` (exactly 0 or 1).
-      minimum, maximum: the range of a number (``None``: unbounded).
-      exclusive_minimum: the number must be ``> minimum`` (else ``>= minimum``).
-      finite: a number must be finite (NaN is always rejected); ``False`` admits ``inf``.
-      required: the header must have it; an optional column missing from the file is
-        filled with ``default``.
-      default: value of a missing optional column.
-      aliases: other header names accepted for this column.
-      same_within: the name of a column that groups rows (e.g. ``"page_id"``): this
-        column's value must be the same on every row of a group.
-    """
-
-    name: str
-    kind: str = "text"
-    minimum: float | None = None
-    maximum: float | None = None
-    exclusive_minimum: bool = False
-    finite: bool = True
-    required: bool = True
-    default: Any = None
-    aliases: tuple[str, ...] = ()
-    same_within: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"Column kind must be one of {_KINDS}; got {self.kind!r}")
-
-    @property
-    def dtype(self) -> np.dtype:
-        """NumPy dtype of the parsed column."""
-        return np.dtype(_DTYPES[self.kind])
-
-    @property
-    def rule(self) -> str:
-        """The rule a value must satisfy, in words (as used in error messages)."""
-        if self.kind == "text":
-            return "non-empty"
-        if self.kind == "integer":
-            return "an integer"
-        if self.kind == "boolean":
-            return "a boolean (1/0/true/false/yes/no)"
-        if self.kind == "binary":
-            return "0 or 1"
-        lo, hi = self.minimum, self.maximum
-        if lo is not None and hi is not None:
-            return f"in {'(' if self.exclusive_minimum else '['}{lo:g}, {hi:g}]"
-        parts = ["finite"] if self.finite else []
-        if lo is not None:
-            parts.append(f"{'>' if self.exclusive_minimum else '>='} {lo:g}")
-        if hi is not None:
-            parts.append(f"<= {hi:g}")
-        rule = " and ".join(parts) or "a number"
-        return rule + ("" if self.finite or hi is not None else " (or inf)")
-
-    def _error(self, message: str) -> RowError:
-        return RowError(f"bad {self.name}", message, self.name)
-
-    def _ok(self, v: Any) -> Any:
-        """Does a parsed number (a float, or elementwise an array) satisfy the rule?  Plain
-        operators only, so the scalar and the batch paths are one rule."""
-        ok = v == v  # not NaN
-        if self.finite:
-            ok = ok & (abs(v) < math.inf)
-        if self.minimum is not None:
-            ok = ok & ((v > self.minimum) if self.exclusive_minimum else (v >= self.minimum))
-        if self.maximum is not None:
-            ok = ok & (v <= self.maximum)
-        return ok
-
-    def parse(self, value: Any) -> Any:
-        """The value of one cell, or :class:`RowError` naming the column and the rule."""
-        name = self.name
-        if self.kind == "text":
-            text = str(value).strip()
-            if not text:
-                raise self._error(f"empty {name}")
-            return text
-        if self.kind == "number":
-            try:
-                v = float(value)
-            except (TypeError, ValueError):
-                raise self._error(f"{name} {value!r} is not a number") from None
-            if not self._ok(v):
-                shown = value.strip() if isinstance(value, str) else value
-                raise self._error(f"{name} must be {self.rule}, got {shown!r}")
-            return v
-        if self.kind == "integer":
-            try:
-                if isinstance(value, (bool, float)):
-                    raise ValueError
-                return int(str(value).strip())
-            except ValueError:
-                raise self._error(f"{name} {value!r} is not an integer") from None
-        text = str(value).strip().lower() if not isinstance(value, bool) else str(int(value))
-        if self.kind == "binary":
-            if text not in ("0", "1"):
-                raise self._error(f"{name} must be 0 or 1, got {value!r}")
-            return text == "1"
-        if text in TRUE_WORDS:
-            return True
-        if text in FALSE_WORDS:
-            return False
-        raise self._error(f"{name} must be {self.rule}, got {value!r}")
-
-    def parse_many(self, values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """``(parsed, bad)`` for a batch of cells: vectorised where it can be, and in exact
-        agreement with :meth:`parse` on which cells are bad."""
-        m = len(values)
-        if self.kind == "number":
-            try:
-                v = np.asarray(values, dtype=np.float64)
-            except (TypeError, ValueError):
-                v = np.empty(m, np.float64)
-                for i, x in enumerate(values):
-                    try:
-                        v[i] = float(x)
-                    except (TypeError, ValueError):
-                        v[i] = np.nan
-            return v, ~self._ok(v)
-        if self.kind == "text":
-            out = np.empty(m, object)
-            out[:] = [str(x).strip() for x in values]
-            return out, np.asarray([not x for x in out.tolist()], dtype=bool).reshape(m)
-        out = np.zeros(m, self.dtype)
-        bad = np.zeros(m, bool)
-        for i, x in enumerate(values):
-            try:
-                out[i] = self.parse(x)
-            except RowError:
-                bad[i] = True
-        return out, bad
-
-
-@dataclass(frozen=True)
-class Schema:
-    """The columns of one kind of table and its table-wide rules.
-
-    Attributes:
-      name: what the file holds (``"page table"``), for messages.
-      columns: the :class:`Column` s, in their canonical order.
-      key: a column whose values must be distinct (a repeat is a malformed row naming the
-        line of the first occurrence), or None.
-      rows: the noun of a row, for "no pages after the header".
-      min_rows: fewest data rows accepted.
-      comments: lines whose first character is ``#`` are comments (kept in
-        :attr:`Table.comments`), not data.
-    """
-
-    name: str
-    columns: tuple[Column, ...]
-    key: str | None = None
-    rows: str = "rows"
-    min_rows: int = 1
-    comments: bool = False
-
-    def column(self, name: str) -> Column:
-        """The column called ``name``."""
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
-    @property
-    def header_text(self) -> str:
-        """The header as documented: ``page_id,importance,change_rate[,complete]``."""
-        req = ",".join(c.name for c in self.columns if c.required)
-        return req + "".join(f"[,{c.name}]" for c in self.columns if not c.required)
-
-    def match_header(self, header: Sequence[str]) -> list[Column | None]:
-        """The column of every header field (raises ``ValueError`` with the reason)."""
-        names: dict[str, Column] = {}
-        for c in self.columns:
-            for n in (c.name, *c.aliases):
-                names[n.lower()] = c
-        found: list[Column | None] = []
-        seen: set[str] = set()
-        for h in header:
-            c = names.get(str(h).strip().lower())
-            if c is None:
-                raise ValueError(f"unknown column {str(h).strip()!r}")
-            if c.name in seen:
-                raise ValueError(f"column {c.name!r} appears twice")
-            seen.add(c.name)
-            found.append(c)
-        missing = [c.name for c in self.columns if c.required and c.name not in seen]
-        if missing:
-            raise ValueError(f"missing column {missing[0]!r}")
-        return found
-
-
-# ------------------------------------------------------------------------ sources
-class Batch(NamedTuple):
-    """A batch of rows from a source, column by column.
-
-    Attributes:
-      lines: ``(m,)`` line (or row) numbers of the rows, for messages.
-      fields: one sequence of ``m`` raw values per header column (strings for text
-        formats; typed values are accepted too).
-      malformed: ``(line, RowError)`` of rows the format itself rejected (e.g. a wrong
-        number of fields); they are not in ``lines``.
-    """
-
-    lines: np.ndarray
-    fields: list[Sequence[Any]]
-    malformed: list[tuple[int, RowError]]
-
-
-@dataclass
-class Source:
-    """An opened table file: its header, then batches of rows.
-
-    A format's opener (see :func:`register_format`) returns one.  ``header`` is None for
-    an empty file; ``comments`` and ``blank_lines`` are filled while the batches are read.
-    """
-
-    path: str
-    header: list[str] | None
-    header_line: int
-    batches: Callable[[int], Iterator[Batch]]
-    comments: list[tuple[int, str]] = field(default_factory=list)
-    blank_lines: int = 0
-    close: Callable[[], None] = lambda: None
-
+from .._src.fileio import same_file, write_file
+from ._formats import file_format, ids_to_numpy, open_text, read_arrow
+from ._schema import (
+    Batch,
+    PathLike,
+    RowError,
+    RowLog,
+    Schema,
+    Source,
+    Table,
+    TableError,
+    check_groups,
+)
 
 Opener = Callable[[str, bool], Source]
 _FORMATS: dict[str, Opener] = {}
@@ -444,8 +62,6 @@ def format_for(path: PathLike) -> Opener:
 def _open_csv(path: str, comments: bool) -> Source:
     """CSV (RFC 4180 quoting, UTF-8 with or without BOM): the first line that is not blank
     (or a ``#`` comment, when comments are on) is the header."""
-    from .formats import open_text
-
     fh = open_text(path)
 
     def text_lines() -> Iterator[str]:
@@ -515,8 +131,6 @@ def _open_jsonl(path: str, comments: bool) -> Source:
     """JSON Lines, line by line (the exact reader behind :mod:`jaxcrawl.io.formats`): one
     JSON object a line; the keys of the first object are the header; blank lines are
     ignored (counted)."""
-    from .formats import open_text
-
     fh = open_text(path)
     src = Source(path, None, 0, lambda size: iter(()), close=fh.close)
 
@@ -589,68 +203,6 @@ def _chain(first, rest):
 
 
 register_format((".jsonl", ".ndjson", ".jsonl.gz", ".ndjson.gz"), _open_jsonl)
-
-
-# ------------------------------------------------------------------------- tables
-@dataclass(frozen=True)
-class Table:
-    """A validated table: its columns as NumPy arrays, in file order.
-
-    Attributes:
-      path: the file.
-      columns: ``{name: (n,) array}`` for every column of the schema (a missing optional
-        column is a read-only array of its default).
-      line: ``(n,)`` line number of every row.
-      present: the schema columns the file has.
-      comments: ``(line, text)`` of ``#`` comment lines (schemas with comments).
-      report: the :class:`FileReport` (rows read and skipped by reason).
-    """
-
-    path: str
-    columns: dict[str, np.ndarray]
-    line: np.ndarray
-    present: tuple[str, ...]
-    comments: tuple[tuple[int, str], ...]
-    report: FileReport
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.columns[name]
-
-    def __len__(self) -> int:
-        return int(self.line.shape[0])
-
-
-def check_groups(schema: Schema, cols: dict[str, np.ndarray], lines: np.ndarray, ok: np.ndarray,
-                  firsts: dict[str, dict], errors: list[tuple[int, RowError]], unit: str = "line") -> None:
-    """Key uniqueness and constant-within-group columns, in row order (updates ``ok``)."""
-    checks = []
-    if schema.key is not None and schema.key in cols:
-        checks.append(("key", schema.key, None))
-    for c in schema.columns:
-        if c.same_within is not None and c.name in cols and c.same_within in cols:
-            checks.append(("same", c.same_within, c.name))
-    for kind, group, name in checks:
-        seen = firsts.setdefault(f"{kind}:{group}:{name}", {})
-        keys = cols[group].tolist()
-        vals = cols[name].tolist() if name else None
-        for i in np.flatnonzero(ok).tolist():
-            k = keys[i]
-            if kind == "key":
-                if k in seen:
-                    ok[i] = False
-                    errors.append((int(lines[i]), RowError(
-                        f"duplicate {group}", f"duplicate {group} {k!r} (first on {unit} {seen[k]})", group)))
-                else:
-                    seen[k] = int(lines[i])
-            else:
-                v = vals[i]
-                first = seen.setdefault(k, (v, int(lines[i])))
-                if first[0] != v:
-                    ok[i] = False
-                    errors.append((int(lines[i]), RowError(
-                        f"inconsistent {name}",
-                        f"{name} must be the same on every row of {group} {k!r}: got {v!r}, "
-                        f"{first[0]!r} on {unit} {first[1]}", name)))
 
 
 def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: str = "",
@@ -758,8 +310,6 @@ def _ids_from_text(ids: np.ndarray) -> np.ndarray:
     reader returns them; :func:`jaxcrawl.io.formats.ids_to_numpy`)."""
     import pyarrow as pa
 
-    from .formats import ids_to_numpy
-
     return ids_to_numpy(pa.array(ids.tolist(), pa.string())) if ids.size else ids
 
 
@@ -780,21 +330,6 @@ def _finish(path, schema, cols, lines, present, comments, log) -> Table:
 
 
 # ------------------------------------------------------------------------ writing
-def write_file(path: PathLike, fill: Callable[[IO], None], *, binary: bool = False) -> None:
-    """Write ``path`` atomically: ``fill(fh)`` writes into a temporary file that replaces
-    ``path`` only once complete (:func:`jaxcrawl.io.checkpoint.atomic_write`); on an error
-    or interrupt ``path`` is untouched.  The file gets the old file's permissions (or the
-    umask's default for a new file)."""
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise ValueError(f"{path}: is a directory")
-    def write(tmp: str) -> None:
-        with open(tmp, "wb" if binary else "w", **({} if binary else {"newline": "", "encoding": "utf-8"})) as fh:
-            fill(fh)
-
-    atomic_write(path, write)
-
-
 Format = str | Callable[[Any], str] | None
 
 
@@ -850,95 +385,6 @@ def check_output(output: PathLike | None, *inputs: PathLike | None) -> None:
         if inp is not None and same_file(out, inp):
             raise ValueError(f"{out}: the output is the input file {os.fspath(inp)}; refusing to overwrite it "
                              "(choose another output path)")
-
-
-# -------------------------------------------------------------------- page tables
-#: Page table: ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``,
-#: one distinct page a row.  The intervals are revisit bounds in the time unit of the
-#: rates: crawl at most once per ``min_interval`` (0: no bound) and at least once per
-#: ``max_interval`` (``inf``: no bound).
-PAGE_TABLE = Schema(
-    "page table",
-    (Column("page_id"),
-     Column("importance", "number", minimum=0.0, exclusive_minimum=True),
-     Column("change_rate", "number", minimum=0.0, exclusive_minimum=True),
-     Column("complete", "boolean", required=False, default=False),
-     Column("min_interval", "number", minimum=0.0, required=False, default=0.0),
-     Column("max_interval", "number", minimum=0.0, exclusive_minimum=True, finite=False,
-            required=False, default=np.inf)),
-    key="page_id", rows="pages",
-)
-
-
-class PageRows(NamedTuple):
-    """Pages read from a page table file: their ids and the arrays of a problem.
-
-    ``min_interval``/``max_interval`` are the per-page revisit bounds (None when the file
-    has no such column: no bound); :meth:`rate_bounds` turns them into rate bounds.
-    (``jaxcrawl.data.PageTable`` is this type's former name.)
-    """
-
-    page_id: np.ndarray
-    importance: np.ndarray
-    change_rate: np.ndarray
-    complete: np.ndarray
-    min_interval: np.ndarray | None = None
-    max_interval: np.ndarray | None = None
-
-    def rate_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(min_rate, max_rate) = (1/max_interval, 1/min_interval)`` per page."""
-        n = self.importance.shape[0]
-        lo_i = np.zeros(n) if self.min_interval is None else np.asarray(self.min_interval, np.float64)
-        hi_i = np.full(n, np.inf) if self.max_interval is None else np.asarray(self.max_interval, np.float64)
-        with np.errstate(divide="ignore"):
-            return 1.0 / hi_i, 1.0 / lo_i
-
-
-def read_problem(path: PathLike, *, errors: str = "raise") -> PageRows:
-    """Read a page table (CSV, Parquet or JSON Lines, by name; :func:`read_table`).
-
-    Columns ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``:
-    ``importance`` and ``change_rate`` finite and > 0; ``complete`` (default 0) a boolean
-    (1/0/true/false/yes/no); ``min_interval`` >= 0 (default 0) and ``max_interval`` > 0
-    or ``inf`` (default ``inf``) the revisit bounds, in the rates' time unit; page ids
-    distinct (int64 when all are decimal integers, else strings).  A malformed row raises
-    :class:`TableError` (a ``ValueError``) ``path:line: message`` naming the column and the
-    rule (``errors="skip"`` counts and drops it).
-
-    Returns:
-      :class:`PageRows` (float64 arrays, bool ``complete``).
-    """
-    t = read_table(path, PAGE_TABLE, errors=errors, id_columns=("page_id",))
-    return PageRows(t["page_id"], t["importance"], t["change_rate"], t["complete"],
-                    t["min_interval"] if "min_interval" in t.present else None,
-                    t["max_interval"] if "max_interval" in t.present else None)
-
-
-def read_problem_csv(path: PathLike) -> PageRows:
-    """:func:`read_problem` (any supported format, despite the name)."""
-    return read_problem(path)
-
-
-def write_problem(path: PathLike, page_id: ArrayLike, importance: ArrayLike,
-                  change_rate: ArrayLike, complete: ArrayLike | None = None, *,
-                  min_interval: ArrayLike | None = None, max_interval: ArrayLike | None = None) -> None:
-    """Write a page table atomically in the format of ``path``'s name (what
-    :func:`read_problem` and ``jaxcrawl solve --input`` read)."""
-    imp = np.asarray(importance, np.float64)
-    comp = np.zeros(imp.shape, bool) if complete is None else np.asarray(complete, bool)
-    cols = {"page_id": page_id, "importance": imp, "change_rate": np.asarray(change_rate, np.float64),
-            "complete": comp.astype(np.int8)}
-    if min_interval is not None:
-        cols["min_interval"] = np.broadcast_to(np.asarray(min_interval, np.float64), imp.shape)
-    if max_interval is not None:
-        cols["max_interval"] = np.broadcast_to(np.asarray(max_interval, np.float64), imp.shape)
-    write_columns(path, cols)
-
-
-def write_problem_csv(path: PathLike, page_id: ArrayLike, importance: ArrayLike,
-                      change_rate: ArrayLike, complete: ArrayLike | None = None) -> None:
-    """:func:`write_problem` (the format follows ``path``'s name)."""
-    write_problem(path, page_id, importance, change_rate, complete)
 
 
 def finite_or_blank(value: float, spec: str = ".10g") -> str:
