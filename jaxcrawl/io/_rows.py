@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ..parallel._processes import file_fingerprint, row_range
-from .page_table import PageTable
-from .tables import TableError, read_problem_csv
+from ._problems import PageTable, read_problem
+from ._schema import TableError
 
 
 class LocalRows(NamedTuple):
@@ -60,7 +60,7 @@ def _csv_rows(path: str, process_id: int, num_processes: int) -> LocalRows:
             g.write(header + data)
         if data.strip():
             try:
-                t = read_problem_csv(part)
+                t = read_problem(part)
             except TableError as err:  # name the real file and line (count the lines before this part)
                 before = 0
                 with open(path, "rb") as f:
@@ -78,7 +78,7 @@ def read_local_rows(path: str, process_id: int | None = None, num_processes: int
     """Read only this process's rows of a page table.
 
     * a directory of ``importance.npy``, ``change_rate.npy``, ``complete.npy``
-      (:class:`~jaxcrawl.io.page_table.PageTable`): memory-mapped, rows :func:`row_range`;
+      (:class:`~jaxcrawl.io.PageTable`): memory-mapped, rows :func:`row_range`;
     * ``.parquet``: columns ``importance, change_rate[, complete][, page_id]``, the row
       groups whose first row falls in :func:`row_range` (whole row groups per process);
     * ``.csv``: ``page_id,importance,change_rate[,complete]``, the lines starting in this
