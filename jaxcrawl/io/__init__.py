@@ -4,7 +4,7 @@
 file                                   functions
 =====================================  =====================================================
 any table (CSV, Parquet, JSON Lines)   :func:`read_table` against a :class:`Schema`,
-                                       :func:`write_table`, :func:`register_format`
+                                       :func:`write_table`
 page table                             :func:`read_problem`, :func:`write_problem`
                                        (:class:`PageTable`); ``.npy`` directory for streamed
                                        solves: :func:`write_page_table`
@@ -50,12 +50,11 @@ from ._schema import Table as Table
 from ._schema import TableError as TableError
 from ._tables import check_output as check_output
 from ._tables import read_table as read_table
-from ._tables import register_format as register_format
 
 __all__ = [
     "synthetic",
     # tables
-    "Column", "Schema", "Table", "TableError", "read_table", "write_table", "register_format",
+    "Column", "Schema", "Table", "TableError", "read_table", "write_table", 
     # page tables, plans, timetables, histories, the data set
     "PageTable", "read_problem", "write_problem", "write_page_table",
     "Plan", "read_plan", "write_plan", "read_timetable", "write_timetable",
