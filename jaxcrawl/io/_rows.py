@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pyarrow.parquet as pq
 
-from ..parallel._processes import file_fingerprint, row_range
+from .._src.partition import file_fingerprint, row_range
 from ._problems import PageTable, read_problem
 from ._schema import TableError
 

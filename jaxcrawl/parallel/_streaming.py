@@ -11,9 +11,10 @@ import numpy as np
 from .._src import chunks as _chunks
 from .._src import pipeline as _pipeline
 from .._src.checks import NonConvergenceError
+from .._src.fileio import progress_bar
+from .._src.partition import file_fingerprint, row_range
 from ..core.problem import Policy
-from ..io.page_table import PageTable
-from ..io.progress import progress_bar
+from ..io import PageTable
 from . import _processes as _proc
 
 
@@ -63,7 +64,7 @@ class StreamedTable(_pipeline.PageSource):
         self.dtype = dtype
         self.out = None if out is None else os.fspath(out)
         self.progress = progress
-        self.start, self.stop = (_proc.row_range(self.table.num_pages) if jax.process_count() > 1
+        self.start, self.stop = (row_range(self.table.num_pages) if jax.process_count() > 1
                                  else (0, self.table.num_pages))
         self.num_passes = 0
 
@@ -89,7 +90,7 @@ class StreamedTable(_pipeline.PageSource):
                 raise ValueError(f"bounds: {name} must be a scalar or have shape ({n},); got {np.shape(b)}")
         multi = jax.process_count() > 1
         if multi:
-            _proc.check_consistent(table=_proc.file_fingerprint(self.table.directory), bandwidth=self.bandwidth,
+            _proc.check_consistent(table=file_fingerprint(self.table.directory), bandwidth=self.bandwidth,
                                    objective=obj.name, dtype=str(self.dtype), chunk_size=self.chunk_size,
                                    options=tuple(opts), out=self.out)
             comm = _chunks.Comm(True, _proc.allreduce_sum, _proc.allreduce_max, _proc.allgather_host,
