@@ -13,10 +13,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from jaxcrawl import io as jio
+from jaxcrawl._src import timeunits
 from jaxcrawl.cli import main
-from jaxcrawl.io import crawler, hosts, tables
+from jaxcrawl.io import _formats
 
 FORMATS = ["csv", "csv.gz", "parquet", "jsonl", "jsonl.gz"]
+PAGES = jio.Schema("page table", (jio.Column("page_id"),
+                                  jio.Column("importance", "number", minimum=0.0, exclusive_minimum=True),
+                                  jio.Column("change_rate", "number", minimum=0.0, exclusive_minimum=True)),
+                   key="page_id", rows="pages")
 IDS = np.array(["https://a.example/x,1", 'https://b.example/"q"', "https://a.example/plain"], object)
 
 
@@ -76,7 +81,7 @@ def test_malformed_rows_in_every_format(tmp_path, ext, where):
         pq.write_table(pa.table({"page_id": ids, "importance": imp, "change_rate": lam}), p)
     with pytest.raises(jio.TableError, match="^" + where.format(p=p).replace(".", r"\.") + " importance must be"):
         jio.read_problem(p)
-    t = tables.read_table(p, tables.PAGE_TABLE, errors="skip")
+    t = jio.read_table(p, PAGES, errors="skip")
     assert t.report.rows_read == 1 and t.report.rows_skipped == 3
     assert t.report.skipped_by_reason == {"bad importance": 1, "bad change_rate": 1, "duplicate page_id": 1}
     assert list(t["page_id"]) == ["a"]
@@ -110,20 +115,18 @@ def test_columnar_and_exact_readers_agree(tmp_path):
     fast.write_text("page_id,importance,change_rate,complete\n" + rows)
     slow.write_text("page_id,importance,change_rate,complete\n\n" + rows)
     a, b = jio.read_problem(str(fast)), jio.read_problem(str(slow))
-    for x, y in zip(a, b):
-        np.testing.assert_array_equal(x, y)
+    for name in ("page_id", "importance", "change_rate", "complete"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
 
 
 def test_an_interrupted_write_leaves_the_previous_output(tmp_path, monkeypatch):
     out = tmp_path / "plan.parquet"
     jio.write_plan(str(out), ["a"], [1.0], [0.0])
     before = out.read_bytes()
-    from jaxcrawl.io import formats
-
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(formats, "_jsonl_lines", boom)
+    monkeypatch.setattr(_formats, "_jsonl_lines", boom)
     monkeypatch.setattr(pq, "write_table", boom)
     with pytest.raises(KeyboardInterrupt):
         jio.write_plan(str(out), ["b"], [2.0], [0.0])
@@ -201,35 +204,45 @@ def test_crawl_delays_from_a_table_and_from_robots_txt(tmp_path):
     (d / "b.example").mkdir()
     (d / "b.example" / "robots.txt").write_text("User-agent: *\nRequest-rate: 2/60\n")
     (d / "c.example.txt").write_text("User-agent: *\nDisallow: /x\n")
-    names, delays = hosts.robots_crawl_delays(str(d))
+    pages = ["https://a.example/1", "https://c.example/", "https://B.example/2", "https://a.example/3"]
+    index, delays, names = jio.read_crawl_delays(str(d), pages)
     assert dict(zip(names, delays)) == {"a.example": 30.0, "b.example": 30.0}
-    names, delays = hosts.robots_crawl_delays(str(d), user_agent="mybot")
+    assert list(names[index[[0, 2, 3]]]) == ["a.example", "b.example", "a.example"] and index[1] == -1
+    index, delays, names = jio.read_crawl_delays(str(d), pages, user_agent="mybot")
     assert dict(zip(names, delays))["a.example"] == 5.0
     t = tmp_path / "delays.csv"
     t.write_text("host,crawl_delay\nA.example,12\nb.example,0.5\n")
-    names, delays = hosts.read_crawl_delays(str(t))
+    index, delays, names = jio.read_crawl_delays(str(t), pages)
     assert list(names) == ["a.example", "b.example"] and list(delays) == [12.0, 0.5]
+    np.testing.assert_array_equal(index, [0, -1, 1, 0])
+    m = tmp_path / "hosts.csv"
+    m.write_text("page_id,host_id\np1,B.example\np2,c.example\n")
+    index, delays, names = jio.read_crawl_delays(str(t), ["p1", "p2", "p3"], pages_path=str(m))
+    np.testing.assert_array_equal(index, [0, -1, -1])
+    assert list(delays) == [0.5]
+    with pytest.raises(ValueError, match="no page -> host mapping"):
+        jio.read_crawl_delays(str(t), ["p1"])
     t.write_text("host,crawl_delay\na.example,-1\n")
     with pytest.raises(jio.TableError, match=r"delays\.csv:2: crawl_delay must be"):
-        hosts.read_crawl_delays(str(t))
+        jio.read_crawl_delays(str(t), pages)
 
 
 def test_time_units_durations_and_iso_start():
-    assert crawler.parse_duration("6h", "days") == 0.25
-    assert crawler.parse_duration("90s", "minutes") == 1.5
-    assert crawler.parse_duration("2", "hours") == 2.0
-    assert crawler.parse_duration("inf") == np.inf
+    assert timeunits.parse_duration("6h", "days") == 0.25
+    assert timeunits.parse_duration("90s", "minutes") == 1.5
+    assert timeunits.parse_duration("2", "hours") == 2.0
+    assert timeunits.parse_duration("inf") == np.inf
     with pytest.raises(ValueError, match="--min-interval must be"):
-        crawler.parse_duration("soon", name="--min-interval")
-    assert crawler.parse_start("2026-01-05") == crawler.parse_start("2026-01-05T01:00:00+01:00") == 1767571200.0
-    assert crawler.parse_start("2026-01-05T06:00:00Z") == 1767592800.0
+        timeunits.parse_duration("soon", name="--min-interval")
+    assert timeunits.parse_start("2026-01-05") == timeunits.parse_start("2026-01-05T01:00:00+01:00") == 1767571200.0
+    assert timeunits.parse_start("2026-01-05T06:00:00Z") == 1767592800.0
     with pytest.raises(ValueError, match="ISO 8601"):
-        crawler.parse_start("5 Jan 2026")
-    assert list(crawler.iso_utc([0.0, 1767592800.25])) == ["1970-01-01T00:00:00.000Z", "2026-01-05T06:00:00.250Z"]
+        timeunits.parse_start("5 Jan 2026")
+    assert list(timeunits.iso_utc([0.0, 1767592800.25])) == ["1970-01-01T00:00:00.000Z", "2026-01-05T06:00:00.250Z"]
 
 
 def test_atomic_write_refuses_an_input_of_the_same_run(tmp_path):
-    from jaxcrawl.io.checkpoint import atomic_write
+    from jaxcrawl.io import atomic_write
 
     src = tmp_path / "in.csv"
     src.write_text("x\n")
@@ -250,7 +263,7 @@ def test_schedule_after_keeps_crawl_delays_across_windows(tmp_path, capsys):
     (without ``--after`` the boundary is violated on this plan: the test can fail);
     ``--after`` without crawl delays, or with the other kind of --start, is refused."""
     from jaxcrawl.cli import main
-    from jaxcrawl.io.plans import read_timetable
+    from jaxcrawl.io import read_timetable
 
     ids = [f"https://{h}.example/p{i}" for h in ("a", "b") for i in range(12)]
     rate = np.linspace(1.0, 3.0, len(ids))  # per day: ~24 fetches a day per host
