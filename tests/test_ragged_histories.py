@@ -1,4 +1,4 @@
-"""Ragged histories in bounded memory (issue "no silent wrong answer", item 3): histories
+"""Ragged histories in bounded memory: histories
 are stored flat and `jaxcrawl estimate` pads each group of similar-length pages only to its
 own width, so memory follows the number of observations, not pages x the longest history."""
 import tracemalloc
