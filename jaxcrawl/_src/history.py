@@ -1,7 +1,7 @@
 """Padded crawl histories: validation at the public boundary, sanitising, clip bounds.
 
-Private to :mod:`jaxcrawl.estimators` (the estimators' modules import these names; users
-do not).  The format is the one of every estimator (Learning to Crawl eq. 6, NeurIPS-19
+Used by :mod:`jaxcrawl.estimators` and :mod:`jaxcrawl._src.likelihood` (users do not call
+these).  The format is the one of every estimator (Learning to Crawl eq. 6, NeurIPS-19
 eq. 10, Avrachenkov et al. eq. 1-3)::
 
     intervals[..., k]  time since the previous crawl (w_n, a_j, tau_k), > 0

@@ -64,7 +64,7 @@ def _changed_sum(x: jax.Array, w: jax.Array, seg: jax.Array) -> jax.Array:
 
 
 def _ring_score(x: jax.Array, params: Any) -> jax.Array:
-    """The score of eq. 10 (as :func:`jaxcrawl.estimators.offline._sentinel_score`: log
+    """The score of eq. 10 (as :func:`jaxcrawl._src.likelihood.sentinel_score`: log
     of the changed-interval sum minus log of the unchanged time), per page."""
     w, seg, s, w_u, ring_w, head, count, chunks = params
     size = w.shape[0]
@@ -109,7 +109,7 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
     overflow = chunks > 1
     w_u = unchanged_time + s
     params = (w, seg, s, w_u, ring_interval, head, count, chunks)
-    # the bracket of offline._bracket_from_stats from the sufficient statistics (every page
+    # the bracket of likelihood.bracket_from_stats from the sufficient statistics (every page
     # has the imaginary changed and unchanged intervals, so both sums are positive)
     u = count.astype(dtype) + 1
     inf = jnp.asarray(jnp.inf, dtype)

@@ -1,6 +1,6 @@
 r"""Forgetting change-rate estimators: the MLE with an exponentially discounted history.
 
-The estimators of :mod:`jaxcrawl.estimators.offline` weigh every observation of a
+The offline estimators of :mod:`jaxcrawl.estimators` weigh every observation of a
 history equally, so after a page's change rate moves (a redesign, a news article going
 cold; :func:`jaxcrawl.simulate.simulate_drift`) they keep averaging the old regime in.  Two ways to
 forget, one parameter each:
