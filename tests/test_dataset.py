@@ -12,7 +12,9 @@ import pytest
 
 from jaxcrawl import estimators as E
 from jaxcrawl.cli import estimate as cli_estimate
-from jaxcrawl.io.neurips19 import FILES, load_crawl_dataset
+from jaxcrawl.io import CrawlDataset, load_crawl_dataset
+
+FILES = CrawlDataset.FILES
 
 
 def write_dataset(d, *, urls=None, hosts=None, imp=None, hist=None, comp=None):
@@ -264,7 +266,7 @@ def test_cli_problem_columns_feed_jaxcrawl_solve(tmp_path, capsys):
     assert run_estimate([d, "-o", out, "--columns", "problem"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["pages_left_out_nonpositive_importance"] == 1  # URL 3 has importance 0
-    table = jaxcrawl.io.read_problem_csv(out)
+    table = jaxcrawl.io.read_problem(out)
     assert list(table.page_id) == [5, 7, 9, 11]  # decimal ids read back as int64
     np.testing.assert_array_equal(table.complete, [False, False, True, False])
     assert np.all(table.change_rate > 0)
@@ -400,7 +402,7 @@ def _random_line(rng):
 
 
 def _without_plain_path(monkeypatch):
-    import jaxcrawl.io.neurips19 as N
+    import jaxcrawl.io._neurips19 as N
 
     def none_plain(raw, ends, kinds, rules, hist_dtype):
         empty = [np.zeros(0, np.int64), np.zeros(0)]
@@ -449,7 +451,7 @@ def test_plain_fast_path_equals_the_general_path_on_odd_lines(tmp_path, monkeypa
 def test_plain_fast_path_reads_plain_files_exactly(tmp_path):
     """A machine-written file (every line plain) is read entirely by the bytes-level path and
     equals the per-line JSON reading of each line."""
-    import jaxcrawl.io.neurips19 as N
+    import jaxcrawl.io._neurips19 as N
 
     rng = np.random.default_rng(11)
     hist = []
@@ -477,7 +479,7 @@ def test_plain_fast_path_reads_plain_files_exactly(tmp_path):
 def test_word_at_a_time_byte_search_equals_a_plain_search():
     """`_has_dot_or_minus` (two 8-byte words per run, every byte compared at once) finds a
     '.' or '-' in a run exactly when Python's `in` does, for runs of 1-16 bytes anywhere."""
-    import jaxcrawl.io.neurips19 as N
+    import jaxcrawl.io._neurips19 as N
 
     rng = np.random.default_rng(5)
     raw = rng.choice(np.frombuffer(b"0123456789.-\t[],", np.uint8), size=4000,
