@@ -6,7 +6,7 @@ import pytest
 
 import jaxcrawl
 from jaxcrawl import CrawlProblem
-from jaxcrawl.objectives import gamma2_cdf
+from jaxcrawl._src.special import gamma2_cdf
 
 
 def harmonic_numbers(K):
