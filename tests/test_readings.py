@@ -1,4 +1,4 @@
-"""The faithful readings of issue 17: the synthetic generator's complete-subset option
+"""Faithful readings of the papers: the synthetic generator's complete-subset option
 (NeurIPS-19 §7 / Fig. 2), the LLN estimator for counts from changing crawl rates
 (Avrachenkov et al. eq. 1, 4-6) and LambdaLearnAndCrawl's complete-page estimate option
 (NeurIPS-19 Alg. 4 line 13)."""
@@ -9,24 +9,25 @@ import pytest
 
 import jaxcrawl
 from jaxcrawl import estimators as E
-from jaxcrawl import objectives, solvers
-from jaxcrawl.learners import learn_and_crawl as lc
-from jaxcrawl.simulate import Observations, SimConfig
+from jaxcrawl._src.observations import Observations
+from jaxcrawl.learners import _history as lh
+from jaxcrawl.learners import _learn_and_crawl as lc
+from jaxcrawl.simulate import SimConfig
 
 
 # ----------------------------------------------------------------- generator option
 @jax.jit
 def _lc_share(problem):
     """LambdaCrawl's share of the bandwidth on the complete-observation pages."""
-    return jnp.sum(jnp.where(problem.complete, solvers.lambda_crawl(problem).rate, 0.0)) / problem.bandwidth
+    return jnp.sum(jnp.where(problem.complete, jaxcrawl.lambda_crawl(problem).rate, 0.0)) / problem.bandwidth
 
 
 @jax.jit
 def _fig2_ratio(sub):
     """NeurIPS-19 Fig. 2: J_h(LC-IO) / J_h(LC-CO) on an all-complete problem."""
     inc = sub.as_incomplete()
-    return (objectives.harmonic_cost(inc, solvers.lambda_crawl(inc))
-            / objectives.harmonic_cost(sub, solvers.lambda_crawl(sub)))
+    return (jaxcrawl.harmonic_cost(inc, jaxcrawl.lambda_crawl(inc))
+            / jaxcrawl.harmonic_cost(sub, jaxcrawl.lambda_crawl(sub)))
 
 
 def _lc_share_and_fig2_ratio(problem):
@@ -143,8 +144,8 @@ def test_rate_weighted_lln_is_consistent_under_changing_rates_and_pooled_lln_is_
 
 
 # ------------------------------------------------- LLC complete-page estimate option
-_start = jax.jit(lc.start_epoch)
-_record = jax.jit(lc.record_window)
+_start = jax.jit(lh.start_epoch)
+_record = jax.jit(lh.record_window)
 _suffix_estimate = jax.jit(lc.suffix_estimate)
 
 
@@ -153,7 +154,7 @@ _suffix_estimate = jax.jit(lc.suffix_estimate)
 def test_llc_complete_estimate_option(interval):
     """Alg. 4 line 13: (U + s)/(T + c) with c = complete_interval (default 0.5, the authors' code)."""
     n = 3
-    hist = lc.empty_history(n, 8, 6, jnp.float64)
+    hist = lh.empty_history(n, 8, 6, jnp.float64)
     signals = np.array([[3, 0, 5, 2], [0, 0, 0, 0], [10, 12, 9, 11]])
     empty = Observations(jnp.zeros((n, 2)), jnp.zeros((n, 2)), jnp.zeros((n, 2), bool),
                          jnp.zeros((n, 2), jnp.int32), jnp.full((n, 2), jnp.inf))
