@@ -16,7 +16,7 @@ import pytest
 
 import jaxcrawl
 from jaxcrawl import CrawlProblem, cli
-from jaxcrawl.io import read_plan_csv, read_problem_csv, write_problem_csv
+from jaxcrawl.io import read_plan, read_problem, write_problem
 from jaxcrawl.policy_eval import plan_policy
 
 Z = 4.0
@@ -28,7 +28,7 @@ def table(tmp_path_factory):
     rng = np.random.default_rng(0)
     n = 300
     ids = np.array([f"https://example.org/{i}" for i in range(n)], object)
-    write_problem_csv(d / "pages.csv", ids, rng.lognormal(1.0, 1.0, n), np.exp(rng.normal(np.log(0.4), 1.0, n)),
+    write_problem(d / "pages.csv", ids, rng.lognormal(1.0, 1.0, n), np.exp(rng.normal(np.log(0.4), 1.0, n)),
                       rng.random(n) < 0.1)
     return d
 
@@ -39,10 +39,10 @@ def _last_json(capsys):
 
 
 def _plan_policy_of(pages, plan, bandwidth):
-    t = read_problem_csv(pages)
+    t = read_problem(pages)
     problem = CrawlProblem(jnp.asarray(t.importance, jnp.float32), jnp.asarray(t.change_rate, jnp.float32),
                            bandwidth, jnp.asarray(t.complete))
-    p = read_plan_csv(plan)
+    p = read_plan(plan)
     order = {str(k): i for i, k in enumerate(p.page_id.tolist())}
     idx = np.array([order[str(k)] for k in t.page_id.tolist()])
     return problem, plan_policy(problem, p.rate[idx], p.prob[idx])

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import jaxcrawl
 import jaxcrawl.learners._explore_commit as ec
+import jaxcrawl.learners._history as lh
 import jaxcrawl.learners._learn_and_crawl as lc
 import jaxcrawl.learners._sweep as sw
 from jaxcrawl import CrawlProblem, estimators
@@ -446,7 +447,7 @@ def test_executed_policy_uses_probabilities_under_true_rates():
 
 def _random_windows(rng, n, num_windows, k):
     """Observations of a few windows (padded (n, k) like simulate_window's)."""
-    from jaxcrawl.simulate import Observations
+    from jaxcrawl._src.observations import Observations
     out = []
     for _ in range(num_windows):
         cnt = rng.randint(0, k + 1, n)
@@ -458,8 +459,8 @@ def _random_windows(rng, n, num_windows, k):
     return out
 
 
-_record = jax.jit(lc.record_window)
-_start = jax.jit(lc.start_epoch)
+_record = jax.jit(lh.record_window)
+_start = jax.jit(lh.start_epoch)
 _suffix_estimate = jax.jit(lc.suffix_estimate)
 
 
@@ -473,7 +474,7 @@ def test_compressed_history_gives_the_full_history_mle(capacity, flat):
     (``None``) and with a flat capacity of 3 entries (the rest packed and summed chunk by chunk)."""
     rng = np.random.RandomState(0)
     n, k, epochs, per_epoch, suffix = 6, 5, 5, 3, 3
-    hist = lc.empty_history(n, capacity, 4, jnp.float64)
+    hist = lh.empty_history(n, capacity, 4, jnp.float64)
     windows = []
     for e in range(epochs):
         hist = _start(hist, e)
@@ -536,7 +537,7 @@ def test_complete_pages_use_signal_rate():
     """NeurIPS-19 eq. 11 with Alg. 4 line 13: (U + 0.5)/(T + 0.5) over the suffix's signals
     (the default complete_interval; tests/test_readings.py checks the option)."""
     n = 3
-    hist = lc.empty_history(n, 8, 6, jnp.float64)
+    hist = lh.empty_history(n, 8, 6, jnp.float64)
     signals = np.array([[3, 0, 5, 2], [0, 0, 0, 0], [10, 12, 9, 11]])
     empty = _random_windows(np.random.RandomState(1), n, 1, 2)[0]._replace(
         mask=jnp.zeros((n, 2), bool))
@@ -553,7 +554,7 @@ def test_complete_pages_use_signal_rate():
 def test_suffix_estimate_refuses_bad_smoothing_eagerly(flat_capacity, smoothing):
     """Both estimate paths name the argument and the rule (the flat one had no eager check)."""
     n = 3
-    hist = _start(lc.empty_history(n, 8, 6, jnp.float32), 0)
+    hist = _start(lh.empty_history(n, 8, 6, jnp.float32), 0)
     with pytest.raises(ValueError, match="smoothing must be finite and > 0"):
         lc.suffix_estimate(hist, jnp.zeros(n, bool), 1, 2, smoothing, 1.0, jnp.ones(n), flat_capacity=flat_capacity)
 
@@ -564,7 +565,7 @@ def test_suffix_estimate_reports_its_convergence(mode):
     discounted paths) without changing the estimates."""
     rng = np.random.RandomState(4)
     n = 6
-    hist = lc.empty_history(n, 8, 6, jnp.float32)
+    hist = lh.empty_history(n, 8, 6, jnp.float32)
     for e, w in enumerate(_random_windows(rng, n, 4, 3)):
         hist = _record(_start(hist, e), w, jnp.asarray(rng.randint(0, 3, n)), e)
     kw = dict(half_life=5.0) if mode == "forget" else dict(flat_capacity=mode)

@@ -1,9 +1,9 @@
 """``jaxcrawl evaluate``: what a crawl policy costs on a page table, and its gap to the
 optimum at the same crawl volume.
 
-Reads ``page_id,importance,change_rate[,complete]`` (:func:`jaxcrawl.io.read_problem_csv`)
+Reads ``page_id,importance,change_rate[,complete]`` (:func:`jaxcrawl.io.read_problem`)
 or draws the synthetic default (:func:`jaxcrawl.synthetic`), and evaluates a
-plan file (``--plan``, as ``jaxcrawl solve --output`` writes it; :func:`jaxcrawl.io.read_plan_csv`)
+plan file (``--plan``, as ``jaxcrawl solve --output`` writes it; :func:`jaxcrawl.io.read_plan`)
 and/or named policies (``--policy NAME``, ``--compare a,b,c``: optimal objectives,
 production heuristics, learners) with
 :func:`jaxcrawl.policy_eval.evaluate_policy`.  Prints a table (harmonic cost, binary
@@ -66,11 +66,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _load(args):
     import jax
 
-    from jaxcrawl.io import read_problem_csv
+    from jaxcrawl.io import read_problem
     from jaxcrawl.io.synthetic import synthetic
 
     if args.input:
-        t = read_problem_csv(args.input)
+        t = read_problem(args.input)
         bounds = None
         if t.min_interval is not None or t.max_interval is not None:
             lo, hi = t.rate_bounds()
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     import jax.numpy as jnp
 
     import jaxcrawl
-    from jaxcrawl.io import read_plan_csv
+    from jaxcrawl.io import read_plan
     from jaxcrawl.policy_eval import Constraints, evaluate_policy, plan_policy
 
     names = list(args.policy) + [s.strip() for s in args.compare.split(",") if s.strip()]
@@ -172,9 +172,9 @@ def run(args: argparse.Namespace) -> int:
         check_rate_bounds(bounds[0], bounds[1], float(bandwidth), page_id=page_id)
         constraints = constraints._replace(min_rate=bounds[0], max_rate=bounds[1])
     if args.host_caps:
-        from jaxcrawl.io.hosts import load_host_caps
+        from jaxcrawl.io import read_host_caps
 
-        hidx, hcap = load_host_caps(args.host_caps, page_id)
+        hidx, hcap = read_host_caps(args.host_caps, page_id)
         constraints = constraints._replace(host_id=hidx, host_cap=hcap)
     dtype = jnp.float64 if args.x64 else jnp.float32
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth, jnp.asarray(comp))
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                 page_id=page_id)
     reports = []
     if args.plan:
-        rate, prob = _aligned_plan(read_plan_csv(args.plan), page_id)
+        rate, prob = _aligned_plan(read_plan(args.plan), page_id)
         reports.append(evaluate_policy(problem, plan_policy(problem, rate, prob), key=key, name=f"plan:{args.plan}",
                                        **opts))
     for name in names:

@@ -54,6 +54,8 @@ from jax.typing import ArrayLike
 from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.history import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE
+from jaxcrawl._src.observations import OBSERVATION
+from jaxcrawl._src.sampling import poisson_capacity
 from jaxcrawl.core.objectives import binary, binary_freshness, uniform_interval_freshness
 from jaxcrawl.core.problem import CrawlProblem
 from jaxcrawl.core.solve import solve
@@ -65,12 +67,10 @@ from jaxcrawl.simulate import (
     init_state,
     observe_config,
     periodic_schedule,
-    poisson_capacity,
     poisson_schedule,
     simulate,
     simulate_window,
 )
-from jaxcrawl.simulate.observe import OBSERVATION
 
 from ._base import Learner, run_learner
 from ._history import (

@@ -48,7 +48,7 @@ Sources read: Apache Nutch ``nutch-default.xml`` and the javadoc of
 
 **The world.**  Pages change as Poisson processes at the problem's ``change_rate`` (K19
 §2; the rate may move between steps: :func:`run_on_path` with a rate path of
-:mod:`jaxcrawl.simulate.drift`).  One ``step`` is an epoch of ``epoch_length`` time
+:func:`jaxcrawl.simulate.simulate_drift`).  One ``step`` is an epoch of ``epoch_length`` time
 units, simulated exactly and event by event per page (a page's next event is its next
 change, its next fetch or the epoch's end; the next change is redrawn at each epoch
 start, exact by memorylessness), in one ``jax.lax.while_loop`` over all pages at once.
@@ -461,7 +461,7 @@ def run_on_path(key: jax.Array, learner: Learner, problem: CrawlProblem, rates: 
                 params: Any = None) -> tuple[Any, Any]:
     """Run any :class:`~jaxcrawl.learners.Learner` on drifting pages: step ``i`` sees
     the problem with ``change_rate = rates[i]`` (a rate path of
-    :mod:`jaxcrawl.simulate.drift`, one row per step) and key ``fold_in(key, i)``, as
+    :func:`jaxcrawl.simulate.simulate_drift`, one row per step) and key ``fold_in(key, i)``, as
     :func:`~jaxcrawl.learners.run_learner` (which it equals for a constant path).
 
     Returns:

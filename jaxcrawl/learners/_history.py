@@ -1,5 +1,4 @@
-r"""Crawl histories shared by the crawling learners (private: the learners re-export the
-public types).
+r"""Crawl histories shared by the crawling learners.
 
 * :class:`PaddedHistory` -- every observation in the padded ``(pages, slots)`` format of
   :mod:`jaxcrawl.estimators`, a ring of windows (explore-then-commit, L2C §5);
@@ -20,9 +19,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from jaxcrawl._src.observations import EVENT, OBSERVATION, Observed
 from jaxcrawl.core.problem import CrawlProblem
-from jaxcrawl.simulate import ObserveConfig, Observed, SimConfig, SimState, observe_window, simulate_window
-from jaxcrawl.simulate.observe import EVENT, OBSERVATION
+from jaxcrawl.simulate import ObserveConfig, SimConfig, SimState, observe_window, simulate_window
 
 __all__ = [
     "PaddedHistory",
@@ -272,7 +271,7 @@ def observe_epoch(key: jax.Array, sim: SimState, hist: CrawlHistory, problem: Cr
     """:func:`crawl_epoch` with the observation-level sampler
     (:func:`jaxcrawl.simulate.observe_window`, exact in distribution): ``num_windows``
     windows of ``config.window``.  ``stats.utility`` is the conditional expectation of the
-    simulated utility given the draws (:attr:`jaxcrawl.simulate.Observed.fresh_time`;
+    simulated utility given the draws (the observations' ``fresh_time``;
     the same mean).  ``signals``: the completely observed pages (default
     ``problem.complete``)."""
     hist = start_epoch(hist, epoch)
@@ -290,7 +289,7 @@ def observe_epoch(key: jax.Array, sim: SimState, hist: CrawlHistory, problem: Cr
     return sim, hist, stats
 
 
-# ------------------------------------------------------- sampler choice (issue 16)
+# ------------------------------------------------------------------ sampler choice
 def use_observation(sampler: str) -> bool:
     """``"auto"`` and ``"observation"``: the crawling learners' policies are Poisson or
     signal crawling, which the observation-level sampler simulates exactly."""

@@ -44,8 +44,10 @@ from jax.typing import ArrayLike
 from jaxcrawl import estimators
 from jaxcrawl._src.checks import is_concrete
 from jaxcrawl._src.history import DEFAULT_MAX_RATE, DEFAULT_MIN_RATE
+from jaxcrawl._src.observations import OBSERVATION
 from jaxcrawl._src.ring_mle import flat_capacity as default_flat_capacity
 from jaxcrawl._src.ring_mle import ring_mle_smoothed
+from jaxcrawl._src.sampling import poisson_capacity
 from jaxcrawl.core.objectives import (
     Objective,
     binary,
@@ -67,12 +69,10 @@ from jaxcrawl.simulate import (
     observe_config,
     observe_window,
     padded_observations,
-    poisson_capacity,
     poisson_schedule,
     schedule_from_policy,
     simulate_window,
 )
-from jaxcrawl.simulate.observe import OBSERVATION
 
 from ._base import Learner
 from ._history import (
@@ -190,7 +190,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
     ``e`` is weighted by :math:`2^{-(\text{epoch}-e)\,T_{epoch}/h}`
     (:func:`_discounted_suffix_estimate`: :func:`jaxcrawl.estimators.weighted_mle` for
     incomplete pages, :math:`(\sum_e a_e U_e + s)/(\sum_e a_e T_{epoch} + c)` for complete
-    ones), so the estimates follow drifting rates (:mod:`jaxcrawl.simulate.drift`);
+    ones), so the estimates follow drifting rates (:func:`jaxcrawl.simulate.simulate_drift`);
     ``half_life = inf`` gives the undiscounted estimates.
 
     Work: by default (``flat_capacity="auto"``) the incomplete pages' equation is solved on
@@ -347,8 +347,8 @@ class LLCInfo(NamedTuple):
       converged: whether the inner solve's root-find met its tolerance
         (:attr:`jaxcrawl.Policy.converged`).
       sampler: which simulator made the epoch's observations:
-        :data:`jaxcrawl.simulate.observe.EVENT` (0, every change simulated) or
-        :data:`~jaxcrawl.simulate.observe.OBSERVATION` (1, observations only).
+        ``EVENT`` (0, every change simulated) or
+        ``OBSERVATION`` (1, observations only).
       estimate_converged: whether every page's change-rate estimate (the likelihood
         solve of :func:`suffix_estimate`) met its tolerance this epoch.
     """
