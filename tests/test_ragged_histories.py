@@ -8,7 +8,7 @@ import pytest
 
 from jaxcrawl import estimators as E
 from jaxcrawl.cli.estimate import estimate_rates
-from jaxcrawl.io.histories import read_history_csv
+from jaxcrawl.io import read_histories
 
 
 def _write(path, lengths, seed=0):
@@ -29,7 +29,7 @@ def test_flat_histories_and_grouped_estimates_equal_the_padded_estimator(tmp_pat
     rebuilt from the flat storage is the CSV's rows in order."""
     lengths = [1, 2, 3, 5, 8, 9, 17, 31, 64, 65, 300, 2, 2, 7]
     _write(tmp_path / "h.csv", lengths)
-    h = read_history_csv(tmp_path / "h.csv", dtype=np.float64)
+    h = read_histories(tmp_path / "h.csv", dtype=np.float64)
     assert h.num_observations.tolist() == lengths and h.offsets[-1] == sum(lengths)
     w, c, m = h.intervals, h.changed, h.mask
     assert w.shape == (len(lengths), 300) and m.sum() == sum(lengths)
@@ -50,7 +50,7 @@ def test_one_long_history_among_many_short_ones_stays_small(tmp_path):
     lengths = [2] * 20_000 + [20_000]
     _write(tmp_path / "h.csv", lengths, seed=1)
     tracemalloc.start()
-    h = read_history_csv(tmp_path / "h.csv", dtype=np.float32)
+    h = read_histories(tmp_path / "h.csv", dtype=np.float32)
     rates, _ = estimate_rates(h, "mle", dtype=np.float32)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()

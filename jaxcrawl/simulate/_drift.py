@@ -26,7 +26,7 @@ in the :class:`~jaxcrawl.simulate.SimState`); the costs are still the exact inte
 
 **Exact expected costs** (:func:`periodic_drift_costs`): for a page crawled at fixed
 times (periodic crawling, L2C's class :math:`K_R`; the revisit heuristics of
-:mod:`jaxcrawl.learners.heuristics` between their updates), given the last crawl at
+:func:`jaxcrawl.learners.heuristic` between their updates), given the last crawl at
 :math:`c` and the cumulative intensity :math:`\Lambda`, the number of uncrawled changes at
 :math:`s` is Poisson with mean :math:`m(s)=\Lambda(s)-\Lambda(c)`, so
 
