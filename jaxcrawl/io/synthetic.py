@@ -5,7 +5,7 @@ description of its data set (supplement §9.1, Figures 4-6; 18.5M URLs crawled d
 14 weeks): heavily skewed importance with most pages below 1000, change rates mostly
 around one change every few days with a long tail, 4% of pages with complete change
 observations, and a bandwidth of 20% of the number of pages.  The data set itself, in its
-published format, is read by :func:`jaxcrawl.io.neurips19.load_crawl_dataset`.
+published format, is read by :func:`jaxcrawl.io.load_crawl_dataset`.
 """
 from __future__ import annotations
 
@@ -19,21 +19,13 @@ from ..core.problem import CrawlProblem
 __all__ = ["synthetic", "COMPLETE_SUBSETS"]
 
 #: Named laws of the complete-observation subset, as ``(log-importance shift,
-#: log-change-rate shift)`` added to the complete pages' normal means (see :func:`synthetic`).
-#:
-#: * ``"random"`` -- ``(0, 0)``: the complete pages are a random sample of the same law as
-#:   the rest.  LambdaCrawl then gives them about their count share of the bandwidth
-#:   (3.5-3.9% for 4% of pages), which contradicts NeurIPS-19 §7 ("allocating to it a
-#:   disproportionately large fraction of the overall bandwidth").
-#: * ``"neurips19"`` -- ``(1.94, -0.27)``: calibrated to NeurIPS-19 §7 and Fig. 2 with the
-#:   other defaults (4% complete, R = 20% of pages).  The change-rate shift makes the
-#:   Fig. 2 ratio J_h(LC-IO)/J_h(LC-CO) on the complete pages equal to √10 ≈ 3.16, the
-#:   geometric mean of the two ratios the paper reports (2x in §7, "nearly 5-fold" in
-#:   supplement §9.5); then the importance shift makes LambdaCrawl's share of the bandwidth
-#:   on the complete pages 8%, twice their count share (our reading of "disproportionately
-#:   large").  Found by bisection on 10⁶ pages (``jax.random.key(123)``): share 8.0%,
-#:   ratio 3.16; complete pages are then e^1.94 ≈ 7x as important and change 0.76x as often
-#:   as the others, in median.
+#: log-change-rate shift)`` added to the complete pages' normal means (see :func:`synthetic`):
+#: ``"random"`` -- no shift, the complete pages are a random sample of the same law (then
+#: LambdaCrawl gives them about their count share of the bandwidth, against NeurIPS-19 §7);
+#: ``"neurips19"`` -- calibrated to NeurIPS-19 §7 and Fig. 2 (4% complete, R = 20% of pages):
+#: on 10⁶ pages (``jax.random.key(123)``) LambdaCrawl gives the complete pages 8% of the
+#: bandwidth, twice their count share, and J_h(LC-IO)/J_h(LC-CO) on them is √10 ≈ 3.16, the
+#: geometric mean of the paper's 2x (§7) and "nearly 5-fold" (supplement §9.5).
 COMPLETE_SUBSETS = {"random": (0.0, 0.0), "neurips19": (1.94, -0.27)}
 
 
@@ -62,10 +54,10 @@ def synthetic(
 
     ``complete_subset`` sets the law of the complete pages: their ``log(importance)`` and
     ``log(change_rate)`` means are shifted by ``(a, b)``, either given as a tuple or by name
-    from :data:`COMPLETE_SUBSETS` (``"random"``: no shift, the default and the former
-    behaviour, bit for bit; ``"neurips19"``: calibrated so that LambdaCrawl gives the 4%
-    complete pages 8% of the bandwidth and crawling them on signals cuts their harmonic
-    cost √10-fold, NeurIPS-19 §7 and Fig. 2).  The other pages are unchanged.
+    from :data:`COMPLETE_SUBSETS` (``"random"``: no shift, the default; ``"neurips19"``:
+    LambdaCrawl gives the 4% complete pages 8% of the bandwidth and crawling them on
+    signals cuts their harmonic cost √10-fold, NeurIPS-19 §7 and Fig. 2).  The other pages
+    are unchanged.
 
     Args:
       key: a ``jax.random`` key.
