@@ -23,6 +23,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcrawl._src.fileio import load_tree, save_tree, write_json
+from jaxcrawl.parallel import allgather_host, check_consistent
 
 from ._base import Learner, run_learner
 
@@ -216,8 +217,6 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
     suffix = "" if nproc == 1 else f".p{pid}of{nproc}"
     fp_all = _fingerprint(key, learner, problems, params, num_steps, num_seeds, chunk, tag, transform)
     if nproc > 1:
-        from jaxcrawl.parallel import check_consistent  # only multi-process runs need jaxcrawl.parallel
-
         check_consistent(sweep_inputs=fp_all, out_dir=os.path.abspath(out_dir) if out_dir else None)
 
     manifest_path = None
@@ -291,8 +290,6 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
 
 def _gather_chunks(results, num_chunks, num_seeds, by_seeds, nproc):
     """Every process's share of every chunk, on every process (exact byte all-gathers)."""
-    from jaxcrawl.parallel import allgather_host  # only multi-process runs need jaxcrawl.parallel
-
     template = next(r for r in results if r is not None)
     full = max(int(np.shape(jax.tree_util.tree_leaves(r)[0])[0]) for r in results if r is not None)
     full = int(allgather_host(np.asarray([full], np.int64)).max())
