@@ -6,14 +6,16 @@
   chosen from the leaves' dtype (:func:`default_tolerance`);
 * :func:`count_compiles` -- how many XLA compilations (and traces) ran inside a ``with``
   block, through the public ``jax.monitoring`` listeners (no private attributes such as
-  ``jitted._cache_size()``).
+  ``jitted._cache_size()``);
+* :func:`host_capped` -- ``jaxcrawl.solve`` with host caps, with each host's total rate and
+  whether its cap binds computed from the policy (what the capped-solve tests check).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +32,8 @@ __all__ = [
     "count_compiles",
     "BACKEND_COMPILE_EVENT",
     "JAXPR_TRACE_EVENT",
+    "Capped",
+    "host_capped",
 ]
 
 
@@ -215,3 +219,28 @@ def count_compiles() -> Iterator[CompileLog]:
         yield log
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
+
+
+# ---------------------------------------------------------------------- host-capped solves
+class Capped(NamedTuple):
+    """A host-capped solve and what the tests check on it: ``host_dual`` (each host's
+    multiplier), ``host_rate`` (each host's total rate) and ``binding`` (multiplier > 0 or
+    the total at the cap to 4 ulps)."""
+
+    policy: Any
+    host_dual: Any
+    host_rate: Any
+    binding: Any
+
+
+def host_capped(problem: Any, host_id: Any, cap: Any, objective: Any = "harmonic", **options: Any) -> Capped:
+    """``jaxcrawl.solve(problem, objective, caps=HostCaps(host_id, cap), **options)`` with
+    the host totals (a one-hot product: differentiable, batched over leading axes)."""
+    import jaxcrawl
+
+    pol = jaxcrawl.solve(problem, objective, caps=jaxcrawl.HostCaps(host_id, cap), **options)
+    cap = jnp.asarray(cap, pol.rate.dtype)
+    onehot = (jnp.asarray(host_id)[:, None] == jnp.arange(cap.shape[-1])).astype(pol.rate.dtype)
+    host_rate = pol.rate @ onehot
+    binding = (pol.host_dual > 0) | (host_rate >= cap * (1 - 4 * jnp.finfo(pol.rate.dtype).eps))
+    return Capped(pol, pol.host_dual, host_rate, binding)

@@ -1,4 +1,4 @@
-"""A Utility defined here, not in the package, gets every capability of the built-ins.
+"""An Objective defined here, not in the package, gets every capability of the built-ins.
 
 The test utility is "water-filling" log utility  u_i(x) = ζ_i log(1 + x/ξ_i):
 u_i'(x) = ζ_i/(ξ_i + x), so x_i(ν) = max(0, ζ_i/ν − ξ_i).  Every result is compared with a
@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxcrawl
-from jaxcrawl import politeness, scale
+from jaxcrawl._src.special import incomplete_harmonic_rate
+from jaxcrawl.io import write_page_table
+from jaxcrawl.parallel import StreamedTable
 
+from helpers import host_capped
 from reference import bisect_dual
 
 
@@ -32,8 +35,8 @@ def _fill_value(x, params):
     return zeta * jnp.log1p(x / xi)
 
 
-FILL = jaxcrawl.Utility(name="test-water-filling", rate=_fill_rate, marginal=_fill_marginal,
-                        value=_fill_value)
+FILL = jaxcrawl.Objective(name="test-water-filling", rate=_fill_rate, marginal=_fill_marginal,
+                          value=_fill_value)
 
 
 # ----------------------------------------------------------------- NumPy references
@@ -99,13 +102,13 @@ def test_user_utility_float32_meets_budget_and_kkt():
 
 
 def test_registered_user_utility_is_solved_by_name():
-    jaxcrawl.register_utility(FILL, overwrite=True)
-    assert FILL.name in jaxcrawl.utility_names()
+    jaxcrawl.register_objective(FILL, overwrite=True)
+    assert FILL.name in jaxcrawl.objective_names()
     zeta, xi, R = _problem(n=50, dtype=np.float32)
     p = jaxcrawl.CrawlProblem(zeta, xi, R)
     np.testing.assert_array_equal(jaxcrawl.solve(p, FILL.name).rate, jaxcrawl.solve(p, FILL).rate)
     with pytest.raises(ValueError, match="already registered"):
-        jaxcrawl.register_utility(FILL._replace(rate=_fill_marginal))
+        jaxcrawl.register_objective(FILL._replace(rate=_fill_marginal))
     with pytest.raises(ValueError, match="unknown objective 'no-such'"):
         jaxcrawl.solve(p, "no-such")
 
@@ -157,7 +160,7 @@ def test_user_utility_respects_host_caps_like_the_nested_reference():
     x_free, _ = fill_ref(zeta, xi, R)
     load = np.array([x_free[host == h].sum() for h in range(6)])
     cap = np.where(np.arange(6) % 2 == 0, 0.5 * load, np.inf)  # half the hosts bind
-    sol = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(zeta, xi, R), host, cap, FILL)
+    sol = host_capped(jaxcrawl.CrawlProblem(zeta, xi, R), host, cap, FILL)
     x_ref, nu_ref = fill_capped_ref(zeta, xi, R, host, cap)
     assert bool(sol.policy.converged)
     np.testing.assert_allclose(sol.policy.rate, x_ref, rtol=1e-8, atol=1e-10)
@@ -169,7 +172,7 @@ def test_user_utility_respects_host_caps_like_the_nested_reference():
 
     # exact derivative of the capped optimum w.r.t. a binding cap and the importance
     def f(cap_, zeta_):
-        s = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(zeta_, xi, R), host, cap_, FILL)
+        s = host_capped(jaxcrawl.CrawlProblem(zeta_, xi, R), host, cap_, FILL)
         return jnp.sum(jnp.sqrt(s.policy.rate + 1.0))
 
     g_cap, g_zeta = jax.grad(f, argnums=(0, 1))(jnp.asarray(np.where(np.isinf(cap), 1e300, cap)), zeta)
@@ -189,9 +192,9 @@ def test_user_utility_respects_host_caps_like_the_nested_reference():
 @pytest.mark.x64
 def test_user_utility_streams_from_disk_to_the_in_memory_optimum(tmp_path):
     zeta, xi, R = _problem(n=1000, seed=6)
-    table = scale.write_page_table(str(tmp_path / "pages"), zeta, xi)
-    res = scale.stream_solve(table, float(R), objective=FILL, chunk_size=128,
-                             dtype=jnp.float64, out_path=str(tmp_path / "plan.npy"))
+    table = write_page_table(str(tmp_path / "pages"), zeta, xi)
+    res = jaxcrawl.solve(StreamedTable(table, float(R), chunk_size=128, dtype=jnp.float64,
+                                       out=str(tmp_path / "plan.npy"), progress=False), FILL)
     x_ref, nu_ref = fill_ref(zeta, xi, R)
     assert res.converged
     np.testing.assert_allclose(np.asarray(res.rate), x_ref, rtol=1e-9, atol=1e-12)
@@ -205,10 +208,10 @@ def test_non_separable_utility_is_refused_by_host_caps_and_streaming(tmp_path):
     zeta, xi, R = _problem(n=20, dtype=np.float32)
     p = jaxcrawl.CrawlProblem(zeta, xi, R)
     with pytest.raises(ValueError, match="separable"):
-        politeness.solve_with_host_caps(p, np.zeros(20, np.int32), np.array([5.0]), "harmonic-approx")
-    table = scale.write_page_table(str(tmp_path / "t"), zeta, xi)
+        jaxcrawl.solve(p, "harmonic-approx", caps=jaxcrawl.HostCaps(np.zeros(20, np.int32), np.array([5.0])))
+    table = write_page_table(str(tmp_path / "t"), zeta, xi)
     with pytest.raises(ValueError, match="separable"):
-        scale.stream_solve(table, float(R), objective="harmonic-approx")
+        jaxcrawl.solve(StreamedTable(table, float(R), progress=False), "harmonic-approx")
 
 
 # ----------------------------------------------------------- honest convergence
@@ -231,19 +234,21 @@ def test_max_steps_one_reports_not_converged(big_problem, tmp_path):
 def test_max_steps_one_reports_not_converged_everywhere(big_problem, tmp_path):
     """Every registered objective, host caps and streaming report an early stop."""
     R = float(big_problem.bandwidth)
-    for name in jaxcrawl.utility_names():
+    for name in jaxcrawl.objective_names():
         if name == FILL.name:
             continue
         assert bool(jaxcrawl.solve(big_problem, name).converged), name
         assert not bool(jaxcrawl.solve(big_problem, name, max_steps=1).converged), name
     host = np.arange(10_000, dtype=np.int32) % 7
     caps = np.where(np.arange(7) < 3, 0.05 * R, np.inf)  # three hosts bind
-    assert bool(politeness.solve_with_host_caps(big_problem, host, caps).policy.converged)
-    assert not bool(politeness.solve_with_host_caps(big_problem, host, caps, max_steps=1).policy.converged)
-    table = scale.write_page_table(str(tmp_path / "t"), big_problem.importance, big_problem.change_rate,
-                                   big_problem.complete)
-    assert scale.stream_solve(table, R, chunk_size=4096).converged
-    assert not scale.stream_solve(table, R, chunk_size=4096, max_steps=1).converged
+    hc = jaxcrawl.HostCaps(host, caps)
+    assert bool(jaxcrawl.solve(big_problem, caps=hc).converged)
+    assert not bool(jaxcrawl.solve(big_problem, caps=hc, max_steps=1).converged)
+    table = write_page_table(str(tmp_path / "t"), big_problem.importance, big_problem.change_rate,
+                             big_problem.complete)
+    src = StreamedTable(table, R, chunk_size=4096, progress=False)
+    assert jaxcrawl.solve(src).converged
+    assert not jaxcrawl.solve(src, max_steps=1).converged
 
 
 def test_throw_raises_inside_jit(big_problem):
@@ -258,7 +263,7 @@ _mag = st.floats(-6.0, 6.0)
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1), _mag, _mag, st.floats(-3.0, 3.0), st.sampled_from(["harmonic", "binary", "uniform", "delay", "test-water-filling"]))
 def test_default_converges_over_twelve_orders_of_magnitude_float32(seed, log_imp, log_lam, log_frac, name):
-    jaxcrawl.register_utility(FILL, overwrite=True)
+    jaxcrawl.register_objective(FILL, overwrite=True)
     rng = np.random.default_rng(seed)
     n = 64
     imp = (10.0 ** (log_imp + rng.uniform(-3, 3, n))).astype(np.float32)
@@ -314,7 +319,7 @@ HOMOGENEOUS = ["harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay
 @settings(max_examples=30, deadline=None)
 @given(st.sampled_from(HOMOGENEOUS), st.floats(-30.0, 30.0), st.floats(-30.0, 30.0))
 def test_optimum_is_equivariant_far_outside_unit_scale_float32(name, log_a, log_c):
-    """Every built-in utility is homogeneous (Utility.homogeneous): importance × a leaves the
+    """Every built-in objective is homogeneous (Objective.homogeneous): importance × a leaves the
     rates unchanged, change rates and bandwidth × c scale them by c, the dual by a/c.  The
     solve normalises both scales, so a float32 problem at a = 10^±30, c = 10^±30 (sums of
     10^30-sized rates near the top of float32's range) gives the unit-scale optimum,
@@ -368,7 +373,7 @@ def test_incomplete_harmonic_rate_has_no_overflow_across_magnitudes(log_mu, log_
     dtype."""
     dt = np.dtype(jnp.result_type(float))
     mu, lam, nu = 10.0 ** log_mu, 10.0 ** log_lam, 10.0 ** log_nu
-    got = float(jaxcrawl.utilities.incomplete_harmonic_rate(*(jnp.asarray(v, dt) for v in (mu, lam, nu))))
+    got = float(incomplete_harmonic_rate(*(jnp.asarray(v, dt) for v in (mu, lam, nu))))
     # the positive root, without cancellation: 2 (mu/nu) / (1 + sqrt(1 + 4 mu / (nu lam)))
     p = mu / nu
     exact = 2 * p / (1 + np.sqrt(1 + 4 * (p / lam)))
