@@ -1,5 +1,5 @@
-"""`jaxcrawl reproduce`: every part-1 experiment at --quick size, the JSON/PNG it writes, its
-claims, and checkpoint/resume behaviour.
+"""`jaxcrawl reproduce`: the estimator, solver and sync-bandit figures (MINE) at --quick size, the
+JSON/PNG each writes, its claims, and checkpoint/resume behaviour.
 
 The paper reproductions are marked ``reproduce`` (deselected by default; run them with
 ``python -m pytest -m reproduce``, as ``.ci/run`` does after the unit suite).  They run the
@@ -32,7 +32,7 @@ MINE = ("neurips19_fig1", "neurips19_fig2", "l2c_appj_fig3_4", "icml20_fig1_4",
         "avrachenkov_fig2_5", "avrachenkov_fig6")
 
 
-# the paper reproductions (the quick run of every part-1 experiment, the --data figures)
+# the paper reproductions (the quick run of the experiments in MINE, the --data figures)
 reproduce = pytest.mark.reproduce
 
 
