@@ -44,6 +44,7 @@ from ._common import claim
 NAME = "avrachenkov_fig2_5"
 DESCRIPTION = ("Avrachenkov et al. Figs. 2-5: naive, MLE, LLN, SA, SAM change-rate estimators "
                "(mean, 95% band, RMSE) and step-size studies")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 SETTINGS = {  # figure -> (Δ, p, SA η, SAM (η, β))
     "fig2": (5.0, 3.0, 0.75, (1.3, 0.75)),

@@ -35,6 +35,7 @@ from ._common import claim
 NAME = "avrachenkov_fig6"
 DESCRIPTION = ("Avrachenkov et al. Fig. 6: estimated vs optimal crawl rates, 50 pages (7 hot), B = 5, "
                "re-solved every 50 observations")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 NUM_PAGES, NUM_HOT, BANDWIDTH, OBS_PER_PHASE = 50, 7, 5.0, 50
 DELTA = np.r_[np.full(NUM_HOT, 4.5 / NUM_HOT), np.full(NUM_PAGES - NUM_HOT, 0.5 / (NUM_PAGES - NUM_HOT))]

@@ -28,6 +28,7 @@ from ._common import claim
 NAME = "l2c_appj_fig3_4"
 DESCRIPTION = ("Learning to Crawl App. J Figs. 3-4: moment matching vs MLE vs the Lemma 3 bound, "
                "Poisson and uniform crawl intervals")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 XI_MIN, XI_MAX, DELTA = 0.1, 1.0, 0.1
 RHOS = (0.25, 0.75)

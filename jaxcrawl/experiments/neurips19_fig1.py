@@ -50,6 +50,7 @@ from ._common import claim
 NAME = "neurips19_fig1"
 DESCRIPTION = ("NeurIPS-19 Fig. 1: harmonic and binary cost of LC, LCA, BLC, BLCε(0.4), UC, CC "
                "at R = 20% of pages")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 EPSILON = 0.4
 PAPER_NUM_PAGES = 18_532_314

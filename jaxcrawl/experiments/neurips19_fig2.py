@@ -30,6 +30,7 @@ from ._common import claim
 NAME = "neurips19_fig2"
 DESCRIPTION = ("NeurIPS-19 Fig. 2: complete-observation pages only, LC-CO vs LC-IO vs BLC / BLCε "
                "at R = 20% of those pages")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 EPSILON = 0.4
 PAPER_NUM_PAGES = 18_532_314
