@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import jaxcrawl
-from jaxcrawl import politeness
-from jaxcrawl.bounds import check_rate_bounds, rate_bounds
+from jaxcrawl import check_rate_bounds, rate_bounds
 from jaxcrawl.io import write_page_table
-from jaxcrawl.scale import stream_solve
+from jaxcrawl.parallel import StreamedTable
 
+from helpers import host_capped
 from reference import clipped_allocation_ref, harmonic_incomplete_rate
 
 N = 300
@@ -45,7 +45,7 @@ def test_bounded_optimum_matches_numpy_clip_aware_bisection(objective):
     R = 0.5 * N
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), R,
                                     jnp.asarray(comp))
-    pol = jaxcrawl.solve(problem, objective, min_rate=lo, max_rate=hi)
+    pol = jaxcrawl.solve(problem, objective, bounds=(lo, hi))
     assert bool(pol.converged)
     rate = np.asarray(pol.rate, np.float64)
     c = comp if objective == "harmonic" else np.zeros(N, bool)
@@ -61,10 +61,10 @@ def test_solver_wrappers_take_the_same_bounds():
     imp, lam, comp, lo, hi = _problem(1)
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), 0.5 * N,
                                     jnp.asarray(comp))
-    a = jaxcrawl.lambda_crawl(problem, min_rate=lo, max_rate=hi)
-    b = jaxcrawl.solve(problem, "harmonic", lower=lo, upper=hi)
+    a = jaxcrawl.lambda_crawl(problem, bounds=(lo, hi))
+    b = jaxcrawl.solve(problem, "harmonic", bounds=(lo, hi))
     np.testing.assert_array_equal(np.asarray(a.rate), np.asarray(b.rate))
-    c = jaxcrawl.binary_lambda_crawl(problem, 0.1, min_rate=lo, max_rate=hi)
+    c = jaxcrawl.binary_lambda_crawl(problem, 0.1, bounds=(lo, hi))
     assert np.all(np.asarray(c.rate) >= np.maximum(lo, 0.1 * 0.5) * (1 - 1e-6))
     assert np.all(np.asarray(c.rate) <= hi * (1 + 1e-6))
 
@@ -76,7 +76,7 @@ def test_host_caps_honour_the_bounds():
                                     jnp.asarray(comp))
     host = np.arange(N) % 5
     cap = np.full(5, 0.12 * N)
-    sol = politeness.solve_with_host_caps(problem, host, cap, "binary", min_rate=lo, max_rate=hi)
+    sol = host_capped(problem, host, cap, "binary", bounds=(lo, hi))
     r = np.asarray(sol.policy.rate, np.float64)
     assert bool(np.all(sol.policy.converged))
     assert np.all(r >= lo * (1 - 1e-6)) and np.all(r <= hi * (1 + 1e-6))
@@ -90,14 +90,14 @@ def test_host_caps_honour_the_bounds():
 
 @pytest.mark.long
 def test_streaming_honours_the_bounds():
-    """stream_solve from disk: the same bounded optimum as the in-memory solve."""
+    """A StreamedTable from disk: the same bounded optimum as the in-memory solve."""
     imp, lam, comp, lo, hi = _problem(2)
     R = 0.5 * N
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, jnp.float32), jnp.asarray(lam, jnp.float32), R,
                                     jnp.asarray(comp))
     table = write_page_table(_tmp_dir(), imp, lam, comp)
-    res = stream_solve(table, R, objective="harmonic", chunk_size=N // 2, min_rate=lo, max_rate=hi)
-    mem = np.asarray(jaxcrawl.solve(problem, "harmonic", min_rate=lo, max_rate=hi).rate)
+    res = jaxcrawl.solve(StreamedTable(table, R, chunk_size=N // 2, progress=False), "harmonic", bounds=(lo, hi))
+    mem = np.asarray(jaxcrawl.solve(problem, "harmonic", bounds=(lo, hi)).rate)
     assert res.converged
     np.testing.assert_allclose(res.rate, mem, rtol=2e-4, atol=1e-6)
 
@@ -129,4 +129,4 @@ def test_infeasible_bounds_name_the_pages():
     # the library solve rejects them too (eagerly, naming the page index)
     problem = jaxcrawl.CrawlProblem(jnp.ones(3), jnp.ones(3), 1.0)
     with pytest.raises(ValueError, match="infeasible"):
-        jaxcrawl.solve(problem, "binary", min_rate=[0.5, 0.5, 0.5])
+        jaxcrawl.solve(problem, "binary", bounds=([0.5, 0.5, 0.5], None))

@@ -1,6 +1,7 @@
-"""Per-host politeness caps (jaxcrawl.politeness): feasibility to float precision, KKT,
-reduction to the unconstrained solvers, a brute-force active-set reference, envelope
-derivatives, vmap/jit, the caps files and `jaxcrawl solve --host-caps`."""
+"""Per-host politeness caps (``jaxcrawl.solve(..., caps=jaxcrawl.HostCaps(host_id, cap))``):
+feasibility to float precision, KKT, reduction to the unconstrained solvers, a brute-force
+active-set reference, envelope derivatives, vmap/jit, the caps files and
+`jaxcrawl solve --host-caps`."""
 import itertools
 import json
 
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 
 import jaxcrawl
 from jaxcrawl import CrawlProblem
-from jaxcrawl import politeness as P
+from jaxcrawl._src.hostmap import hosts_from_dataset
 from jaxcrawl.cli import main
+from jaxcrawl.io import read_host_caps
 
+from helpers import host_capped
 from reference import bisect_dual, harmonic_incomplete_rate
 
 N, H = 120, 6  # one shape for most tests (one compilation per objective and dtype)
@@ -67,7 +70,7 @@ def harmonic_utility(x, mu, lam, comp):
 @pytest.mark.parametrize("seed", range(3))
 def test_caps_and_budget_met_and_kkt_harmonic(seed):
     p, host, cap, (mu, lam, comp) = make_instance(seed)
-    sol = P.lambda_crawl_with_host_caps(p, host, cap)
+    sol = host_capped(p, host, cap)
     x = np.asarray(sol.policy.rate)
     R = float(p.bandwidth)
     S = host_totals(x, host, H)
@@ -95,7 +98,7 @@ def test_caps_and_budget_met_and_kkt_harmonic(seed):
 @pytest.mark.parametrize("epsilon", [0.0, 0.4])
 def test_caps_and_budget_met_and_kkt_binary(epsilon):
     p, host, cap, (mu, lam, _) = make_instance(4, objective="binary", epsilon=epsilon)
-    sol = P.binary_lambda_crawl_with_host_caps(p, host, cap, epsilon)
+    sol = host_capped(p, host, cap, jaxcrawl.binary(epsilon))
     x = np.asarray(sol.policy.rate)
     S = host_totals(x, host, H)
     np.testing.assert_allclose(x.sum(), float(p.bandwidth), rtol=1e-13)
@@ -115,14 +118,14 @@ def test_caps_and_budget_met_and_kkt_binary(epsilon):
 
 def test_float32_caps_and_budget_to_float_precision():
     p, host, cap, (mu, lam, comp) = make_instance(5, dtype=np.float32)
-    sol = P.lambda_crawl_with_host_caps(p, host, cap)
+    sol = host_capped(p, host, cap)
     x = np.asarray(sol.policy.rate)
     assert x.dtype == np.float32
     eps = np.finfo(np.float32).eps
     S = host_totals(x, host, H)
     np.testing.assert_allclose(x.astype(np.float64).sum(), float(p.bandwidth), rtol=16 * eps)
     assert np.all(S <= cap.astype(np.float64) * (1 + 16 * eps))
-    ref = P.lambda_crawl_with_host_caps(make_instance(5)[0], host, cap.astype(np.float64))
+    ref = host_capped(make_instance(5)[0], host, cap.astype(np.float64))
     np.testing.assert_allclose(x, np.asarray(ref.policy.rate), rtol=2e-4)
 
 
@@ -138,7 +141,7 @@ def test_without_binding_caps_equals_lambda_crawl(how):
         host = np.full(N, -1, np.int32)
     else:
         cap = host_totals(free.rate, host, H) * 1.001
-    sol = P.lambda_crawl_with_host_caps(p, host, cap)
+    sol = host_capped(p, host, cap)
     np.testing.assert_allclose(np.asarray(sol.policy.rate), np.asarray(free.rate), rtol=1e-11)
     np.testing.assert_allclose(float(sol.policy.dual), float(free.dual), rtol=1e-11)
     np.testing.assert_array_equal(np.asarray(sol.policy.prob) > 0, np.asarray(free.prob) > 0)
@@ -151,7 +154,7 @@ def test_without_binding_caps_equals_lambda_crawl(how):
 def test_without_binding_caps_equals_binary_lambda_crawl(epsilon):
     p, host, _, _ = make_instance(6)
     free = jaxcrawl.binary_lambda_crawl(p, epsilon)
-    sol = P.binary_lambda_crawl_with_host_caps(p, host, np.full(H, np.inf), epsilon)
+    sol = host_capped(p, host, np.full(H, np.inf), jaxcrawl.binary(epsilon))
     np.testing.assert_allclose(np.asarray(sol.policy.rate), np.asarray(free.rate), rtol=1e-11,
                                atol=1e-14)
     np.testing.assert_allclose(float(sol.policy.dual), float(free.dual), rtol=1e-11)
@@ -204,7 +207,7 @@ def active_set_reference(mu, lam, comp, R, host, cap):
 def test_matches_active_set_enumeration(seed):
     p, host, cap, (mu, lam, comp) = make_instance(seed + 10)
     cap[1] = np.inf
-    sol = P.lambda_crawl_with_host_caps(p, host, cap)
+    sol = host_capped(p, host, cap)
     x_ref, nu_ref, kappa_ref = active_set_reference(mu, lam, comp, float(p.bandwidth), host, cap)
     np.testing.assert_allclose(np.asarray(sol.policy.rate), x_ref, rtol=1e-9)
     np.testing.assert_allclose(float(sol.policy.dual), nu_ref, rtol=1e-9)
@@ -222,7 +225,7 @@ def test_beats_every_random_feasible_point():
     comp = np.zeros(n, bool)
     host = np.array([0, 0, 0, 1, 1, -1], np.int32)
     cap = np.array([0.6, 0.9])
-    sol = P.lambda_crawl_with_host_caps(CrawlProblem(mu, lam, R, comp), host, cap)
+    sol = host_capped(CrawlProblem(mu, lam, R, comp), host, cap)
     best = harmonic_utility(np.asarray(sol.policy.rate), mu, lam, comp)
     m = 100000
     s0 = rng.uniform(0, cap[0], m)
@@ -253,12 +256,12 @@ def test_envelope_and_implicit_derivatives():
     (d cost/dR = -nu/n, d cost/dC_h = -kappa_h/n) and a random linear functional of the
     rates against central finite differences (w.r.t. importance, caps and bandwidth)."""
     p, host, cap, _ = make_instance(1)
-    sol = P.lambda_crawl_with_host_caps(p, host, cap)
+    sol = host_capped(p, host, cap)
     w = jnp.asarray(np.random.default_rng(0).standard_normal(N))
 
     def outputs(bw, c, mu):
         q = p.replace(bandwidth=bw, importance=mu)
-        sol = P.lambda_crawl_with_host_caps(q, host, c)
+        sol = host_capped(q, host, c)
         pol = sol.policy
         return jnp.concatenate([jnp.stack([jaxcrawl.harmonic_cost(q, pol), jnp.sum(w * pol.rate),
                                            jnp.sum(pol.rate)]), sol.host_rate])
@@ -295,10 +298,10 @@ def test_jit_and_vmap_match_loop():
                          np.array([float(i[0].bandwidth) for i in insts]),
                          np.stack([i[3][2] for i in insts]))
     caps = np.stack([i[2] for i in insts])
-    batched = jax.jit(lambda pr, c: P.lambda_crawl_with_host_caps(pr, host, c))(probs, caps)
+    batched = jax.jit(lambda pr, c: host_capped(pr, host, c))(probs, caps)
     assert batched.policy.rate.shape == (3, N) and batched.host_dual.shape == (3, H)
     for k in range(3):
-        one = P.lambda_crawl_with_host_caps(CrawlProblem(*[np.asarray(a)[k] for a in (
+        one = host_capped(CrawlProblem(*[np.asarray(a)[k] for a in (
             probs.importance, probs.change_rate, probs.bandwidth, probs.complete)]), host, caps[k])
         np.testing.assert_allclose(np.asarray(batched.policy.rate[k]), np.asarray(one.policy.rate),
                                    rtol=1e-12)
@@ -318,7 +321,7 @@ def test_other_objectives_meet_caps(objective):
     tot = host_totals(free.rate, host, H)
     tighten = np.arange(H) % 2 == 0
     cap = tot * np.where(tighten, np.linspace(0.4, 0.9, H), 3.0)
-    sol = P.solve_with_host_caps(p, host, cap, objective)
+    sol = host_capped(p, host, cap, objective)
     x = np.asarray(sol.policy.rate)
     np.testing.assert_allclose(x.sum(), float(p.bandwidth), rtol=1e-12)
     S = host_totals(x, host, H)
@@ -326,25 +329,25 @@ def test_other_objectives_meet_caps(objective):
     kappa = np.asarray(sol.host_dual)
     assert np.all((kappa > 0) == tighten)
     np.testing.assert_allclose(S[tighten], cap[tighten], rtol=1e-12)
-    inf_sol = P.solve_with_host_caps(p, host, np.full(H, np.inf), objective)
+    inf_sol = host_capped(p, host, np.full(H, np.inf), objective)
     np.testing.assert_allclose(np.asarray(inf_sol.policy.rate), np.asarray(free.rate), rtol=1e-9)
 
 
 def test_errors():
     p, host, cap, _ = make_instance(0)
     with pytest.raises(ValueError, match="host_id"):
-        P.lambda_crawl_with_host_caps(p, np.full(N, H, np.int32), cap)
+        host_capped(p, np.full(N, H, np.int32), cap)
     with pytest.raises(ValueError, match="host_id"):
-        P.lambda_crawl_with_host_caps(p, host[:-1], cap)
-    with pytest.raises(ValueError, match="host_cap"):
-        P.lambda_crawl_with_host_caps(p, host, np.where(np.arange(H) == 2, 0.0, cap))
+        host_capped(p, host[:-1], cap)
+    with pytest.raises(ValueError, match="caps: cap must be > 0"):
+        host_capped(p, host, np.where(np.arange(H) == 2, 0.0, cap))
     all_hosted = np.abs(host) % H
     with pytest.raises(ValueError, match="bandwidth"):
-        P.lambda_crawl_with_host_caps(p, all_hosted.astype(np.int32), np.full(H, 0.01))
+        host_capped(p, all_hosted.astype(np.int32), np.full(H, 0.01))
     with pytest.raises(ValueError, match="lower bounds"):
-        P.binary_lambda_crawl_with_host_caps(p, host, np.full(H, 1e-3), 0.4)
+        host_capped(p, host, np.full(H, 1e-3), jaxcrawl.binary(0.4))
     with pytest.raises(ValueError, match="harmonic-approx"):
-        P.solve_with_host_caps(p, host, cap, "harmonic-approx")
+        host_capped(p, host, cap, "harmonic-approx")
 
 
 @settings(max_examples=25, deadline=None)
@@ -354,7 +357,7 @@ def test_errors():
 def test_property_feasible_kkt_and_monotone(seed, lo, width, bw_frac):
     p, host, cap, (mu, lam, comp) = make_instance(seed, tight=(lo, lo + width), bw_frac=bw_frac)
     try:
-        sol = P.lambda_crawl_with_host_caps(p, host, cap)
+        sol = host_capped(p, host, cap)
     except ValueError as err:  # caps too tight for the bandwidth: reported, not solved
         assert "bandwidth" in str(err)
         return
@@ -369,7 +372,7 @@ def test_property_feasible_kkt_and_monotone(seed, lo, width, bw_frac):
     at_hi = comp & (x >= lam * (1 - 1e-12))
     np.testing.assert_allclose(m[~at_hi], d[~at_hi], rtol=1e-8)
     # loosening every cap can only help
-    looser = P.lambda_crawl_with_host_caps(p, host, cap * 1.5)
+    looser = host_capped(p, host, cap * 1.5)
     assert (harmonic_utility(np.asarray(looser.policy.rate), mu, lam, comp)
             >= harmonic_utility(x, mu, lam, comp) - 1e-9 * abs(harmonic_utility(x, mu, lam, comp)))
 
@@ -377,10 +380,12 @@ def test_property_feasible_kkt_and_monotone(seed, lo, width, bw_frac):
 # ----------------------------------------------------------------- files and the CLI
 def test_read_host_caps_and_page_hosts_formats_and_errors(tmp_path):
     caps = tmp_path / "caps.csv"
-    caps.write_text("# comment\n# pages: hosts.csv\nhost_id,cap\na.com,2.5\n\nb.org,inf\n")
-    ids, c, pages = P.read_host_caps(str(caps))
-    assert list(ids) == ["a.com", "b.org"] and c[0] == 2.5 and np.isinf(c[1])
-    assert pages == str(tmp_path / "hosts.csv")
+    caps.write_text("# comment\n# pages: hosts.csv\nhost_id,cap\na.com,2.5\n\nb.org,inf\nc.net,1\n")
+    (tmp_path / "hosts.csv").write_text("page_id,host_id\np1,a.com\np2,b.org\np3,c.net\np4,a.com\n")
+    # the '# pages:' mapping names each page's host; an inf cap or no host is uncapped
+    host_id, cap = read_host_caps(str(caps), ["p1", "p2", "p3", "p4", "p5"])
+    np.testing.assert_array_equal(host_id, [0, -1, 1, 0, -1])
+    np.testing.assert_array_equal(cap, [2.5, 1.0])
     cases = {
         "host,cap\na,1\n": ":1: header",
         "host_id,cap\na,1,2\n": ":2: expected 2 fields",
@@ -394,12 +399,8 @@ def test_read_host_caps_and_page_hosts_formats_and_errors(tmp_path):
         f = tmp_path / f"bad{k}.csv"
         f.write_text(text)
         with pytest.raises(ValueError, match=msg.replace("(", r"\(")) as info:
-            P.read_host_caps(str(f))
+            read_host_caps(str(f), ["https://a/x"])
         assert str(f) in str(info.value)
-    mp = tmp_path / "map.csv"
-    mp.write_text("page_id,host_id\np1,a.com\np2,b.org\n")
-    pids, hosts = P.read_page_hosts(str(mp))
-    assert list(pids) == ["p1", "p2"] and list(hosts) == ["a.com", "b.org"]
     for k, (text, msg) in enumerate({
         "page,host\n": ":1: header",
         "page_id,host_id\np1\n": ":2: expected 2 fields",
@@ -409,50 +410,51 @@ def test_read_host_caps_and_page_hosts_formats_and_errors(tmp_path):
         f = tmp_path / f"badmap{k}.csv"
         f.write_text(text)
         with pytest.raises(ValueError, match=msg) as info:
-            P.read_page_hosts(str(f))
+            read_host_caps(str(caps), ["p1", "p2"], pages_path=str(f))
         assert str(f) in str(info.value)
     with pytest.raises(ValueError, match="no such file"):
-        P.read_host_caps(str(tmp_path / "missing.csv"))
+        read_host_caps(str(tmp_path / "missing.csv"), ["p1"])
 
 
 @pytest.mark.x64
-def test_solver_from_caps_file_mapping_and_url_hosts(tmp_path):
+def test_caps_from_caps_file_mapping_and_url_hosts(tmp_path):
     p, host, cap, _ = make_instance(3)
     page_id = np.array([f"https://h{h}.example/page{i}" if h >= 0 else f"https://free{i}.example/"
                         for i, h in enumerate(host)], dtype=object)
     lines = "".join(f"h{h}.example,{float(cap[h])!r}\n" for h in range(H))
     (tmp_path / "caps_url.csv").write_text("host_id,cap\n" + lines)
-    solve = P.solver_from_caps_file(str(tmp_path / "caps_url.csv"), page_id, "harmonic")
-    direct = P.lambda_crawl_with_host_caps(p, host, cap).policy
-    np.testing.assert_allclose(np.asarray(solve(p).rate), np.asarray(direct.rate), rtol=1e-12)
+    direct = host_capped(p, host, cap).policy
+    caps = read_host_caps(str(tmp_path / "caps_url.csv"), page_id)
+    np.testing.assert_allclose(np.asarray(jaxcrawl.solve(p, "harmonic", caps=caps).rate), np.asarray(direct.rate),
+                               rtol=1e-12)
     # explicit mapping file, plain page ids, named by a '# pages:' comment
     ids = np.array([f"p{i}" for i in range(N)], dtype=object)
     (tmp_path / "map.csv").write_text("page_id,host_id\n" + "".join(
         f"p{i},H{h}\n" for i, h in enumerate(host) if h >= 0))
     (tmp_path / "caps.csv").write_text("# pages: map.csv\nhost_id,cap\n" + "".join(
         f"H{h},{float(cap[h])!r}\n" for h in range(H)) + "unused,3\n")
-    solve = P.solver_from_caps_file(str(tmp_path / "caps.csv"), ids, "harmonic")
-    np.testing.assert_allclose(np.asarray(solve(p).rate), np.asarray(direct.rate), rtol=1e-12)
+    caps = read_host_caps(str(tmp_path / "caps.csv"), ids)
+    np.testing.assert_allclose(np.asarray(jaxcrawl.solve(p, "harmonic", caps=caps).rate), np.asarray(direct.rate),
+                               rtol=1e-12)
     with pytest.raises(ValueError, match="no page->host mapping"):
-        P.solver_from_caps_file(str(tmp_path / "caps_url.csv"), ids, "harmonic")
+        read_host_caps(str(tmp_path / "caps_url.csv"), ids)
     (tmp_path / "map2.csv").write_text("page_id,host_id\np0,H0\nzzz,H1\n")
     with pytest.raises(ValueError, match="map2.csv:3: page_id 'zzz'"):
-        P.solver_from_caps_file(str(tmp_path / "caps.csv"), ids, "harmonic",
-                                pages_path=str(tmp_path / "map2.csv"))
+        read_host_caps(str(tmp_path / "caps.csv"), ids, pages_path=str(tmp_path / "map2.csv"))
 
 
 def test_hosts_from_dataset():
     host_id = np.array([10, 10, 11, 12, -1, 12, 11])
     constrained = np.array([1, 1, 0, 1, 0, 1, 0], bool)
-    idx, caps, ids = P.hosts_from_dataset(host_id, constrained, 2.0)
+    idx, caps, ids = hosts_from_dataset(host_id, constrained, 2.0)
     assert list(ids) == [10, 12] and list(caps) == [2.0, 2.0]
     np.testing.assert_array_equal(idx, [0, 0, -1, 1, -1, 1, -1])
-    _, caps, _ = P.hosts_from_dataset(host_id, constrained, lambda ids, counts: 0.5 * counts)
+    _, caps, _ = hosts_from_dataset(host_id, constrained, lambda ids, counts: 0.5 * counts)
     np.testing.assert_allclose(caps, [1.0, 1.0])
-    _, caps, _ = P.hosts_from_dataset(host_id, constrained, {10: 3.0, 12: 4.0})
+    _, caps, _ = hosts_from_dataset(host_id, constrained, {10: 3.0, 12: 4.0})
     np.testing.assert_allclose(caps, [3.0, 4.0])
     with pytest.raises(ValueError, match="no cap given"):
-        P.hosts_from_dataset(host_id, constrained, {10: 3.0})
+        hosts_from_dataset(host_id, constrained, {10: 3.0})
 
 
 @pytest.mark.x64
@@ -475,7 +477,7 @@ def test_cli_solve_with_host_caps(tmp_path, capsys):
     S = host_totals(rate, host, H)
     assert np.all(S <= cap * (1 + 1e-9))
     np.testing.assert_allclose(rate.sum(), R, rtol=1e-9)
-    ref = P.lambda_crawl_with_host_caps(p, host, cap).policy
+    ref = host_capped(p, host, cap).policy
     np.testing.assert_allclose(rate, np.asarray(ref.rate), rtol=1e-9)
     np.testing.assert_allclose(summary["dual"], float(ref.dual), rtol=1e-9)
     (tmp_path / "bad.csv").write_text("host_id,cap\nhost0,abc\n")
