@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from . import rootfind
+from .passes import View, reduce_array
 
 
 class BudgetSolution(NamedTuple):
@@ -75,39 +76,48 @@ def eval_pages(rate_fn: Callable, params: Any, nu: jax.Array, lower: jax.Array, 
     return x, jnp.where(free & jnp.isfinite(dphi), dphi, 0.0), free, at_lo, at_hi
 
 
-def reference_point(budget: jax.Array, lower: jax.Array, upper: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """A feasible point inside the box that sums to ``budget``, and the movable mask."""
-    width = upper - lower
-    finite = jnp.isfinite(width)
-    slack = budget - jnp.sum(lower)
-    big = jnp.maximum(slack, jnp.max(jnp.where(finite, width, 0.0)))
-    big = jnp.where(big > 0, big, 1.0)
-    w = jnp.where(finite, width, big)
-    total = jnp.sum(w)
-    total = jnp.where(total > 0, total, 1.0)
-    return lower + slack * (w / total), width > 0
+def limit_stats(pages) -> tuple:
+    """``(sum lower, sum of finite widths, number of infinite widths, largest finite width)``
+    of the pages' limits: one pass."""
+    def stats(v):
+        width = v.hi - v.lo
+        fin = jnp.isfinite(width)
+        fw = jnp.where(fin, width, 0.0)
+        return v.lo, fw, jnp.where(fin, 0.0, 1.0).astype(fw.dtype), fw
+
+    return pages.reduce(stats, ("sum", "sum", "sum", "max"))
 
 
-def marginal_range(marginal_fn: Callable, params: Any, xbar: jax.Array, movable: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(min, max) of the marginal utilities at ``xbar`` over movable pages, NaN-free."""
-    m = jnp.broadcast_to(marginal_fn(xbar, params), xbar.shape)
-    ok = movable & jnp.isfinite(m)
-    return jnp.min(jnp.where(ok, m, jnp.inf)), jnp.max(jnp.where(ok, m, -jnp.inf))
+def _at_reference(v, marginal_fn, slack, big, total):
+    """The marginal utilities at the feasible point ``lo + slack w / sum(w)`` (``w`` the width,
+    ``big`` where infinite), as ``(min, max)`` candidates over the movable pages."""
+    width = v.hi - v.lo
+    xbar = v.lo + slack * (jnp.where(jnp.isfinite(width), width, big) / total)
+    m = jnp.broadcast_to(marginal_fn(xbar, v.params), xbar.shape)
+    ok = (width > 0) & jnp.isfinite(m)
+    return jnp.where(ok, m, jnp.inf), jnp.where(ok, m, -jnp.inf)
 
 
-def bracket_from_marginals(marginal_fn: Callable, params: Any, budget: jax.Array, lower: jax.Array,
-                           upper: jax.Array) -> tuple[jax.Array, jax.Array]:
+def bracket_from_marginals(pages, marginal_fn: Callable, budget: jax.Array) -> tuple[jax.Array, jax.Array]:
     r"""Dual bracket ``[a, b]`` with ``f(a) >= 0 >= f(b)``, from the marginal utilities at a
     feasible point: at :math:`\nu=\max_i u_i'(\bar x_i)` every page has
-    :math:`x_i(\nu)\le\bar x_i` (sum at most the budget), symmetrically at the min.
-    One pass over the pages."""
-    xbar, movable = reference_point(budget, lower, upper)
-    a, b = marginal_range(marginal_fn, params, xbar, movable)
+    :math:`x_i(\nu)\le\bar x_i` (sum at most the budget), symmetrically at the min.  The
+    limits' statistics (:meth:`limits`) and one pass."""
+    sum_lo, sum_w, n_inf, max_w = pages.limits()
+    slack = budget - sum_lo
+    big = jnp.maximum(slack, max_w)
+    big = jnp.where(big > 0, big, 1.0)
+    total = sum_w + n_inf * big
+    total = jnp.where(total > 0, total, 1.0)
+    def marginals(v, slack, big, total):
+        return _at_reference(v, marginal_fn, slack, big, total)
+
+    a, b = pages.reduce(marginals, ("min", "max"), slack, big, total)
     fallback = ~(jnp.isfinite(a) & jnp.isfinite(b))
     return jnp.where(fallback, 1.0, a), jnp.where(fallback, 1.0, b)
 
 
-def expand_bracket(total_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.Array,
+def expand_bracket(total_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.Array, loop=jax.lax.while_loop,
                    max_expansions: int = 64) -> tuple[jax.Array, jax.Array]:
     """Widen ``[a, b]`` (geometrically when positive) until ``total(a) >= B >= total(b)``."""
     def widen_lo(a, b):
@@ -116,11 +126,66 @@ def expand_bracket(total_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.A
     def widen_hi(a, b):
         return jnp.where(b > 0, b * 4.0, b + 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
 
-    a, _ = jax.lax.while_loop(lambda s: (total_fn(s[0]) < budget) & (s[1] < max_expansions),
-                              lambda s: (widen_lo(s[0], b), s[1] + 1), (a, 0))
-    b, _ = jax.lax.while_loop(lambda s: (total_fn(s[0]) > budget) & (s[1] < max_expansions),
-                              lambda s: (widen_hi(a, s[0]), s[1] + 1), (b, 0))
+    a, _ = loop(lambda s: (total_fn(s[0]) < budget) & (s[1] < max_expansions),
+                lambda s: (widen_lo(s[0], b), s[1] + 1), (a, 0))
+    b, _ = loop(lambda s: (total_fn(s[0]) > budget) & (s[1] < max_expansions),
+                lambda s: (widen_hi(a, s[0]), s[1] + 1), (b, 0))
     return a, b
+
+
+class ArrayPages(NamedTuple):
+    """Pages in memory (traced or concrete; the sums of sharded arrays are all-reduces):
+    the passes of :mod:`jaxcrawl._src.passes` as ``jnp`` reductions and ``lax`` loops."""
+
+    params: Any
+    lo: jax.Array
+    hi: jax.Array
+
+    def view(self):
+        return View(self.params, self.lo, self.hi, jnp.arange(self.lo.shape[-1]))
+
+    def reduce(self, fn, ops, *args):
+        return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
+
+    def map(self, fn, *args):
+        return fn(self.view(), *args)
+
+    def total(self, x):
+        return jnp.sum(x)
+
+    def limits(self):
+        return limit_stats(self)
+
+    def page(self, k):
+        return jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], self.params)
+
+    def derive(self, fn):
+        return self._replace(params=fn(self.view()))
+
+    @staticmethod
+    def loop(cond, body, init):
+        return jax.lax.while_loop(cond, body, init)
+
+    @staticmethod
+    def first_of(attempt, ks, wanted, init):
+        """``attempt(k)`` for each wanted ``k`` until one converges, as a two-step scan (the
+        attempt appears once in the program); returns the last run attempt's result with the
+        attempts' steps added up."""
+        def step(carry, kw):
+            k, want = kw
+            run = want & ~carry[4]
+            out = jax.lax.cond(run, lambda: attempt(k), lambda: carry[:5])
+            return (*out[:5], carry[5] + jnp.where(run, out[3], 0)), None
+
+        zero = jnp.zeros_like(init[3])
+        (x, nu, res, _, conv, steps), _ = jax.lax.scan(
+            step, (*init[:3], zero, jnp.zeros_like(init[4]), zero), (jnp.stack(ks), jnp.stack(wanted)))
+        return x, nu, res, steps, conv
+
+    def solve(self, rate_fn, marginal_fn, budget, bracket, opts):
+        sol = solve(rate_fn, marginal_fn, self.params, budget, self.lo, self.hi, bracket=bracket,
+                    max_steps=opts["max_steps"], rtol=opts["rtol"], unrolled=opts.get("adjoint") == "unrolled")
+        return sol.x, sol.dual, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
 
 
 class _Hosts(NamedTuple):
@@ -140,42 +205,75 @@ def _hosts(host, num_hosts):
     return _Hosts(has_host, jnp.where(has_host, host, num_hosts), jnp.where(has_host, host, 0), num_hosts)
 
 
-def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled):
-    max_steps, _, rtol = cfg
+def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracket, max_steps: int, rtol: float,
+          unrolled: bool = False) -> tuple:
+    """The budget solve over ``pages`` (any :mod:`jaxcrawl._src.passes` reducer): bracket,
+    safeguarded Newton iteration, residual before the closing correction, the corrected
+    plan.  Returns ``(x, nu, residual, converged, steps)``; ``converged`` is the iteration's
+    (see :func:`checked`)."""
+    def clipped(v, nu):
+        return (jnp.clip(rate_fn(nu, v.params), v.lo, v.hi),)
 
-    def total(nu):  # the sum only (no derivative: a smaller program in each bracket loop)
-        return jnp.sum(jnp.clip(rate_fn(nu, params), lower, upper))
+    def sums(v, nu):
+        return eval_pages(rate_fn, v.params, nu, v.lo, v.hi)[:2]
 
+    def corrected(v, nu, c):
+        x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
+        return jnp.clip(x - c * dx, v.lo, v.hi)
+
+    dtype = jnp.result_type(budget)
     if marginal_fn is not None:
-        shape = jax.eval_shape(lambda: rate_fn(bracket[0], params)).shape
-        shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
-        a, b = bracket_from_marginals(marginal_fn, params, budget, jnp.broadcast_to(lower, shape),
-                                      jnp.broadcast_to(upper, shape))
+        a, b = bracket_from_marginals(pages, marginal_fn, budget)
     else:
-        a, b = expand_bracket(total, budget, bracket[0], bracket[1])
-    a = jax.lax.stop_gradient(jnp.asarray(a, budget.dtype))
-    b = jax.lax.stop_gradient(jnp.asarray(b, budget.dtype))
+        a, b = expand_bracket(lambda nu: pages.reduce(clipped, ("sum",), nu)[0], budget, bracket[0], bracket[1],
+                              loop=pages.loop)
+    a = jax.lax.stop_gradient(jnp.asarray(a, dtype))
+    b = jax.lax.stop_gradient(jnp.asarray(b, dtype))
     state, log_mode = rootfind.root_init(a, b)
 
     def f_and_df(nu):
-        x, dx, *_ = eval_pages(rate_fn, params, nu, lower, upper)
-        return jnp.sum(x) - budget, jnp.sum(dx)
+        s, ds = pages.reduce(sums, ("sum", "sum"), nu)
+        return s - budget, ds
 
-    loop = rootfind.iterate_unrolled if unrolled else rootfind.iterate
-    final = loop(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps)
+    if unrolled:
+        final = rootfind.iterate_unrolled(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps)
+    else:
+        final = rootfind.iterate(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps, loop=pages.loop)
     nu = rootfind.root_value(final, log_mode)
     # Closing correction.  The sums at nu are one fused reduction; the corrected allocation
     # is recomputed elementwise from a barrier copy of nu (so XLA does not materialise x and
     # dx as page-sized temporaries).
-    x, dx, *_ = eval_pages(rate_fn, params, nu, lower, upper)
-    residual = jnp.sum(x) - budget
-    sw = -jnp.sum(dx)
+    s, ds = pages.reduce(sums, ("sum", "sum"), nu)
+    residual = s - budget
+    sw = -ds
     c = jnp.where(sw > 0, -residual / jnp.where(sw > 0, sw, 1.0), 0.0)
     nu_b, c = jax.lax.optimization_barrier((nu, c))
-    x, dx, *_ = eval_pages(rate_fn, params, nu_b, lower, upper)
-    x = jnp.clip(x - c * dx, lower, upper)
-    converged = final.done & jnp.isfinite(residual)
-    return x, nu, None, residual, converged, final.k
+    x = pages.map(corrected, nu_b, c)
+    return x, nu, residual, final.done & jnp.isfinite(residual), final.k
+
+
+def checked(pages, x, budget, residual, converged, rtol: float, *, capped: bool = False):
+    """The result, not only the iteration, must be right: the corrected allocation meets the
+    budget to the tolerance and is finite (rates are >= 0, so a finite sum means every rate
+    is); without host caps the dual the iteration stopped at must itself (nearly) meet it, or
+    a bracket a few ulps wide around a jump of the sum (a page whose rate the dtype cannot
+    resolve at the dual) would pass through the closing correction as converged.  (With caps
+    the residual before the corrections is not a test of the duals.)"""
+    total = pages.total(x)
+    converged = converged & jnp.isfinite(total) & (jnp.abs(total - budget) <= rtol * jnp.abs(budget))
+    if not capped:
+        converged = converged & (jnp.abs(residual) <= 4.0 * rtol * jnp.abs(budget))
+    return converged
+
+
+def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled):
+    max_steps, _, rtol = cfg
+    probe = bracket[0] if bracket is not None else jnp.ones((), budget.dtype)
+    shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
+    shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
+    pages = ArrayPages(params, jnp.broadcast_to(lower, shape), jnp.broadcast_to(upper, shape))
+    x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
+    return x, nu, None, residual, converged, steps
 
 
 def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap):
@@ -197,7 +295,8 @@ def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host,
         return g - budget, dg
 
     # outer bracket [a, b] with G(a) >= B >= G(b); caps only lower G, so only a may move
-    a, b = bracket_from_marginals(marginal_fn, params, budget, lower, upper)
+    a, b = bracket_from_marginals(ArrayPages(params, jnp.broadcast_to(lower, (n,)), jnp.broadcast_to(upper, (n,))),
+                                  marginal_fn, budget)
     a = jnp.maximum(jnp.asarray(a, dtype), tiny)
     b = jnp.maximum(jnp.asarray(b, dtype), a)
     a, _ = jax.lax.while_loop(
@@ -316,20 +415,8 @@ def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, host
     else:
         out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts)
     x, nu, kappa, residual, converged, steps = out
-    # The result, not only the iteration, must be right: the corrected allocation meets the
-    # budget to the solve's tolerance and is finite (rates are >= 0, so a finite sum means
-    # every rate is finite).  A bracket that collapsed on a discontinuity of f (rates that
-    # underflow or overflow at the dual) stops the iteration but fails this check.
-    total = jnp.sum(x)
-    converged = converged & jnp.isfinite(total) & (jnp.abs(total - budget) <= cfg[2] * jnp.abs(budget))
-    if hosts is None:
-        # ... and the dual it stopped at must itself (nearly) meet the budget: a bracket a few
-        # ulps wide around a jump of the sum (a page whose rate cannot be resolved at the dual,
-        # e.g. uniform-interval freshness at its threshold) would otherwise pass through the
-        # closing correction as a converged plan with the wrong pages crawled.  (With host caps
-        # the residual before the corrections is not a test of the duals: a correct capped
-        # plan can have 1.6% there in float32, 6e-6 in float64.)
-        converged = converged & (jnp.abs(residual) <= 4.0 * cfg[2] * jnp.abs(budget))
+    converged = checked(ArrayPages(None, lower, upper), x, budget, residual, converged, cfg[2],
+                        capped=hosts is not None)
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(lower), jnp.shape(upper))
     return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32)
 

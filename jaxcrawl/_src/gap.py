@@ -4,7 +4,7 @@ For a utility with a :class:`jaxcrawl.GapForm` (finite marginal at zero :math:`m
 bandwidth far below the change rates puts the optimal dual so close to :math:`\max_i m_i`
 that the plain dual cannot resolve the rates (or is not representable).  :func:`refine`
 keeps the plain solve's answer where it is accurate and otherwise re-solves on
-:math:`\tau = -\log\log(m_k/\nu)` from an origin page :math:`k` (:func:`gap_allocation`).
+:math:`\tau = -\log\log(m_k/\nu)` from an origin page :math:`k` (:func:`resolve`, :func:`allocation`).
 
 The decision is made on the host when the inputs are concrete (an eager solve: nothing of
 the re-solve is compiled or run when it is not needed), and by ``lax.cond`` under a trace
@@ -24,7 +24,7 @@ from . import rootfind
 from .checks import is_concrete
 from .rootfind import default_rtol
 
-__all__ = ["SWITCH", "TOP_FIRST", "at_or_above", "refine", "needed", "gap_allocation", "gap_rate_function", "log_ratios", "origin_bracket",
+__all__ = ["SWITCH", "TOP_FIRST", "at_or_above", "refine", "needed", "resolve", "allocation", "gap_rate_function", "log_ratios", "origin_bracket",
            "dual_of", "masked", "capped_needed", "capped_fallback", "capped_on_log_gap"]
 
 SWITCH = 0.5  # log(m_top / nu) below which the plain dual is replaced by the log-gap re-solve
@@ -63,37 +63,39 @@ def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps
     return _fallback(gap, opts, params, bandwidth, lo, hi, *plain)
 
 
-def _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
-    _, log_nu, t_top = _needs(gap, params, dual, converged)
-    top = gap.top(params)
-    live = jnp.isfinite(top)
-    highest = jax.lax.stop_gradient(jnp.argmax(jnp.where(live, top, -jnp.inf)))
-    # The origin: the page whose marginal at zero is nearest above the plain dual (the plain
-    # solve stopped at its threshold: a jump of the sum in this dtype); if that fails or no
-    # page is above, the top page (the plain dual failed near the largest marginal: a
-    # bandwidth far below the change rates) -- the top page first when the plain dual sits at
-    # it or is not a number.
-    above = live & at_or_above(top, log_nu)
-    nearest = jax.lax.stop_gradient(
-        jnp.where(jnp.any(above), jnp.argmin(jnp.where(above, top, jnp.inf)), highest))
-    top_first = ~(t_top >= TOP_FIRST) | ~jnp.isfinite(residual)
+def resolve(pages, gap, opts: dict, budget, n: int, x, dual, residual, steps, converged) -> tuple:
+    """The log-gap re-solve over ``pages`` (any :mod:`jaxcrawl._src.passes` reducer):
+    ``(x, dual, residual, steps, converged)`` of the budget solve on
+    ``tau = -log log(m_k / nu)`` from an origin page ``k`` -- the page whose marginal at zero is
+    nearest above the plain dual (the plain solve stopped at its threshold: a jump of the sum
+    in this dtype), else the top page (the plain dual failed near the largest marginal: a
+    bandwidth far below the change rates); the top page first when the plain dual sits at it
+    or is not a number; the other origin when the first fails.  One pass finds both."""
+    log_nu = jax.lax.stop_gradient(jnp.log(dual))
+
+    def origins(v, log_nu):
+        top = gap.top(v.params)
+        live = jnp.isfinite(top)
+        ranked = jnp.where(live, top, -jnp.inf)
+        above = jnp.where(live & at_or_above(top, log_nu), top, jnp.inf)
+        return ranked, ranked, above, above
+
+    t_max, highest, t_near, near = jax.lax.stop_gradient(
+        pages.reduce(origins, ("max", "argmax", "min", "argmin"), log_nu))
+    nearest = jnp.where(jnp.isfinite(t_near), near, highest)
+    top_first = ~(t_max - log_nu >= TOP_FIRST) | ~jnp.isfinite(residual)
     first_k = jnp.where(top_first, highest, nearest)
     other_k = jnp.where(top_first, nearest, highest)
-
-    # The two origins as a two-step scan, so the re-solve appears once in the program (half
-    # the compilation of writing it twice); the second runs only when the first failed.
-    def attempt(carry, origin):
-        k, wanted = origin
-        run = wanted & ~carry[4]
-        out = jax.lax.cond(run, lambda: gap_allocation(gap, params, bandwidth, lo, hi, live, k, dict(opts)),
-                           lambda: carry[:5])
-        return (*out[:4], out[4], carry[5] + jnp.where(run, out[3], 0)), None
-
-    zero = jnp.zeros_like(steps)
-    init = (x, dual, residual, zero, jnp.zeros_like(converged), zero)
-    origins = (jnp.stack([first_k, other_k]), jnp.stack([jnp.array(True), first_k != other_k]))
-    (gx, gnu, gres, _, gconv, gsteps), _ = jax.lax.scan(attempt, init, origins)
+    gx, gnu, gres, gsteps, gconv = pages.first_of(
+        lambda k: allocation(pages, gap, budget, n, k, opts), (first_k, other_k),
+        (jnp.array(True), first_k != other_k), (x, dual, residual, steps, converged))
     return gx, gnu, gres, steps + gsteps, gconv
+
+
+def _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+    shape = jnp.shape(x)
+    pages = _budget.ArrayPages(params, jnp.broadcast_to(lo, shape), jnp.broadcast_to(hi, shape))
+    return resolve(pages, gap, dict(opts), bandwidth, shape[-1], x, dual, residual, steps, converged)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -113,7 +115,7 @@ def _fallback(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, co
         (params, lo, hi))
 
 
-def gap_allocation(gap, params, bandwidth, lo, hi, live, k, opts: dict):
+def allocation(pages, gap, budget, n: int, k, opts: dict) -> tuple:
     """The budget solve on the dual ``tau = -log log(m_k / nu)`` of the GapForm ``gap``
     (origin: page ``k``'s marginal at zero ``m_k``), for a dual below ``m_k``:
     ``(x, nu, residual, steps, converged)`` with ``nu`` on the plain scale.
@@ -122,24 +124,22 @@ def gap_allocation(gap, params, bandwidth, lo, hi, live, k, opts: dict):
     written through the same map (``d_i = log(m_k / m_i)`` keeps page ``k``'s params
     differentiable), so the implicit rule of the budget solve differentiates it exactly.
     The bracket starts where page ``k`` alone takes the whole bandwidth and where it takes
-    ``1/n`` of it, and is widened geometrically until it holds the root.
-    """
-    top = gap.top(params)
-    big = jnp.where(live[k], top[k], 0.0)
-    own = jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], params)
-    d = log_ratios(gap, params, own, big, live, jnp.arange(top.shape[-1]) == k)
-    own = jax.lax.stop_gradient(own)
-    budget = jnp.asarray(bandwidth, d.dtype)
-    a, b = origin_bracket(gap, own, budget, d.shape[-1])
-    # iterate on s = tau - t0 from the bracket's left end: tau is large far below the change
-    # rates (~70 at 1e-30), where the root-finder's log mode (a > 0) would resolve it only to
-    # ~ulp(log tau) * tau, a few times 1e-5 in float32 -- coarser than the budget's tolerance
+    ``1/n`` of it, and is widened geometrically until it holds the root; the iteration runs
+    on ``tau - t0`` from the bracket's left end (linear, not log, mode: ``tau`` is large far
+    below the change rates, where a log-mode iteration would resolve it only coarsely)."""
+    own = pages.page(k)
+    top_k = gap.top(own)
+    big = jnp.where(jnp.isfinite(top_k), top_k, 0.0)
+    a, b = origin_bracket(gap, jax.lax.stop_gradient(own), budget, n)
     t0 = jax.lax.stop_gradient(a)
-    sol = _budget.solve(gap_rate_function(gap), None, (params, d, t0), budget, jnp.asarray(lo, d.dtype),
-                        jnp.asarray(hi, d.dtype), bracket=(a - t0, b - t0), max_steps=opts["max_steps"],
-                        rtol=opts["rtol"], unrolled=opts.get("adjoint", "implicit") == "unrolled")
-    nu = dual_of(big, sol.dual + t0)
-    return sol.x, nu, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
+
+    def gap_params(v):
+        live = jnp.isfinite(gap.top(v.params))
+        return v.params, log_ratios(gap, v.params, own, big, live, v.index == k), t0
+
+    x, s, residual, steps, converged = pages.derive(gap_params).solve(
+        gap_rate_function(gap), None, jnp.asarray(budget), (a - t0, b - t0), opts)
+    return x, dual_of(big, s + t0), residual, steps, converged
 
 
 def log_ratios(gap, params, own, big, live, is_origin) -> jax.Array:

@@ -119,15 +119,16 @@ def freeze(old: RootState, new: RootState) -> RootState:
 
 
 def iterate(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any, max_steps: int,
-            ztol: Any = 0.0) -> RootState:
-    """Run :func:`root_update` in a ``lax.while_loop`` until every element converged or
-    ``max_steps`` steps; ``f_and_df(x) -> (f, df/dx)`` elementwise."""
+            ztol: Any = 0.0, loop: Callable = jax.lax.while_loop) -> RootState:
+    """Run :func:`root_update` until every element converged or ``max_steps`` steps;
+    ``f_and_df(x) -> (f, df/dx)`` elementwise; ``loop`` is ``lax.while_loop`` or a host loop
+    with its signature."""
 
     def body(s):
         f, df = f_and_df(root_value(s, log_mode))
         return freeze(s, root_update(s, f, df, log_mode, tol, ztol))
 
-    return jax.lax.while_loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, state)
+    return loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, state)
 
 
 # --------------------------------------------------------------- per-element monotone roots

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 
@@ -80,24 +79,9 @@ def part_path(output: str, process: int, num_processes: int) -> str:
 
 def _host_ids(caps_path: str, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Global host indices (the caps file's order, finite caps only) of this process's pages."""
-    from jaxcrawl.io.hosts import read_host_caps, read_page_hosts, url_host
+    from jaxcrawl.io import read_host_caps
 
-    host_ids, caps, mapping = read_host_caps(caps_path)
-    finite = [(str(h), float(c)) for h, c in zip(np.asarray(host_ids).tolist(), np.asarray(caps).tolist())
-              if math.isfinite(float(c))]
-    index = {h: i for i, (h, _) in enumerate(finite)}
-    ids = [str(p) for p in np.asarray(page_id).tolist()]
-    if mapping is not None:
-        pages, hosts = read_page_hosts(mapping)
-        of = {str(p): str(h) for p, h in zip(np.asarray(pages).tolist(), np.asarray(hosts).tolist())}
-        page_host = [of.get(p) for p in ids]
-    else:
-        page_host = [url_host(p) for p in ids]
-        if any(h is None for h in page_host):
-            raise ValueError(f"{caps_path}: no page->host mapping: add a line '# pages: FILE' naming a "
-                             "page_id,host_id CSV (or use URLs as page ids)")
-    hid = np.asarray([index.get(h, -1) if h else -1 for h in page_host], np.int32)
-    return hid, np.asarray([c for _, c in finite], np.float64)
+    return read_host_caps(caps_path, page_id, unknown_pages="ignore", all_hosts=True)
 
 
 def run_solve(args: argparse.Namespace) -> int:
@@ -160,7 +144,7 @@ def run_solve(args: argparse.Namespace) -> int:
         except ValueError as err:
             error = str(err)
         dist.raise_together(error)
-    from jaxcrawl.io.crawler import parse_duration
+    from jaxcrawl._src.timeunits import parse_duration
 
     intervals = [None if v is None else parse_duration(v, "days", name=flag)
                  for flag, v in (("--min-interval", args.min_interval), ("--max-interval", args.max_interval))]
@@ -192,10 +176,10 @@ def run_solve(args: argparse.Namespace) -> int:
                    budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,
                    dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[src.start, len(sol.rate)])
     if failure is None and args.output:
-        from jaxcrawl.io import write_plan_csv
+        from jaxcrawl.io import write_plan
 
         part = part_path(args.output, pid, nproc)
-        write_plan_csv(part, page_id, sol.rate, sol.prob)
+        write_plan(part, page_id, sol.rate, sol.prob)
         dist.barrier("jaxcrawl.solve.parts")
         if pid == 0:
             parts = [part_path(args.output, i, nproc) for i in range(nproc)]
@@ -220,7 +204,7 @@ def run_solve(args: argparse.Namespace) -> int:
 
 def _join_parts(parts: list[str], output: str) -> None:
     """Concatenate CSV parts (one header) into ``output`` atomically, then remove them."""
-    from jaxcrawl.io.tables import write_file
+    from jaxcrawl._src.fileio import write_file
 
     def fill(fh):
         for i, p in enumerate(parts):

@@ -7,7 +7,7 @@ Reads ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]`
 (the file's interval columns and ``--min-interval``/``--max-interval``) and host caps
 (``--host-caps`` and/or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``: the smaller applies), and writes
 the plan ``page_id,rate,prob`` (:func:`jaxcrawl.io.write_plan`), optionally a URLFrontier
-JSON Lines file and a Nutch seed list (:mod:`jaxcrawl.io.crawler`).  A solve that did not converge,
+JSON Lines file and a Nutch seed list (:func:`jaxcrawl.io.write_urlfrontier`).  A solve that did not converge,
 produced non-finite rates, or whose rates miss the bandwidth by more than the tolerance
 exits with status 3 and writes no plan.
 """
@@ -105,7 +105,7 @@ def budget_tolerance(rtol: float | None, dtype: Any, bandwidth: float) -> float:
 
 def add_time_arguments(p: argparse.ArgumentParser) -> None:
     """``--time-unit`` and ``--start`` (shared by solve and schedule)."""
-    from jaxcrawl.io.crawler import TIME_UNITS
+    from jaxcrawl._src.timeunits import TIME_UNITS
 
     p.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="days",
                    help="the unit of time of the rates: the input's change_rate is changes per this unit, "
@@ -127,27 +127,24 @@ def add_host_arguments(p: argparse.ArgumentParser) -> None:
 def host_gaps(args: argparse.Namespace, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``(host_index, delay_seconds, host_names)`` of the pages from ``--crawl-delays`` /
     ``--robots`` (None when neither is given)."""
-    from jaxcrawl.io import hosts as io_hosts
+    from jaxcrawl.io import read_crawl_delays
 
     if not (args.crawl_delays or args.robots):
         if getattr(args, "hosts", None):
             raise ValueError("--hosts maps pages to hosts for --crawl-delays or --robots; give one of them")
         return None
-    if args.crawl_delays:
-        names, delays = io_hosts.read_crawl_delays(args.crawl_delays)
-    else:
-        names, delays = io_hosts.robots_crawl_delays(args.robots, user_agent=args.user_agent)
-    ph = io_hosts.page_hosts(page_id, pages_path=args.hosts)
-    if args.hosts is None and all(h is None for h in ph):
-        raise ValueError("no page -> host mapping: give --hosts FILE (page_id,host_id) or use URLs as page ids")
-    return io_hosts.host_delays(ph, names, delays)
+    if args.robots and not os.path.isdir(args.robots):
+        raise ValueError(f"{args.robots}: not a directory (expected robots.txt files named HOST.txt "
+                         "or HOST/robots.txt)")
+    return read_crawl_delays(args.crawl_delays or args.robots, page_id, pages_path=args.hosts,
+                             user_agent=args.user_agent)
 
 
 def start_epoch(args: argparse.Namespace) -> float:
     """``--start`` as epoch seconds (now, to the second, when not given)."""
     import time as _time
 
-    from jaxcrawl.io.crawler import parse_start
+    from jaxcrawl._src.timeunits import parse_start
 
     return parse_start(args.start) if args.start else float(int(_time.time()))
 
@@ -188,7 +185,7 @@ def objective_from_args(args: argparse.Namespace):
 def _load(args: argparse.Namespace) -> tuple[Any, str]:
     import jax
 
-    from jaxcrawl.io import PageRows, read_problem
+    from jaxcrawl.io import PageTable, read_problem
     from jaxcrawl.io.synthetic import synthetic
 
     if args.input:
@@ -198,8 +195,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
     if n < 1:
         raise ValueError(f"--num-pages must be >= 1; got {n}")
     syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)  # one compile, not one per op
-    return (PageRows(np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate),
-                     np.asarray(syn.complete)), f"synthetic(seed={args.seed}, num_pages={n})")
+    return (PageTable.from_arrays(np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate),
+                                  np.asarray(syn.complete)), f"synthetic(seed={args.seed}, num_pages={n})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -210,9 +207,10 @@ def run(args: argparse.Namespace) -> int:
 
     import jaxcrawl
     from jaxcrawl import check_rate_bounds, rate_bounds
-    from jaxcrawl.io import check_output, read_host_caps, write_plan
-    from jaxcrawl.io.crawler import parse_duration, unit_seconds
-    from jaxcrawl.io.progress import progress_bar
+    from jaxcrawl._src.fileio import progress_bar
+    from jaxcrawl._src.hostmap import caps_pages_path
+    from jaxcrawl._src.timeunits import parse_duration, unit_seconds
+    from jaxcrawl.io import check_output, write_plan
 
     if multiprocess.requested(args):  # several processes: each solves from its own rows
         return multiprocess.run_solve(args)
@@ -227,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
                                                                    name="--max-interval")
     if max_iv == 0:
         raise ValueError("--max-interval must be > 0")
-    mapping = read_host_caps(args.host_caps)[2] if args.host_caps else None
+    mapping = caps_pages_path(args.host_caps) if args.host_caps else None
     outputs = [o for o in (args.output, args.urlfrontier, args.nutch) if o]
     for out in outputs:
         check_output(out, args.input, args.host_caps, mapping, args.crawl_delays, args.hosts)
@@ -264,9 +262,9 @@ def run(args: argparse.Namespace) -> int:
     num_delay_hosts = 0
     caps = None
     if args.host_caps and gaps is None:
-        from jaxcrawl.io import load_host_caps
+        from jaxcrawl.io import read_host_caps
 
-        hidx, hcap = load_host_caps(args.host_caps, page_id)
+        hidx, hcap = read_host_caps(args.host_caps, page_id)
         caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(hcap, dtype))
     elif gaps is not None:
         hidx, delay, names = gaps
@@ -274,9 +272,10 @@ def run(args: argparse.Namespace) -> int:
         with np.errstate(divide="ignore"):
             cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
         if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
-            from jaxcrawl.io.hosts import load_host_caps, merge_host_caps
+            from jaxcrawl._src.hostmap import merge_host_caps
+            from jaxcrawl.io import read_host_caps
 
-            c_idx, c_cap = load_host_caps(args.host_caps, page_id)
+            c_idx, c_cap = read_host_caps(args.host_caps, page_id)
             hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
                                         what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
                                         names=(None, names))
@@ -372,7 +371,8 @@ def run(args: argparse.Namespace) -> int:
 def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
     """The URLFrontier / Nutch outputs of a plan (``rate`` per ``--time-unit``)."""
     from jaxcrawl import timetable as tt
-    from jaxcrawl.io.crawler import iso_utc, next_fetch, unit_seconds, write_nutch_seeds, write_urlfrontier
+    from jaxcrawl._src.timeunits import iso_utc, next_fetch, unit_seconds
+    from jaxcrawl.io import write_nutch_seeds, write_urlfrontier
 
     summary["start"] = str(iso_utc(np.asarray([start]))[0])
     if args.urlfrontier:
