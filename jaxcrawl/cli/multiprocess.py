@@ -90,7 +90,7 @@ def run_solve(args: argparse.Namespace) -> int:
 
     import jaxcrawl
     from jaxcrawl import parallel as dist
-    from jaxcrawl.io._rows import read_local_rows
+    from jaxcrawl.io import read_local_rows
 
     from .solve import objective_from_args
 

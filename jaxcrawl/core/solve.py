@@ -36,7 +36,6 @@ from .problem import CrawlProblem, Policy, make_policy
 
 __all__ = [
     "HostCaps",
-    "PageSource",
     "solve",
     "lambda_crawl",
     "lambda_crawl_approx",

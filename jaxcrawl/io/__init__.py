@@ -44,6 +44,7 @@ from ._problems import PageTable as PageTable
 from ._problems import read_problem as read_problem
 from ._problems import write_page_table as write_page_table
 from ._problems import write_problem as write_problem
+from ._rows import read_local_rows as read_local_rows
 from ._schema import Column as Column
 from ._schema import Schema as Schema
 from ._schema import Table as Table
@@ -56,7 +57,7 @@ __all__ = [
     # tables
     "Column", "Schema", "Table", "TableError", "read_table", "write_table", 
     # page tables, plans, timetables, histories, the data set
-    "PageTable", "read_problem", "write_problem", "write_page_table",
+    "PageTable", "read_problem", "write_problem", "write_page_table", "read_local_rows",
     "Plan", "read_plan", "write_plan", "read_timetable", "write_timetable",
     "Histories", "read_histories", "write_estimates",
     "CrawlDataset", "load_crawl_dataset",

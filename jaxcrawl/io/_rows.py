@@ -1,4 +1,5 @@
-"""Each process's own rows of a page table (``.npy`` directory, Parquet or CSV)."""
+"""Each process's own rows of a page table (``.npy`` directory, Parquet or CSV), read without
+reading the rest."""
 from __future__ import annotations
 
 import os
@@ -78,9 +79,9 @@ def read_local_rows(path: str, process_id: int | None = None, num_processes: int
     """Read only this process's rows of a page table.
 
     * a directory of ``importance.npy``, ``change_rate.npy``, ``complete.npy``
-      (:class:`~jaxcrawl.io.PageTable`): memory-mapped, rows :func:`row_range`;
+      (:class:`~jaxcrawl.io.PageTable`): memory-mapped, rows :func:`jaxcrawl.parallel.row_range`;
     * ``.parquet``: columns ``importance, change_rate[, complete][, page_id]``, the row
-      groups whose first row falls in :func:`row_range` (whole row groups per process);
+      groups whose first row falls in :func:`jaxcrawl.parallel.row_range` (whole row groups per process);
     * ``.csv``: ``page_id,importance,change_rate[,complete]``, the lines starting in this
       process's share of the file's bytes (aligned to line starts).
     """

@@ -25,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from .._src import pipeline as _pipeline
 from .._src.partition import fingerprint
 from ..core.problem import Policy
+from ..io import read_local_rows
 from ._sharding import page_mesh
 
 #: Heartbeat timeout of the coordination service set by :func:`initialize` (seconds): a
@@ -314,8 +315,6 @@ class ProcessRows(_pipeline.PageSource):
     def read(cls, path: str, bandwidth: float, **kwargs: Any) -> ProcessRows:
         """This process's rows of a page table file (``.npy`` directory, Parquet row groups or
         CSV byte ranges aligned to line starts; :func:`row_range`), with its ``page_id``."""
-        from ..io._rows import read_local_rows  # io reads files with this module's row ranges
-
         rows = read_local_rows(path)
         src = cls(rows.importance, rows.change_rate, rows.complete, bandwidth, **kwargs)
         src.page_id = rows.page_id
