@@ -53,6 +53,22 @@ from .core.solve import uniform_crawl as uniform_crawl
 from .core.solve import uniform_interval_crawl as uniform_interval_crawl
 from .io.synthetic import synthetic as synthetic
 
+__all__ = [
+    # the problem and the plan
+    "CrawlProblem", "Policy", "make_policy", "synthetic",
+    # objectives as values
+    "Objective", "GapForm", "harmonic", "harmonic_approx", "binary", "delay", "uniform",
+    "objective", "register_objective", "objective_names",
+    "harmonic_cost", "binary_cost", "binary_freshness", "accumulated_delay", "uniform_interval_freshness",
+    # the solve
+    "solve", "HostCaps", "rate_bounds", "check_rate_bounds", "NonConvergenceError", "allocate", "Allocation",
+    # the papers' solvers
+    "lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl", "uniform_interval_crawl",
+    "accumulated_delay_crawl", "uniform_crawl", "change_rate_crawl",
+    # subpackages
+    "parallel", "estimators", "simulate", "learners", "timetable", "io",
+]
+
 try:
     __version__ = _version("jaxcrawl")
 except _PackageNotFoundError:  # running from a source tree that was not installed
