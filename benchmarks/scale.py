@@ -15,8 +15,8 @@ XLA_FLAGS=--xla_force_host_platform_device_count=N).  The last line is one JSON 
 with, among others, ``lambda_crawl_18.5M_seconds`` and ``lambda_crawl_18.5M_passes``.
 
 ``--processes N`` (N > 1) adds real multi-process solves: the same LambdaCrawl solve by
-:func:`jaxcrawl.distributed.solve_local_rows` in this process (1 process) and in a job of
-N local processes (:func:`jaxcrawl.distributed.launch`, gloo collectives over 127.0.0.1),
+:func:`jaxcrawl.solve` of :class:`jaxcrawl.parallel.ProcessRows` in this process (1 process) and in a job of
+N local processes (:func:`jaxcrawl.cli.launcher.launch`, gloo collectives over 127.0.0.1),
 each process holding only its rows; keys ``processes1_solve_seconds_<size>``,
 ``processes<N>_solve_seconds_<size>`` and their ratio ``processes<N>_over_1_<size>``.
 Only ``--sizes`` are run (e.g. ``--sizes 18500000 --devices 1 --processes 2``).
@@ -47,7 +47,7 @@ def label(n):
 def measure(n, with_estimators=True, mesh=None):
     p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
     if mesh is not None:
-        from jaxcrawl.scale import shard_pages
+        from jaxcrawl.parallel import shard_pages
         p = shard_pages(p, mesh)
     bytes_per_pass = n * (4 + 4 + 1)
     r = {}
@@ -81,23 +81,24 @@ def measure(n, with_estimators=True, mesh=None):
 
 
 def solve_rows_time(n, repeat=3):
-    """Best time of solve_local_rows (LambdaCrawl, float32) on this process's rows of n pages."""
-    from jaxcrawl import distributed
+    """Best time of the solve of ProcessRows (LambdaCrawl, float32) on this process's rows of n pages."""
+    from jaxcrawl import parallel
 
     p = jaxcrawl.synthetic(jax.random.key(0), n, dtype=jnp.float32)
-    s, e = distributed.row_range(n)
+    s, e = parallel.row_range(n)
     rows = [np.asarray(a)[s:e] for a in (p.importance, p.change_rate, p.complete)]
     del p
     bw = 0.2 * n
-    sol = distributed.solve_local_rows(*rows, bw, "harmonic")
-    assert sol.converged and sol.num_pages == n
-    return best_time(lambda: distributed.solve_local_rows(*rows, bw, "harmonic").dual, repeat=repeat), sol
+    src = parallel.ProcessRows(*rows, bw)
+    sol = jaxcrawl.solve(src, "harmonic")
+    assert sol.converged and src.num_pages == n
+    return best_time(lambda: jaxcrawl.solve(src, "harmonic").dual, repeat=repeat), sol
 
 
 def process_child(sizes):
-    from jaxcrawl import distributed
+    from jaxcrawl import parallel
 
-    distributed.initialize()
+    parallel.initialize()
     out = {}
     for n in sizes:
         seconds, sol = solve_rows_time(n)
@@ -110,7 +111,7 @@ def process_child(sizes):
 def run_processes(sizes, num_processes):
     import io
 
-    from jaxcrawl import distributed
+    from jaxcrawl.cli.launcher import launch
 
     out = {}
     for n in sizes:
@@ -120,7 +121,7 @@ def run_processes(sizes, num_processes):
     log = io.StringIO()
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    status = distributed.launch([sys.executable, __file__, "--process-child", "--sizes", *map(str, sizes)],
+    status = launch([sys.executable, __file__, "--process-child", "--sizes", *map(str, sizes)],
                                 num_processes, env=env, stream=log, timeout=3600)
     lines = [ln for ln in log.getvalue().splitlines() if ln.startswith("[0] RESULT ")]
     if status != 0 or not lines:
@@ -130,7 +131,7 @@ def run_processes(sizes, num_processes):
     for n in sizes:
         one, many = out[f"processes1_solve_seconds_{label(n)}"], out[f"processes{num_processes}_solve_seconds_{label(n)}"]
         out[f"processes{num_processes}_over_1_{label(n)}"] = many / one
-        print(f"{label(n):>8} solve_local_rows (LambdaCrawl, float32): 1 process {one * 1e3:.1f} ms, "
+        print(f"{label(n):>8} solve of ProcessRows (LambdaCrawl, float32): 1 process {one * 1e3:.1f} ms, "
               f"{num_processes} processes {many * 1e3:.1f} ms ({many / one:.2f}x); duals "
               f"{out[f'processes1_dual_{label(n)}']:.7g} / {out[f'processes{num_processes}_dual_{label(n)}']:.7g}")
     return out
@@ -150,7 +151,7 @@ def main():
         process_child(args.sizes)
         return
     if args.sharded_child:
-        from jaxcrawl.scale import page_mesh
+        from jaxcrawl.parallel import page_mesh
         mesh = page_mesh()
         for n in args.sizes:
             n = n - n % len(jax.devices())

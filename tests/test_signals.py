@@ -6,7 +6,7 @@ that existed before the run is byte-identical, no temporary file (``.tmp_*`` or
 from its checkpoints to the results of an uninterrupted run.
 
 The in-process tests (default suite) send the signal to the test process itself while a
-plan is being written (inside :func:`jaxcrawl.io.checkpoint.atomic_write`); the
+plan is being written (inside :func:`jaxcrawl.io.atomic_write`); the
 subprocess tests (``long``) start ``python -m jaxcrawl.cli ...`` and signal it mid-run.
 """
 import contextlib
@@ -42,7 +42,7 @@ def _quiet_main(argv):
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_signal_while_writing_a_plan_keeps_the_old_plan(tmp_path, monkeypatch, sig):
-    from jaxcrawl.io import formats
+    from jaxcrawl.io import _formats as formats
 
     real = formats.atomic_write
     seen = []
@@ -85,7 +85,7 @@ def _lose_a_signal(sig):
 def test_an_interrupt_lost_where_it_was_raised_still_ends_the_command(tmp_path, monkeypatch, sig):
     """CI found ``solve`` exiting 0 after a SIGINT whose KeyboardInterrupt was raised (and lost)
     in JAX's gc callback: the write must still be abandoned and the status be 130/143."""
-    from jaxcrawl.io import formats
+    from jaxcrawl.io import _formats as formats
 
     real = formats.atomic_write
 
@@ -107,7 +107,7 @@ def test_an_interrupt_lost_where_it_was_raised_still_ends_the_command(tmp_path, 
 
 def test_a_lost_interrupt_keeps_the_finished_checkpoint_then_stops(tmp_path):
     from jaxcrawl._src import interrupts
-    from jaxcrawl.io.checkpoint import CheckpointStore
+    from jaxcrawl.io import CheckpointStore
 
     store = CheckpointStore(tmp_path, "fp")
     store.save("before", 1)  # outside a command: nothing recorded, nothing raised
@@ -125,7 +125,8 @@ def test_a_lost_interrupt_keeps_the_finished_checkpoint_then_stops(tmp_path):
 @pytest.mark.long
 def test_second_signal_during_cleanup_is_ignored(tmp_path, monkeypatch):
     """A second Ctrl-C while the first unwinds must not interrupt the temporary file's removal."""
-    from jaxcrawl.io import checkpoint, formats
+    from jaxcrawl._src import fileio as checkpoint
+    from jaxcrawl.io import _formats as formats
 
     real_remove = checkpoint.os.remove
     removed = []
@@ -387,7 +388,7 @@ def test_reproduce_signalled_resumes_to_identical_results(tmp_path, sig):
 def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
     """nohup / a background job of a non-interactive shell: SIGINT is SIG_IGN and the command
     must not start honouring it (Python's own rule for SIGINT)."""
-    from jaxcrawl.io import formats
+    from jaxcrawl.io import _formats as formats
 
     real = formats.atomic_write
 
