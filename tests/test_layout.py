@@ -191,7 +191,8 @@ def test_api_reference_lists_every_public_name():
     assert sorted(q for q, obj in names.items() if id(obj) not in shown) == []
 
 
-HISTORY = re.compile(r"stop [0-9]|issue [0-9]|\(load|load [0-9~≈]", re.I)
+# the pattern is assembled from pieces so that this file does not match it
+HISTORY = re.compile("|".join(["st" + "op [0-9]", "is" + "sue [0-9]", r"\(lo" + "ad", "lo" + "ad [0-9~≈]"]), re.I)
 
 
 def test_the_product_speaks_of_itself():
@@ -200,5 +201,5 @@ def test_the_product_speaks_of_itself():
     files = [*ROOT.rglob("*.py"), *(REPO / "docs").rglob("*.md"), REPO / "README.md", *(REPO / "tests").rglob("*.py")]
     hits = [f"{f.relative_to(REPO)}:{i}" for f in files if f.exists()
             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
-            if HISTORY.search(line) and "HISTORY = re.compile" not in line]
+            if HISTORY.search(line)]
     assert hits == []
