@@ -203,3 +203,26 @@ def test_the_product_speaks_of_itself():
             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
             if HISTORY.search(line)]
     assert hits == []
+
+
+def _doc_and_code_lines(path: Path) -> tuple[int, int]:
+    src = path.read_text(encoding="utf-8")
+    doc = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                doc.update(range(first.lineno, first.end_lineno + 1))
+    lines = src.splitlines()
+    comments = {i for i, line in enumerate(lines, 1) if line.strip().startswith("#")}
+    code = {i for i, line in enumerate(lines, 1) if line.strip() and i not in doc and i not in comments}
+    return len(doc | comments), len(code)
+
+
+def test_no_module_has_more_docstring_than_code():
+    heavy = []
+    for path in ROOT.rglob("*.py"):
+        doc, code = _doc_and_code_lines(path)
+        if doc > code:
+            heavy.append(f"{path.relative_to(REPO)}: {doc} docstring/comment lines, {code} code lines")
+    assert heavy == []

@@ -1,23 +1,11 @@
 """Passes over the pages: the one plug-in of the solve.
 
 The solve (:func:`jaxcrawl._src.budget.plain`, :func:`jaxcrawl._src.gap.resolve`) is written
-once against this small interface; what differs between pages in memory and pages streamed
-from a table is only how a pass over them is reduced and how the host drives the loops.
-
-* ``reduce(fn, ops, *args)``: ``fn(view, *args)`` returns per-page arrays, reduced by
-  ``ops`` (``"sum"``, ``"max"``, ``"min"``; ``"argmax"``/``"argmin"`` give the global index).
-* ``map(fn, *args)``: the per-page result of ``fn`` (the plan).
-* ``page(k)``: page ``k``'s parameters (scalar leaves).
-* ``derive(fn)``: the same pages with parameters ``fn(view)``.
-* ``loop(cond, body, init)``, ``cond(pred, true_fn, false_fn)``, ``first_of(attempt, ks, init)``.
-* ``solve(rate_fn, marginal_fn, budget, bracket, opts)``: the budget solve on these pages
-  (in memory: with the implicit-function derivatives).
-
-In memory: :class:`jaxcrawl._src.budget.ArrayPages`; streamed:
-:class:`jaxcrawl._src.chunks.ChunkPages`.
-
-A ``view`` is ``(params, lo, hi, index, ...)`` of the pages a pass sees at once (all of them in
-memory, one chunk streamed); ``index`` is their global position.
+once against a reducer with ``reduce(fn, ops, *args)`` (``fn(view, *args)`` per-page arrays
+reduced by ``"sum"``, ``"max"``, ``"min"``, ``"argmax"``, ``"argmin"``: the last two give the
+global index), ``map``, ``total``, ``limits``, ``page(k)``, ``derive(fn)``, ``loop``,
+``first_of`` and ``solve``.  In memory: :class:`jaxcrawl._src.budget.ArrayPages` (``jnp``
+under ``jit``); streamed: :class:`jaxcrawl._src.chunks.ChunkPages` (a host loop over chunks).
 """
 from __future__ import annotations
 

@@ -1,2 +1,2 @@
-"""The heart of jaxcrawl: the problem, objectives as values, the one solve, revisit bounds
-and host caps.  Its public names are exported by :mod:`jaxcrawl`."""
+"""The heart: problem, objectives, the one solve, bounds and caps (exported by ``jaxcrawl``)."""
+__all__: list[str] = []
