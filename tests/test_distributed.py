@@ -1,9 +1,11 @@
 """Real multi-process jobs on 127.0.0.1 (jax.distributed, CPU collectives over gloo).
 
 Each test starts 2 or 3 separate Python processes (tests/scripts/distributed_worker.py)
-through :func:`jaxcrawl.distributed.launch`; every process reads only its own rows of the
-inputs, and the plan they produce together must equal the single-process solve computed
-here (float64: <= 1e-12 relative in rates and dual).  3 processes catch even-split
+through :func:`jaxcrawl.cli.launcher.launch`; every process reads only its own rows of the
+inputs (:class:`jaxcrawl.parallel.ProcessRows`, :class:`jaxcrawl.parallel.StreamedTable`),
+and the plan they produce together through :func:`jaxcrawl.solve` must equal the
+single-process solve computed here (float64: <= 1e-12 relative in rates and dual), host caps
+and revisit bounds included.  3 processes catch even-split
 assumptions (10_007 pages split 3335/3336/3336, CSV split by bytes, Parquet by row groups).
 """
 import io
@@ -19,9 +21,12 @@ import numpy as np
 import pytest
 
 import jaxcrawl
-from jaxcrawl import distributed
-from jaxcrawl.io import read_problem_csv, write_problem_csv
-from jaxcrawl.scale import write_page_table
+from jaxcrawl import parallel
+from jaxcrawl._src.partition import fingerprint
+from jaxcrawl.cli import launcher
+from jaxcrawl.io import read_local_rows, read_problem, write_page_table, write_problem
+
+from helpers import host_capped
 
 WORKER = os.path.join(os.path.dirname(__file__), "scripts", "distributed_worker.py")
 N = 10_007
@@ -42,7 +47,7 @@ def run_job(num_processes, inputs, out, *tasks, x64=True, expect=0):
     os.makedirs(out, exist_ok=True)
     log = io.StringIO()
     cmd = [sys.executable, WORKER, str(inputs), str(out), *tasks] + (["--x64"] if x64 else [])
-    status = distributed.launch(cmd, num_processes, env=_env(), timeout=TIMEOUT, stream=log)
+    status = launcher.launch(cmd, num_processes, env=_env(), timeout=TIMEOUT, stream=log)
     assert status == expect, log.getvalue()[-4000:]
     return log.getvalue()
 
@@ -63,7 +68,7 @@ def rel(a, b):
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """One float64 problem in three formats, host caps that bind, and the references."""
+    """One float64 problem in three formats, revisit bounds that bind, and the references."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -76,28 +81,41 @@ def inputs(tmp_path_factory):
     write_page_table(str(d / "table"), imp, lam, comp)
     pq.write_table(pa.table({"page_id": np.arange(N), "importance": imp, "change_rate": lam, "complete": comp}),
                    str(d / "table.parquet"), row_group_size=1000)
-    write_problem_csv(str(d / "table.csv"), np.arange(N), imp, lam, comp)
+    write_problem(str(d / "table.csv"), np.arange(N), imp, lam, comp)
+    # revisit bounds active both ways: a floor above the free optimum on some incomplete pages
+    # of uncapped hosts (every third host is capped), a ceiling below it on others
+    with jax.enable_x64(True):
+        free = np.asarray(jaxcrawl.lambda_crawl(jaxcrawl.CrawlProblem(imp, lam, bandwidth, comp)).rate)
+    rng = np.random.default_rng(0)
+    pick = rng.random(N)
+    floor = (pick < 0.1) & ~comp & ((np.arange(N) // HOST_SIZE) % 3 != 0)
+    ceiling = pick > 0.9
+    np.save(d / "lower.npy", np.where(floor, 1.5 * free, 0.0))
+    np.save(d / "upper.npy", np.where(ceiling, 0.5 * free, np.inf))
     return d, (imp, lam, comp, bandwidth)
 
 
 def _reference(inputs, task):
     d, (imp, lam, comp, bandwidth) = inputs
-    from jaxcrawl import politeness
-
+    bounds = (np.load(d / "lower.npy"), np.load(d / "upper.npy"))
     with jax.enable_x64(True):
         if task == "harmonic" or task == "stream":
             pol = jaxcrawl.lambda_crawl(jaxcrawl.CrawlProblem(imp, lam, bandwidth, comp))
+        elif task == "stream_bounded":
+            pol = jaxcrawl.lambda_crawl(jaxcrawl.CrawlProblem(imp, lam, bandwidth, comp), bounds=bounds)
+            rate = np.asarray(pol.rate)
+            assert np.sum(rate <= bounds[0]) >= 100 and np.sum(rate >= bounds[1]) >= 100  # both bind
         elif task == "blc":
             pol = jaxcrawl.binary_lambda_crawl(jaxcrawl.CrawlProblem(imp, lam, bandwidth, comp), 0.4)
-        else:  # capped: the CSV's (10-digit) values, hosts of HOST_SIZE consecutive pages
-            t = read_problem_csv(str(d / "table.csv"))
+        else:  # capped (bounded: and the bounds): the CSV's (10-digit) values, hosts of HOST_SIZE pages
+            t = read_problem(str(d / "table.csv"))
             problem = jaxcrawl.CrawlProblem(t.importance, t.change_rate, bandwidth, t.complete)
             host = (np.asarray(t.page_id).astype(np.int64) // HOST_SIZE).astype(np.int32)
             free = np.asarray(jaxcrawl.lambda_crawl(problem).rate)
             totals = np.bincount(host, weights=free)
             caps = np.where(np.arange(totals.size) % 3 == 0, 0.6 * totals, np.inf)  # every third host binds
             np.save(d / "caps.npy", caps)
-            sol = politeness.solve_with_host_caps(problem, host, caps, "harmonic")
+            sol = host_capped(problem, host, caps, "harmonic", bounds=bounds if task == "bounded" else None)
             assert np.asarray(sol.binding).sum() >= 4
             pol = sol.policy
         return np.asarray(pol.rate), float(pol.dual)
@@ -126,21 +144,24 @@ def test_two_process_solve_equals_single_process(inputs, tmp_path):
 @pytest.mark.long
 @pytest.mark.parametrize("num_processes", [2, 3])
 def test_solves_equal_single_process(inputs, tmp_path, num_processes):
-    """lambda_crawl (.npy rows), binary_lambda_crawl(eps=0.4) (Parquet row groups), a
-    host-capped solve whose hosts straddle processes (CSV byte ranges) and stream_solve
-    each equal the single-process result to 1e-12; a mismatched bandwidth is refused."""
+    """LambdaCrawl (.npy rows), BinaryLambdaCrawl(eps=0.4) (Parquet row groups), a
+    host-capped solve whose hosts straddle processes (CSV byte ranges), with and without
+    revisit bounds, and a StreamedTable with and without the bounds each equal the
+    single-process result to 1e-12; a mismatched bandwidth is refused."""
     d = inputs[0]
     _reference(inputs, "capped")
-    run_job(num_processes, d, tmp_path, "harmonic", "blc", "capped", "stream", "mismatch")
-    for task in ("harmonic", "blc", "stream"):
+    run_job(num_processes, d, tmp_path, "harmonic", "blc", "capped", "bounded", "stream", "stream_bounded",
+            "mismatch")
+    for task in ("harmonic", "blc", "stream", "stream_bounded", "bounded"):
         _check(inputs, tmp_path, task, num_processes)
     parts = _check(inputs, tmp_path, "capped", num_processes)
     # hosts straddle the processes: some host has pages on two processes
     hosts = [set((p["page_id"] // HOST_SIZE).tolist()) for p in parts]
     assert any(hosts[i] & hosts[i + 1] for i in range(num_processes - 1))
-    # stream_solve: every process wrote its rows into one plan file
-    ref_rate, _ = _reference(inputs, "stream")
-    assert rel(np.load(tmp_path / "stream_rate.npy"), ref_rate) <= 1e-12
+    # the streamed solves: every process wrote its rows into one plan file
+    for task in ("stream", "stream_bounded"):
+        ref_rate, _ = _reference(inputs, task)
+        assert rel(np.load(tmp_path / f"{task}_rate.npy"), ref_rate) <= 1e-12, task
     for i in range(num_processes):
         msg = str(np.load(tmp_path / f"mismatch.p{i}.npz")["message"])
         assert "bandwidth (processes [1] differ from process 0)" in msg, msg
@@ -153,8 +174,6 @@ def test_far_below_the_change_rates_across_processes(inputs, tmp_path):
     streamed by both: converged, the same dual everywhere, and the single-process plan; and
     the same solve under host caps that bind there (the per-segment log-gap solve on the
     sharded arrays) equals the in-memory capped solve."""
-    from jaxcrawl import politeness
-
     d, (imp, lam, comp, bandwidth) = inputs
     R = bandwidth * 1e-30
     host = (np.arange(N) // HOST_SIZE).astype(np.int32)
@@ -165,7 +184,7 @@ def test_far_below_the_change_rates_across_processes(inputs, tmp_path):
     np.save(d / "far_caps.npy", caps)
     run_job(2, d, tmp_path, "far", "far_stream", "far_capped")
     with jax.enable_x64(True):
-        capped = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, caps, "binary")
+        capped = host_capped(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, caps, "binary")
     assert bool(capped.policy.converged) and int(np.asarray(capped.binding).sum()) == 2
     rate, _, _ = gather(tmp_path, "far_capped", 2)
     assert abs(rate.sum() / R - 1) <= 1e-12
@@ -188,9 +207,9 @@ def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_p
     draws do not depend on the sharding: partitionable threefry); LambdaLearnAndCrawl
     (K19 Alg. 4: simulate, estimate, solve per epoch) sharded the same way gives the same
     per-epoch crawl counts, duals and (to rounding) costs."""
-    import jaxcrawl.learners.learn_and_crawl as lc
+    import jaxcrawl.learners as lc
     from jaxcrawl import simulate as sim
-    from jaxcrawl.learners.base import run_learner
+    from jaxcrawl.learners import run_learner
 
     run_job(2, os.path.dirname(WORKER), tmp_path, "simulate", "learner")
     with jax.enable_x64(True):
@@ -221,8 +240,7 @@ def test_simulator_and_learner_sharded_over_processes_equal_single_process(tmp_p
 def _sweep_reference(num_seeds=8, chunk_size=1):
     import jax.numpy as jnp
 
-    from jaxcrawl.learners.mirror_sync import SyncHyperparams, async_mirror_sync
-    from jaxcrawl.learners.sweep import run_sweep
+    from jaxcrawl.learners import SyncHyperparams, async_mirror_sync, run_sweep
     from jaxcrawl.sync_bandits import polynomial_bandit
 
     with jax.enable_x64(False):  # the workers' dtype (float32) in the x64 lane too
@@ -271,7 +289,7 @@ def test_killed_process_stops_the_job_and_rerun_resumes(tmp_path):
     coordination service's heartbeat timeout); rerunning the same command resumes from
     the finished checkpoint chunks and completes with the single-process result."""
     env = _env()
-    port = distributed.free_port()
+    port = launcher.free_port()
     script_dir = os.path.dirname(WORKER)
     procs = []
     try:
@@ -316,13 +334,13 @@ def test_row_range_partitions_rows():
     """Process ranges tile [0, n) in order, sizes differ by at most one (n < P: empty ones)."""
     for n in (0, 1, 2, 5, 10_007):
         for num in (1, 2, 3, 7):
-            ranges = [distributed.row_range(n, num, i) for i in range(num)]
+            ranges = [parallel.row_range(n, num, i) for i in range(num)]
             assert ranges[0][0] == 0 and ranges[-1][1] == n
             assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
             sizes = [e - s for s, e in ranges]
             assert max(sizes) - min(sizes) <= 1
     with pytest.raises(ValueError, match="process_id must be in"):
-        distributed.row_range(10, 2, 2)
+        parallel.row_range(10, 2, 2)
 
 
 @pytest.mark.parametrize("fmt", ["table", "table.parquet", "table.csv"])
@@ -331,7 +349,7 @@ def test_local_readers_partition_the_table(inputs, fmt, num):
     """Every row is read by exactly one process, in order, for .npy tables (row ranges),
     Parquet (row groups) and CSV (byte ranges aligned to line starts)."""
     d, (imp, lam, comp, _) = inputs
-    parts = [distributed.read_local_rows(str(d / fmt), i, num) for i in range(num)]
+    parts = [read_local_rows(str(d / fmt), i, num) for i in range(num)]
     got_imp = np.concatenate([p.importance for p in parts])
     ids = np.concatenate([np.asarray(p.page_id).astype(np.int64) for p in parts])
     np.testing.assert_array_equal(ids, np.arange(N))
@@ -347,23 +365,23 @@ def test_csv_part_errors_name_the_file_and_line(tmp_path):
     """A malformed row in another process's byte range is reported with the real file
     and line number (not the part's)."""
     path = tmp_path / "bad.csv"
-    write_problem_csv(str(path), np.arange(100), np.ones(100), np.ones(100))
+    write_problem(str(path), np.arange(100), np.ones(100), np.ones(100))
     lines = path.read_text().splitlines()
     lines[80] = "79,-1,1,0"  # line 81 of the file, in process 1's half
     path.write_text("\n".join(lines) + "\n")
-    assert len(distributed.read_local_rows(str(path), 0, 2).importance) == 51
+    assert len(read_local_rows(str(path), 0, 2).importance) == 51
     with pytest.raises(ValueError, match=r"bad\.csv:81: importance must be finite and > 0"):
-        distributed.read_local_rows(str(path), 1, 2)
+        read_local_rows(str(path), 1, 2)
 
 
 def test_host_collectives_with_one_process():
     x = np.array([1.5, -2.0, np.inf])
-    np.testing.assert_array_equal(distributed.allgather_host(x), x[None])
-    np.testing.assert_array_equal(distributed.allreduce_sum(x), x)
-    distributed.check_consistent(bandwidth=1.0)  # one process: nothing to compare
+    np.testing.assert_array_equal(parallel.allgather_host(x), x[None])
+    np.testing.assert_array_equal(parallel.allreduce_sum(x), x)
+    parallel.check_consistent(bandwidth=1.0)  # one process: nothing to compare
     with pytest.raises(ValueError, match="bad rows"):
-        distributed.raise_together("bad rows")
-    assert distributed.fingerprint({"a": np.arange(3)}) != distributed.fingerprint({"a": np.arange(4)})
+        parallel.raise_together("bad rows")
+    assert fingerprint({"a": np.arange(3)}) != fingerprint({"a": np.arange(4)})
 
 
 def test_launch_stops_the_job_when_one_process_fails():
@@ -372,11 +390,11 @@ def test_launch_stops_the_job_when_one_process_fails():
             "print('up', os.environ['JAX_NUM_PROCESSES'], flush=True); time.sleep(0.2 if i == 1 else 60); "
             "sys.exit(5 if i == 1 else 0)")
     log = io.StringIO()
-    status = distributed.launch([sys.executable, "-c", code], 3, stream=log, timeout=50, stop_grace_seconds=2)
+    status = launcher.launch([sys.executable, "-c", code], 3, stream=log, timeout=50, stop_grace_seconds=2)
     assert status == 5  # not 124: the sleeping peers were stopped, not waited for
     lines = sorted(log.getvalue().splitlines())
     assert lines == ["[0] up 3", "[1] up 3", "[2] up 3"]
-    ok = distributed.launch([sys.executable, "-c", "pass"], 2, stream=log, timeout=50)
+    ok = launcher.launch([sys.executable, "-c", "pass"], 2, stream=log, timeout=50)
     assert ok == 0
 
 

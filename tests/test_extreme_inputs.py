@@ -16,8 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxcrawl
-from jaxcrawl import estimators, politeness
-from jaxcrawl.utilities import binary_epsilon, get_utility
+from jaxcrawl import estimators
+from jaxcrawl.io import write_page_table
+from jaxcrawl.parallel import StreamedTable
+
+from helpers import host_capped
 
 OBJECTIVES = ("harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay", "uniform")
 
@@ -37,7 +40,7 @@ def solve_rtol():
 
 
 def utility(name):
-    return binary_epsilon(0.4) if name == "binary-epsilon" else name
+    return jaxcrawl.binary(0.4) if name == "binary-epsilon" else name
 
 
 def pages(seed, n=10):
@@ -61,7 +64,7 @@ def check_policy(problem, pol, name):
     assert abs(rate.sum() - R) <= 4 * eps ** 0.75 * R, (name, rate.sum(), R)
     if not float(np.finfo(dtype()).tiny) < float(pol.dual) < float(np.finfo(dtype()).max):
         return  # e.g. importance 1e-30 over rates 1: the dual (1e-60) is not representable
-    u = get_utility(utility(name))
+    u = jaxcrawl.objective(utility(name))
     if not u.separable or u.marginal is None:
         return
     tol = 1e-3 if dtype() == np.float32 else 1e-8
@@ -91,17 +94,17 @@ def check_policy(problem, pol, name):
 def test_host_capped_solve_is_scale_equivariant(name):
     """Host-capped solves at importance x a and change rates, bandwidth, caps x c (a, c from
     the dtype's far ends) equal the unit solve, rates scaled by c and duals by a/c, each
-    converged (before the change of units: wrong plans with converged=True at 1e-30)."""
+    converged (no wrong plan with converged=True at 1e-30)."""
     imp, lam, comp = pages(1, 12)
     host = np.arange(12) % 3
     caps = np.array([0.3, 0.5, np.inf]) * 4.0
-    ref = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp, lam, 4.0, comp), host, caps, name)
+    ref = host_capped(jaxcrawl.CrawlProblem(imp, lam, 4.0, comp), host, caps, utility(name))
     E = top_exponent()
     rtol = solve_rtol()
     for a in (10.0 ** -E, 1.0, 10.0 ** E):
         for c in (10.0 ** -E, 10.0 ** E):
-            sol = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp * a, lam * c, 4.0 * c, comp), host,
-                                                  caps * c, name)
+            sol = host_capped(jaxcrawl.CrawlProblem(imp * a, lam * c, 4.0 * c, comp), host, caps * c,
+                              utility(name))
             assert bool(sol.policy.converged), (name, a, c)
             np.testing.assert_allclose(np.asarray(sol.policy.rate, np.float64) / c, np.asarray(ref.policy.rate),
                                        rtol=rtol, atol=0, err_msg=f"{name} a={a} c={c}")
@@ -192,19 +195,17 @@ def test_estimators_are_equivariant_in_time(e, seed):
     pytest.param("harmonic", [(a, c) for a in (1e-30, 1e30) for c in (1e-30, 1e-10, 1e10, 1e30)], marks=pytest.mark.long),
     pytest.param("binary", [(a, c) for a in (1e-30, 1e30) for c in (1e-30, 1e-10, 1e10, 1e30)], marks=pytest.mark.long),
 ])
-def test_stream_solve_is_scale_equivariant(tmp_path, name, scales):
-    """stream_solve from a float32 page table on disk, importance x a and change rates,
-    bandwidth x c: the unit-scale plan scaled, converged (before its change of units:
-    wrong plans marked converged at 1e-30)."""
-    from jaxcrawl.scale import stream_solve, write_page_table
-
+def test_streamed_solve_is_scale_equivariant(tmp_path, name, scales):
+    """A StreamedTable of a float32 page table on disk, importance x a and change rates,
+    bandwidth x c: the unit-scale plan scaled, converged (no wrong plan marked converged at
+    1e-30)."""
     imp, lam, comp = pages(4, 3000)
     f32 = np.float32
-    ref = stream_solve(write_page_table(str(tmp_path / "unit"), imp.astype(f32), lam.astype(f32), comp), 600.0,
-                       objective=name, chunk_size=1024, progress=False)
+    ref = jaxcrawl.solve(StreamedTable(write_page_table(str(tmp_path / "unit"), imp.astype(f32), lam.astype(f32),
+                                                        comp), 600.0, chunk_size=1024, progress=False), name)
     for k, (a, c) in enumerate(scales):
         t = write_page_table(str(tmp_path / f"t{k}"), (imp * a).astype(f32), (lam * c).astype(f32), comp)
-        res = stream_solve(t, 600.0 * c, objective=name, chunk_size=1024, progress=False)
+        res = jaxcrawl.solve(StreamedTable(t, 600.0 * c, chunk_size=1024, progress=False), name)
         assert res.converged, (name, a, c)
         np.testing.assert_allclose(np.asarray(res.rate, np.float64) / c, np.asarray(ref.rate, np.float64),
                                    rtol=1e-3, err_msg=f"{name} a={a} c={c}")

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 import jaxcrawl
-from jaxcrawl.utilities import binary_epsilon, get_utility
+from jaxcrawl.io import write_page_table
+from jaxcrawl.parallel import ProcessRows, StreamedTable
 
-from helpers import fd_jvp
+from helpers import fd_jvp, host_capped
 
 
 def dtype():
@@ -71,7 +72,7 @@ def check_kkt(name, imp, lam, R, rate, lower):
 def test_far_below_the_change_rates_solves_to_the_dtype(name, seed):
     imp, lam = pages(seed)
     eps = float(np.finfo(dtype()).eps)
-    u = binary_epsilon(0.4) if name == "binary-epsilon" else get_utility(name)
+    u = jaxcrawl.binary(0.4) if name == "binary-epsilon" else jaxcrawl.objective(name)
     solve = jax.jit(lambda p: jaxcrawl.solve(p, u))  # one compilation for every bandwidth
     for e in exponents():
         R = float(lam.sum()) * 10.0 ** e
@@ -92,35 +93,30 @@ def test_far_below_the_change_rates_solves_to_the_dtype(name, seed):
                                        pytest.param("binary", True, marks=pytest.mark.long),
                                        pytest.param("binary-epsilon", True, marks=pytest.mark.long)])
 def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, name, full):
-    """``scale.stream_solve`` (chunk by chunk from a page table on disk: 40 pages in chunks of
-    16, the last padded) and ``distributed.solve_local_rows`` (one process here; two in
+    """A ``StreamedTable`` (chunk by chunk from a page table on disk: 40 pages in chunks of
+    16, the last padded) and ``ProcessRows`` (one process here; two in
     tests/test_distributed.py; also with host caps that do not bind, where the capped solve
-    falls back to the uncapped answer) re-solve on the log-gap as ``solve`` does: at every bandwidth,
-    converged, the budget to 16 eps, the KKT conditions, and ``solve``'s plan to the solver's
-    tolerance.  (Before, both kept the plain dual: not converged far below the change rates,
-    and the streamed uniform solve reported a plan 1e10 times the budget as converged.)
-    The default selection runs the smallest bandwidth only, without host caps (each streamed
-    solve compiles its chunk programs anew)."""
-    from jaxcrawl import distributed
-    from jaxcrawl.scale import stream_solve, write_page_table
-
+    falls back to the uncapped answer) re-solve on the log-gap as the in-memory solve does: at
+    every bandwidth, converged, the budget to 16 eps, the KKT conditions, and the in-memory
+    plan to the solver's tolerance (a streamed uniform plan 1e10 times the budget must not
+    be reported as converged).  The default selection runs the smallest bandwidth only,
+    without host caps (each streamed solve compiles its chunk programs anew)."""
     imp, lam = (v.astype(dtype()) for v in pages(5, 40))
     comp = np.zeros(imp.size, bool)
     table = write_page_table(str(tmp_path / "t"), imp, lam, comp)
     eps = float(np.finfo(dtype()).eps)
-    u = binary_epsilon(0.4) if name == "binary-epsilon" else get_utility(name)
-    objective, epsilon = ("binary", 0.4) if name == "binary-epsilon" else (name, 0.0)
+    u = jaxcrawl.binary(0.4) if name == "binary-epsilon" else jaxcrawl.objective(name)
     solve = jax.jit(lambda p: jaxcrawl.solve(p, u))
     for e in exponents() if full else exponents()[:1]:
         R = float(np.sum(lam, dtype=np.float64)) * 10.0 ** e
         ref = solve(jaxcrawl.CrawlProblem(imp, lam, R))
         assert bool(ref.converged), (name, e)
-        streamed = stream_solve(table, R, objective=objective, epsilon=epsilon, chunk_size=16, progress=False)
-        local = distributed.solve_local_rows(imp, lam, comp, R, objective, epsilon=epsilon)
+        streamed = jaxcrawl.solve(StreamedTable(table, R, chunk_size=16, progress=False), u)
+        local = jaxcrawl.solve(ProcessRows(imp, lam, comp, R), u)
         # host caps that do not bind: the capped solve's fallback to the uncapped answer
         host = np.arange(imp.size, dtype=np.int32) // 8
-        capped = distributed.solve_local_rows(imp, lam, comp, R, objective, epsilon=epsilon, host_id=host,
-                                              host_cap=np.full(host.max() + 1, 2 * R, dtype())) if full else None
+        capped = jaxcrawl.solve(ProcessRows(imp, lam, comp, R), u, caps=jaxcrawl.HostCaps(
+            host, np.full(host.max() + 1, 2 * R, dtype()))) if full else None
         # (capped: bandwidths far below the change rates, where the fallback matters; nearer,
         # a uniform page at its threshold under caps is a known open case -- docs/utilities.md)
         for label, got in (("stream", streamed), ("local", local)) + ((("capped", capped),) if e <= -5 and full
@@ -136,17 +132,13 @@ def test_streamed_and_multi_process_solves_far_below_the_change_rates(tmp_path, 
         if full:
             # caps that bind: the multi-process capped solve's per-segment log-gap solve equals
             # the in-memory one and meets the capped KKT conditions
-            from jaxcrawl import politeness
-
             top_host = host[np.argmax(imp / lam)]
             tight = np.full(host.max() + 1, np.inf)
             tight[top_host] = 0.3 * R
             tight[(top_host + 1) % tight.size] = 0.2 * R
             tight = tight.astype(dtype())
-            got = distributed.solve_local_rows(imp, lam, comp, R, objective, epsilon=epsilon, host_id=host,
-                                               host_cap=tight)
-            mem = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, tight,
-                                                  "binary-epsilon" if epsilon else objective, epsilon=epsilon)
+            got = jaxcrawl.solve(ProcessRows(imp, lam, comp, R), u, caps=jaxcrawl.HostCaps(host, tight))
+            mem = host_capped(jaxcrawl.CrawlProblem(imp, lam, R, comp), host, tight, u)
             assert got.converged and bool(mem.policy.converged), (name, e)
             lower = 0.4 * R / imp.size if name == "binary-epsilon" else 0.0
             check_capped_kkt("uniform" if name == "uniform" else "binary", imp.astype(np.float64),
@@ -174,8 +166,8 @@ def test_the_gap_dual_is_resolved_finely_far_below_the_change_rates():
 @pytest.mark.long  # default-suite time: the smallest bandwidth's KKT check above implies it
 def test_far_below_the_change_rates_the_budget_goes_to_the_top_page():
     """At 1e-30 of the change rates (no ties), binary freshness crawls only the page with the
-    largest importance / change rate, at the whole bandwidth (the plain dual returned 8.6e-16
-    of a 1e-30 budget in float32)."""
+    largest importance / change rate, at the whole bandwidth (float32 too, where the plain
+    dual cannot resolve a 1e-30 budget)."""
     imp, lam = pages(3)
     R = float(lam.sum()) * 1e-30
     for name in ("binary", "uniform"):
@@ -193,7 +185,7 @@ def test_the_plain_path_is_kept_where_it_is_accurate():
     imp, lam = pages(4, 50)
     problem = jaxcrawl.CrawlProblem(imp, lam, 0.3 * lam.sum())
     for name in ("binary", "uniform"):
-        u = get_utility(name)
+        u = jaxcrawl.objective(name)
         a = jaxcrawl.solve(problem, u)
         b = jaxcrawl.solve(problem, u._replace(gap=None, name=name + "-plain"))
         np.testing.assert_array_equal(np.asarray(a.rate), np.asarray(b.rate))
@@ -248,11 +240,11 @@ def test_a_batch_mixes_both_paths_like_a_loop():
 def test_a_page_at_its_uniform_threshold_gets_its_rate():
     """Uniform-interval freshness: a page's rate falls to 0 at its threshold m_i = nu only
     like xi / log(1 / (1 - nu / m_i)), so in float32 the sum jumps by ~xi/17 between adjacent
-    duals there.  Before, a solve whose root sat in such a jump stopped on the collapsed
-    bracket and the closing correction spread the missing rate over the other pages,
-    reported converged, with that page at 0 (100% off; KKT off by 2%).  Now it is not
-    reported converged by the plain solve, and the log-gap re-solve from that page's
-    threshold gives every rate to float32 precision of the float64 optimum's conditioning."""
+    duals there.  A solve whose root sits in such a jump must not stop on the collapsed
+    bracket and let the closing correction spread the missing rate over the other pages
+    (that page at 0, reported converged): the plain solve reports it not converged, and the
+    log-gap re-solve from that page's threshold gives every rate to float32 precision of
+    the float64 optimum's conditioning."""
     rng = np.random.default_rng(3)
     n = 120
     zeta, xi = rng.lognormal(0, 1.5, n), rng.lognormal(0, 1.5, n)
@@ -298,25 +290,22 @@ def test_host_capped_far_below_the_change_rates(name):
     multiplier 0): the log-gap solve is returned, equal to the uncapped solve.  Caps that
     bind there are solved on the log-gap per segment (each binding host on its own dual from
     its own top page, the other pages on theirs; the binding set corrected until
-    consistent): converged, the budget to 16 eps, every cap, KKT per segment.  (Before:
-    reported as not converged at every bandwidth from 1e-5 of the change rates in float32.)"""
-    from jaxcrawl import politeness
-
+    consistent): converged, the budget to 16 eps, every cap, KKT per segment, at every
+    bandwidth from 1e-5 of the change rates down, float32 included."""
     imp, lam = pages(6)
     host = np.arange(imp.size) % 3
     eps = float(np.finfo(dtype()).eps)
-    objective, kw = ("binary-epsilon", dict(epsilon=0.4)) if name == "binary-epsilon" else (name, {})
-    u = binary_epsilon(0.4) if name == "binary-epsilon" else name
+    u = jaxcrawl.binary(0.4) if name == "binary-epsilon" else name
     bound = 0
     for e in exponents()[:4]:
         R = float(lam.sum()) * 10.0 ** e
         problem = jaxcrawl.CrawlProblem(imp, lam, R)
         free = jaxcrawl.solve(problem, u)
-        sol = politeness.solve_with_host_caps(problem, host, np.array([np.inf, np.inf, np.inf]), objective, **kw)
+        sol = host_capped(problem, host, np.array([np.inf, np.inf, np.inf]), u)
         assert bool(sol.policy.converged), (name, e)
         np.testing.assert_allclose(np.asarray(sol.policy.rate), np.asarray(free.rate), rtol=4 * eps, atol=0)
         tight = np.array([0.3, 0.5, np.inf]) * float(problem.bandwidth)
-        sol = politeness.solve_with_host_caps(problem, host, tight, objective, **kw)
+        sol = host_capped(problem, host, tight, u)
         assert bool(sol.policy.converged), (name, e)
         lower = 0.4 * float(problem.bandwidth) / imp.size if name == "binary-epsilon" else 0.0
         binding = check_capped_kkt("binary" if name != "uniform" else name, imp, lam, float(problem.bandwidth),
@@ -335,8 +324,6 @@ def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, 
     with the top page's host binding, at 1e-12 of the change rates (one page per segment)
     and at 3e-2 (several; the duals within e^0.5 of the segments' top marginals, so the
     log-gap solve is used), in importance, change rates, bandwidth and the caps."""
-    from jaxcrawl import politeness
-
     imp, lam = pages(7)
     host = np.arange(imp.size) % 3
     with jax.enable_x64(True):
@@ -346,11 +333,11 @@ def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, 
 
         @jax.jit
         def f(i, l, r, c):
-            sol = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(i, l, r), host, c, name)
+            sol = host_capped(jaxcrawl.CrawlProblem(i, l, r), host, c, name)
             return sol.policy.rate
 
         args = (jnp.asarray(imp), jnp.asarray(lam), jnp.asarray(R), jnp.asarray(caps))
-        sol = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(*args[:3]), host, args[3], name)
+        sol = host_capped(jaxcrawl.CrawlProblem(*args[:3]), host, args[3], name)
         assert bool(sol.policy.converged) and bool(np.asarray(sol.binding).any())
         rng = np.random.default_rng(0)
         for which in range(4):
@@ -368,15 +355,12 @@ def test_gradient_through_the_capped_gap_solve_matches_finite_differences(name, 
 @pytest.mark.parametrize("seed, full", [pytest.param(s, f, marks=pytest.mark.long) for s, f in ((5, False), (5, True), (0, True), (2, True))])
 def test_a_page_at_its_uniform_threshold_under_host_caps(seed, full):
     """The host-capped iteration at a uniform page's threshold (its rate jumps by ~xi/17
-    between adjacent float32 duals).  Before, a dual that stopped on the wrong side of the
-    jump left the page at 0 and the closing corrections spread its rate over the other
-    pages, reported converged (seed 5, R = 1e-3 of the change rates, caps that do not bind:
-    15% of the budget misplaced; seed 0, R = 0.1, binding caps: 0.3%).  Now the solve
-    interpolates across the jump inside the final bracket and tests its duals; a converged
-    plan meets the budget and every cap, and the KKT conditions in the gap variables hold
+    between adjacent float32 duals).  A dual on the wrong side of the jump would leave the
+    page at 0 and the closing corrections spread its rate over the other pages (seed 5,
+    R = 1e-3 of the change rates, caps that do not bind: 15% of the budget; seed 0, R = 0.1,
+    binding caps: 0.3%); the solve interpolates across the jump inside the final bracket and
+    tests its duals, so a converged plan meets the budget and every cap, and the KKT conditions in the gap variables hold
     within each binding host (its own multiplier) and over the other pages (float64, NumPy)."""
-    from jaxcrawl import politeness
-
     imp, lam = pages(seed, 40)
     host = np.arange(40) % 4
     solved = 0
@@ -384,8 +368,8 @@ def test_a_page_at_its_uniform_threshold_under_host_caps(seed, full):
         R = float(lam.sum()) * frac
         for share in (2.0, 0.3):
             caps = np.array([share, share, share, np.inf]) * R
-            sol = politeness.solve_with_host_caps(jaxcrawl.CrawlProblem(imp.astype(dtype()), lam.astype(dtype()), R),
-                                                  host, caps.astype(dtype()), "uniform")
+            sol = host_capped(jaxcrawl.CrawlProblem(imp.astype(dtype()), lam.astype(dtype()), R),
+                              host, caps.astype(dtype()), "uniform")
             if not bool(sol.policy.converged):
                 continue
             solved += 1

@@ -9,7 +9,16 @@ import numpy as np
 import pytest
 
 import jaxcrawl
-from jaxcrawl.scale import PageTable, page_mesh, shard_pages, stream_solve, write_page_table
+from jaxcrawl.io import PageTable, write_page_table
+from jaxcrawl.parallel import StreamedTable, page_mesh, shard_pages
+
+
+def stream(table, bandwidth, objective="harmonic", **kwargs):
+    """``jaxcrawl.solve`` of a StreamedTable: ``(policy, source)`` (the source counts the
+    passes over the table)."""
+    opts = {k: kwargs.pop(k) for k in ("bounds", "max_steps", "rtol") if k in kwargs}
+    src = StreamedTable(table, bandwidth, **kwargs)
+    return jaxcrawl.solve(src, objective, **opts), src
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +36,14 @@ def table(tmp_path_factory):
 def test_stream_equals_in_memory(table, tmp_path, objective, epsilon, chunk):
     arrays, t = table
     p = jaxcrawl.CrawlProblem(*arrays[:2], 0.2 * len(arrays[0]), arrays[2])
-    res = stream_solve(t, float(p.bandwidth), objective=objective, epsilon=epsilon, chunk_size=chunk,
-                       out_path=str(tmp_path / "rate.npy"))
+    obj = jaxcrawl.harmonic() if objective == "harmonic" else jaxcrawl.binary(epsilon)
+    res, src = stream(t, float(p.bandwidth), obj, chunk_size=chunk, out=str(tmp_path / "rate.npy"), progress=False)
     pol = jaxcrawl.lambda_crawl(p) if objective == "harmonic" else jaxcrawl.binary_lambda_crawl(p, epsilon)
     np.testing.assert_allclose(res.rate, pol.rate, rtol=1e-12, atol=1e-12 * float(p.bandwidth) / p.num_pages)
     np.testing.assert_allclose(res.dual, float(pol.dual), rtol=1e-12)
     assert abs(res.residual) <= 1e-9 * float(p.bandwidth)
-    assert res.num_passes == res.num_steps + 4
+    assert src.num_passes == res.num_steps + 4
+    assert res.prob is None and res.on_signal is None  # written to out: the rates only
     assert np.load(tmp_path / "rate.npy", mmap_mode="r").shape == (p.num_pages,)
 
 
@@ -41,19 +51,19 @@ def test_stream_progress_bar_counts_every_chunk_read(table, capsys, monkeypatch)
     """``progress=True`` draws a bar on stderr; it advances once per chunk read, over every
     pass (bounds, bracket, each root-finding step, residual, writing: chunks x passes),
     naming each pass; the rates are those of ``progress=False``, which writes nothing."""
-    from jaxcrawl.io import progress
+    from jaxcrawl.parallel import _streaming
 
     _, t = table
     chunk = 8192
-    quiet = stream_solve(t, 5000.0, chunk_size=chunk, progress=False)
+    quiet, _ = stream(t, 5000.0, chunk_size=chunk, progress=False)
     assert capsys.readouterr().err == ""
-    loud = stream_solve(t, 5000.0, chunk_size=chunk, progress=True)
+    loud, _ = stream(t, 5000.0, chunk_size=chunk, progress=True)
     assert "stream_solve" in capsys.readouterr().err
     np.testing.assert_array_equal(loud.rate, quiet.rate)
 
     seen = {"labels": [], "count": 0, "closed": False}
 
-    class Bar:  # records what stream_solve tells its bar
+    class Bar:  # records what the streamed solve tells its bar
         def set_description(self, text, refresh=True):
             seen["labels"].append(text)
 
@@ -66,9 +76,9 @@ def test_stream_progress_bar_counts_every_chunk_read(table, capsys, monkeypatch)
         def close(self):
             seen["closed"] = True
 
-    monkeypatch.setattr(progress, "progress_bar", lambda *a, **k: Bar())
-    res = stream_solve(t, 5000.0, chunk_size=chunk, progress=True)
-    assert seen["count"] == -(-t.num_pages // chunk) * res.num_passes and seen["closed"]
+    monkeypatch.setattr(_streaming, "progress_bar", lambda *a, **k: Bar())
+    res, src = stream(t, 5000.0, chunk_size=chunk, progress=True)
+    assert seen["count"] == -(-t.num_pages // chunk) * src.num_passes and seen["closed"]
     assert seen["labels"] == (["stream_solve: bounds", "stream_solve: bracket"]
                               + [f"stream_solve: step {k}" for k in range(1, res.num_steps + 1)]
                               + ["stream_solve: residual", "stream_solve: writing rates"])
@@ -81,9 +91,9 @@ def test_page_table_errors(tmp_path):
         write_page_table(str(tmp_path / "x"), [1.0, -1.0], [1.0, 1.0])
     t = write_page_table(str(tmp_path / "y"), [1.0, 1.0], [1.0, 1.0], [True, True])
     with pytest.raises(ValueError, match="exceeds what the problem can use"):
-        stream_solve(t, 5.0)
+        stream(t, 5.0)
     with pytest.raises(ValueError, match="objective"):
-        stream_solve(t, 1.0, objective="nope")
+        stream(t, 1.0, "nope")
 
 
 def test_shard_pages_requires_divisible_pages():
@@ -102,5 +112,6 @@ def test_sharded_equals_single_device_on_8_host_devices():
     proc = subprocess.run([sys.executable, script], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     diffs = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert set(diffs) == {"lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl", "mle", "async_mirror_sync_sweep"}
+    assert set(diffs) == {"lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl", "capped_bounded", "mle",
+                          "async_mirror_sync_sweep"}
     assert all(v <= 1e-9 for v in diffs.values()), diffs

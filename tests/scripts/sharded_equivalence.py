@@ -13,8 +13,8 @@ import numpy as np  # noqa: E402
 
 import jaxcrawl  # noqa: E402
 from jaxcrawl import estimators  # noqa: E402
-from jaxcrawl.learners.mirror_sync import async_mirror_sync, run_sync_learner  # noqa: E402
-from jaxcrawl.scale import page_mesh, shard_leading, shard_pages  # noqa: E402
+from jaxcrawl.learners import async_mirror_sync, run_learner  # noqa: E402
+from jaxcrawl.parallel import page_mesh, shard_leading, shard_pages  # noqa: E402
 from jaxcrawl.sync_bandits import polynomial_bandit  # noqa: E402
 
 assert len(jax.devices()) == 8, jax.devices()
@@ -40,6 +40,24 @@ for name, solver in [("lambda_crawl", jaxcrawl.lambda_crawl), ("lambda_crawl_app
     assert len(b.rate.sharding.device_set) == 8
     out[name] = max(rel(b.rate, a.rate), rel(b.dual, a.dual))
 
+# host caps and revisit bounds: the same solve on sharded arrays
+n = problem.num_pages
+host = (np.arange(n) % 7 - 1).astype(np.int32)
+free = np.asarray(jaxcrawl.lambda_crawl(problem).rate)
+cap = 0.5 * np.bincount(host[host >= 0], weights=free[host >= 0], minlength=6)
+lower = np.where((np.arange(n) % 11 == 0) & ~np.asarray(problem.complete) & (host < 0), 1.5 * free, 0.0)
+upper = np.where(np.arange(n) % 13 == 0, 0.5 * free, np.inf)
+
+
+def capped(p, lo, hi):
+    return jaxcrawl.solve(p, "harmonic", caps=jaxcrawl.HostCaps(host, cap), bounds=(lo, hi))
+
+
+a_ = jax.jit(capped)(local, *jax.device_put((lower, upper), single))
+b_ = jax.jit(capped)(sharded, *shard_pages((jnp.asarray(lower), jnp.asarray(upper)), mesh))
+assert bool(a_.converged) and bool(b_.converged) and np.any(np.asarray(a_.host_dual) > 0)
+out["capped_bounded"] = max(rel(b_.rate, a_.rate), rel(b_.dual, a_.dual))
+
 # estimators: histories with pages on the leading axis
 rng = np.random.default_rng(0)
 rates = rng.lognormal(-1, 1, 8 * 1000)
@@ -55,7 +73,7 @@ out["mle"] = rel(b, a)
 keys = jax.random.split(jax.random.key(1), 8)
 bandits = jax.vmap(lambda k: polynomial_bandit(k, 20))(keys)
 learner = async_mirror_sync()
-sweep = jax.jit(jax.vmap(lambda k, b: run_sync_learner(k, learner, b, 30)[1]))
+sweep = jax.jit(jax.vmap(lambda k, b: run_learner(k, learner, b, 30)[1]))
 a = sweep(jax.device_put(keys, single), jax.device_put(bandits, single))
 b = sweep(*shard_leading((keys, bandits), mesh))
 leaves_a = jax.tree_util.tree_leaves(a)
