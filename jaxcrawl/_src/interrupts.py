@@ -8,9 +8,9 @@ output as if nothing had happened (found in CI: a ``jaxcrawl solve`` signalled w
 its table exited 0).  So the command's handlers first *record* the signal, then raise; and
 the places that make a command's work permanent ask :func:`raise_if_received` first:
 
-* :func:`jaxcrawl.io.checkpoint.atomic_write` before it renames a finished temporary file over
+* :func:`jaxcrawl.io.atomic_write` before it renames a finished temporary file over
   an output (a plan is never replaced after an interrupt, raised or lost);
-* :class:`jaxcrawl.io.checkpoint.CheckpointStore` just *after* storing a chunk (finished work
+* :class:`jaxcrawl.io.CheckpointStore` just *after* storing a chunk (finished work
   is kept, and a long ``reproduce`` stops at its next chunk);
 * :func:`jaxcrawl.cli.main` when the command returns (status 130/143 rather than 0).
 
