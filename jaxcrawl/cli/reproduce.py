@@ -15,7 +15,7 @@ all claims) as its last line.  The exit status is 0 when every claim has its exp
 outcome, 1 when one does not (or an experiment raised), 130 when interrupted.
 
 Finished chunks of work are stored under ``DIR/.checkpoints/NAME/`` (a
-:class:`jaxcrawl.io.checkpoint.CheckpointStore`, every file written atomically); running the same
+:class:`jaxcrawl.io.CheckpointStore`, every file written atomically); running the same
 command again after an interruption resumes where it stopped (``--fresh`` ignores them).
 The environment variable ``JAXCRAWL_EXPERIMENTS_DIR`` names a folder of further experiment
 scripts (``NAME.py``, same contract as the shipped modules), listed and run beside them.
@@ -38,8 +38,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from jaxcrawl.io.checkpoint import CheckpointStore
-from jaxcrawl.io.tables import write_file
+from jaxcrawl._src.fileio import write_file
+from jaxcrawl.io import CheckpointStore
 
 __all__ = ["register", "run"]
 
@@ -51,9 +51,8 @@ def _discover() -> dict[str, Path]:
     """``{NAME: source file}``: the modules of :mod:`jaxcrawl.experiments` (not starting with
     ``_``), then the ``*.py`` scripts of ``$JAXCRAWL_EXPERIMENTS_DIR``.  The package is located,
     not imported, so listing needs no matplotlib."""
-    spec = importlib.util.find_spec(_PACKAGE)
     found = {info.name: Path(info.module_finder.path) / f"{info.name}.py"
-             for info in pkgutil.iter_modules(spec.submodule_search_locations)
+             for info in pkgutil.iter_modules(_package_dirs())
              if not info.name.startswith("_") and not info.ispkg}
     found = dict(sorted(found.items()))
     folder = os.environ.get(_ENV_DIR)
@@ -70,9 +69,14 @@ def _discover() -> dict[str, Path]:
     return found
 
 
-def _is_shipped(path: Path) -> bool:
+def _package_dirs() -> list[str]:
+    """The folders of :mod:`jaxcrawl.experiments` (located, not imported)."""
     spec = importlib.util.find_spec(_PACKAGE)
-    return any(Path(p).resolve() == path.resolve().parent for p in spec.submodule_search_locations)
+    return list(spec.submodule_search_locations or []) if spec is not None else []
+
+
+def _is_shipped(path: Path) -> bool:
+    return any(Path(p).resolve() == path.resolve().parent for p in _package_dirs())
 
 
 def _description(name: str, path: Path) -> str:

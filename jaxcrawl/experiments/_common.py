@@ -15,7 +15,7 @@ The :class:`Context` handed to ``run`` carries the options (``quick``, ``seed``,
 ``out``), derives PRNG keys (:meth:`Context.key`), shows progress bars
 (:meth:`Context.progress`) and stores each finished chunk of work on disk
 (:meth:`Context.cached`, :meth:`Context.run_chunks`) with
-:class:`jaxcrawl.io.checkpoint.CheckpointStore` under ``OUT/.checkpoints/NAME/``, so an
+:class:`jaxcrawl.io.CheckpointStore` under ``OUT/.checkpoints/NAME/``, so an
 interrupted run, started again with the same command, resumes where it stopped.  A chunk is
 reused only when its fingerprint matches: the experiment's name, ``--quick``, ``--seed``,
 ``--data``, the jaxcrawl version and the source of the experiment file and of this file
@@ -49,7 +49,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxcrawl.io.checkpoint import CheckpointStore  # noqa: E402  (re-exported: experiments' chunk store)
+from jaxcrawl.io import CheckpointStore  # noqa: E402  (re-exported: experiments' chunk store)
 
 __all__ = [
     "Claim",
