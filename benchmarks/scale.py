@@ -16,7 +16,7 @@ with, among others, ``lambda_crawl_18.5M_seconds`` and ``lambda_crawl_18.5M_pass
 
 ``--processes N`` (N > 1) adds real multi-process solves: the same LambdaCrawl solve by
 :func:`jaxcrawl.solve` of :class:`jaxcrawl.parallel.ProcessRows` in this process (1 process) and in a job of
-N local processes (:func:`jaxcrawl.cli.launcher.launch`, gloo collectives over 127.0.0.1),
+N local processes (:func:`jaxcrawl.cli.launch`, gloo collectives over 127.0.0.1),
 each process holding only its rows; keys ``processes1_solve_seconds_<size>``,
 ``processes<N>_solve_seconds_<size>`` and their ratio ``processes<N>_over_1_<size>``.
 Only ``--sizes`` are run (e.g. ``--sizes 18500000 --devices 1 --processes 2``).
@@ -111,7 +111,7 @@ def process_child(sizes):
 def run_processes(sizes, num_processes):
     import io
 
-    from jaxcrawl.cli.launcher import launch
+    from jaxcrawl.cli import launch
 
     out = {}
     for n in sizes:

@@ -337,7 +337,7 @@ def test_check_result_verdicts_in_order():
     """The one final guard: not converged beats non-finite values, which beat another
     process's non-finite count, which beats a missed budget; a finite plan within tolerance
     passes; --x64 is suggested only in float32 and only where precision can help."""
-    from jaxcrawl.cli import check_result
+    from jaxcrawl.cli._options import check_result
 
     ids = np.array(["a", "b", "c"])
     good = np.array([1.0, 2.0, 3.0])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxcrawl import estimators as E
-from jaxcrawl.cli import estimate as cli_estimate
+from jaxcrawl.cli import _estimate as cli_estimate
 from jaxcrawl.io import CrawlDataset, load_crawl_dataset
 
 FILES = CrawlDataset.FILES

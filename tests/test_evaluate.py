@@ -1,4 +1,4 @@
-"""``jaxcrawl evaluate`` (jaxcrawl.cli.evaluate, jaxcrawl.policy_eval).
+"""``jaxcrawl evaluate`` (jaxcrawl.policy_eval).
 
 * A LambdaCrawl plan written by ``jaxcrawl solve`` evaluates to exactly
   ``harmonic_cost`` / ``binary_cost`` of the plan's policy, and its Monte-Carlo figures

@@ -262,7 +262,7 @@ def test_output_equal_to_input_is_refused(tmp_path, capsys):
 
 
 def test_estimate_refuses_to_overwrite_a_data_set_file(tmp_path):
-    from jaxcrawl.cli import estimate
+    from jaxcrawl.cli import _estimate as estimate
 
     d = tmp_path / "ds"
     d.mkdir()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxcrawl import estimators as E
-from jaxcrawl.cli.estimate import estimate_rates
+from jaxcrawl.cli._estimate import estimate_rates
 from jaxcrawl.io import read_histories
 
 

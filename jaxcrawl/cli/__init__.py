@@ -1,19 +1,20 @@
-"""The ``jaxcrawl`` command line: one module per command, parsing and printing only.
+"""The ``jaxcrawl`` command line: one private module per command, parsing and printing only.
 
 =====================  ===================================================================
-command                module
+command                what it does
 =====================  ===================================================================
-``jaxcrawl solve``     :mod:`jaxcrawl.cli.solve` -- optimal crawl rates for a page table
-``jaxcrawl estimate``  :mod:`jaxcrawl.cli.estimate` -- change rates from crawl histories
-``jaxcrawl schedule``  :mod:`jaxcrawl.cli.schedule` -- a plan's crawl timetable
-``jaxcrawl reproduce`` :mod:`jaxcrawl.cli.reproduce` -- the papers' figures and claims
-``jaxcrawl evaluate``  :mod:`jaxcrawl.cli.evaluate` -- a policy's costs and gap to the optimum
-``jaxcrawl stream``    :mod:`jaxcrawl.cli.stream` -- rates for a page table on disk, streamed
-``jaxcrawl sweep``     :mod:`jaxcrawl.cli.sweep` -- a resumable sync-bandit learner sweep
-``jaxcrawl launch``    :mod:`jaxcrawl.cli.launch` -- N local processes of one distributed job
+``jaxcrawl solve``     optimal crawl rates for a page table (or the synthetic default)
+``jaxcrawl estimate``  change rates from crawl histories
+``jaxcrawl schedule``  a plan's crawl timetable
+``jaxcrawl reproduce`` the papers' figures and claims
+``jaxcrawl evaluate``  a policy's costs and gap to the optimum
+``jaxcrawl stream``    rates for a page table on disk, streamed
+``jaxcrawl sweep``     a resumable sync-bandit learner sweep
+``jaxcrawl launch``    N local processes of one distributed job (also :func:`launch`)
 =====================  ===================================================================
 
-Each module has ``register(subparsers)`` (adds its subcommand) and ``run(args) -> int``.
+Each command's module ``jaxcrawl.cli._<name>`` has ``register(subparsers)`` and ``run(args) -> int``;
+the options they share are in ``jaxcrawl.cli._options``.
 Exit status: 0 success; 1 a reproduced claim without its expected outcome; 2 bad
 arguments or a malformed input file (the message names the file and line); 3 a solve that
 did not converge, produced non-finite rates or missed the budget (no output written);
@@ -40,20 +41,23 @@ import argparse
 import contextlib
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+import jax
+
+import jaxcrawl
+from jaxcrawl import NonConvergenceError
 from jaxcrawl._src import interrupts as _interrupts
 
-__all__ = ["main", "build_parser", "COMMANDS", "EXIT_OK", "EXIT_USAGE", "EXIT_NOT_CONVERGED", "EXIT_INTERRUPTED",
-           "EXIT_TERMINATED", "Terminated",
-           "compile_cache_dir", "setup_compile_cache", "check_result"]
+from ._launch import launch as launch
 
-#: The subcommands, each a module ``jaxcrawl.cli.<name>``.
-COMMANDS = ("solve", "estimate", "schedule", "reproduce", "evaluate")
-COMMANDS += ("stream", "sweep", "launch")  # multi-process capable (jaxcrawl.cli.multiprocess)
+__all__ = ["main", "launch"]
+
+#: The subcommands, each a module ``jaxcrawl.cli._<name>``.
+COMMANDS = ("solve", "estimate", "schedule", "reproduce", "evaluate", "stream", "sweep", "launch")
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_NOT_CONVERGED = 3
@@ -64,58 +68,10 @@ EXIT_TERMINATED = 143
 Terminated = _interrupts.Terminated
 
 
-def check_result(values: dict, page_id: Any, *, converged: bool = True, num_steps: int | None = None,
-                 residual_before: float | None = None, bandwidth: float | None = None, total: float | None = None,
-                 tolerance: float | None = None, dtype: Any = None, what: str = "the solve",
-                 nonfinite_total: int = 0) -> str | None:
-    """The final guard of every command that writes rates or estimates: why its result must
-    not be written, or None when it may be.
-
-    ``values`` maps a plural noun for the message (``"rates"``, ``"probabilities"``,
-    ``"change rates"``, ...) to one value per page of ``page_id``.  A failure is, in this order: ``converged`` false (a
-    root-find stopped by its step cap after ``num_steps`` with the budget off by
-    ``residual_before``); a non-finite value in any column (the message gives how many
-    pages and the first page id); rates summing (``total``, default the float64 sum of
-    ``values["rates"]``) off ``bandwidth`` by more than ``tolerance``.  When ``dtype`` is a
-    32-bit float and the failure is one that more precision or range can cure (non-finite
-    values, a missed budget), the message suggests ``--x64``.  In a job of several processes,
-    ``nonfinite_total`` is the non-finite count summed over every process (so that all reach
-    the same verdict): a process whose own values are finite still fails when it is not 0.
-    """
-    import numpy as np
-
-    hint = ""
-    if dtype is not None and np.dtype(dtype).itemsize < 8:
-        hint = "; --x64 (float64) may help"
-    if not converged:
-        off = "" if residual_before is None else f" with the budget off by {residual_before:.3g}" + (
-            f" ({abs(residual_before) / bandwidth:.2g} of the bandwidth)" if bandwidth else "")
-        steps = "" if num_steps is None else f" after {num_steps} steps"
-        return (f"{what} did not converge: the root-find stopped{steps}{off} before its closing correction; "
-                "raise --max-steps (or --rtol) or check the input")
-    for name, v in values.items():
-        v = np.asarray(v)
-        bad = ~np.isfinite(v)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            first = page_id[i].item() if hasattr(page_id[i], "item") else page_id[i]  # 'b', not np.str_('b')
-            return (f"{what} produced non-finite {name} for {int(bad.sum())} pages (first: page "
-                    f"{first!r}, value {float(v[i])!r}, of {v.size} pages){hint}; check the input")
-    if nonfinite_total:
-        return f"{what} produced non-finite values for {int(nonfinite_total)} pages in other processes{hint}"
-    if bandwidth is not None and tolerance is not None:
-        if total is None:
-            total = float(np.sum(np.asarray(values["rates"]), dtype=np.float64))
-        off = total - bandwidth
-        if not abs(off) <= tolerance:
-            return (f"the plan's rates sum to {total:.10g}, off the bandwidth {bandwidth:.10g} by {off:.3g} "
-                    f"(tolerance {tolerance:.3g}){hint}")
-    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``jaxcrawl`` argument parser with every command of :data:`COMMANDS`."""
-    import jaxcrawl
 
     parser = argparse.ArgumentParser(prog="jaxcrawl", description="Optimal freshness crawl scheduling in JAX.")
     parser.add_argument("--version", action="version", version=f"jaxcrawl {jaxcrawl.__version__}")
@@ -123,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="do not use the persistent compilation cache (see compile_cache_dir)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        importlib.import_module(f"{__name__}.{name}").register(sub)
+        try:
+            module = importlib.import_module(f"{__name__}._{name}")
+        except ModuleNotFoundError:
+            module = importlib.import_module(f"{__name__}.{name}")
+        module.register(sub)
         sub.choices[name].add_argument(
             "--check", action="store_true",
             help="debug mode: solve: check the inputs and rates inside jit and name the problem and page of "
@@ -147,7 +107,6 @@ def setup_compile_cache(enabled: bool = True) -> Path | None:
     program, however quick to compile).  Returns the directory, or None when ``enabled``
     is false, ``JAXCRAWL_COMPILE_CACHE=0`` is set, the directory cannot be created, or
     JAX already has a cache directory configured (which is then left as it is)."""
-    import jax
 
     if not enabled or os.environ.get("JAXCRAWL_COMPILE_CACHE", "1") in ("0", "false", "no"):
         return None
@@ -192,14 +151,11 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
 
 def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[int]) -> int:
     """:func:`main` under the interrupt handlers: parse, run, map errors to exit statuses."""
-    import signal
 
-    from jaxcrawl import NonConvergenceError
 
     command = "?"
     try:
         _interrupts.raise_if_received()  # a signal while the command was importing
-        import jax
 
         parser = build_parser()
         args = parser.parse_args(argv)

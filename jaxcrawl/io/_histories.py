@@ -54,7 +54,7 @@ class Histories(NamedTuple):
     The padded ``(n, k)`` view the estimators take directly (``k`` the longest history) is
     :attr:`intervals` / :attr:`changed` / :attr:`mask`, built on access -- for pages of very
     unequal lengths use :meth:`padded` on groups of similar length, as ``jaxcrawl
-    estimate`` does (:func:`jaxcrawl.cli.estimate.estimate_rates`).
+    estimate`` does (``jaxcrawl.cli._estimate.estimate_rates``).
     """
 
     page_id: np.ndarray

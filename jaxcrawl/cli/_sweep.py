@@ -15,6 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcrawl.learners import SyncHyperparams, async_mirror_sync, async_psgd_sync, mirror_sync, run_sweep
+from jaxcrawl.sync_bandits import polynomial_bandit
+
+from ._options import (
+    add_process_arguments,
+    join,
+)
+
 __all__ = ["register", "run"]
 
 LEARNERS = ("mirror-sync", "async-mirror-sync", "async-psgd-sync")
@@ -22,7 +34,6 @@ LEARNERS = ("mirror-sync", "async-mirror-sync", "async-psgd-sync")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``sweep`` subcommand to an ``argparse`` subparsers object."""
-    from .multiprocess import add_arguments
 
     p = subparsers.add_parser(
         "sweep", help="a resumable seeds x instances x learning-rate sweep of a sync-bandit learner (ICML-20)",
@@ -40,20 +51,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="master seed (default 0)")
     p.add_argument("--out-dir", help="checkpoint directory (resumes when it holds this sweep's chunks)")
     p.add_argument("--x64", action="store_true", help="run in float64")
-    add_arguments(p)
+    add_process_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl sweep``; returns the exit status."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
 
-    from jaxcrawl.learners import SyncHyperparams, async_mirror_sync, async_psgd_sync, mirror_sync, run_sweep
-    from jaxcrawl.sync_bandits import polynomial_bandit
 
-    from .multiprocess import join
 
     join(args)
     for name in ("instances", "arms", "seeds", "steps", "chunk_size"):

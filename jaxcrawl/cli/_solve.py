@@ -21,16 +21,51 @@ import os
 import time
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from . import multiprocess
+import jaxcrawl
+from jaxcrawl import check_rate_bounds, objective_names, rate_bounds
+from jaxcrawl import parallel as dist
+from jaxcrawl import timetable as tt
+from jaxcrawl._src.checks import check_representable
+from jaxcrawl._src.fileio import progress_bar, write_file
+from jaxcrawl._src.hostmap import caps_pages_path, merge_host_caps
+from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
+from jaxcrawl.debug import checked
+from jaxcrawl.io import (
+    PageTable,
+    check_output,
+    read_host_caps,
+    read_local_rows,
+    read_problem,
+    write_nutch_seeds,
+    write_plan,
+    write_urlfrontier,
+)
+from jaxcrawl.io.synthetic import synthetic
+
+from ._options import (
+    add_host_arguments,
+    add_process_arguments,
+    add_time_arguments,
+    bandwidth_from_args,
+    budget_tolerance,
+    check_result,
+    host_gaps,
+    join,
+    objective_from_args,
+    part_path,
+    requested,
+    start_epoch,
+)
 
 __all__ = ["register", "run", "check_plan"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``solve`` subcommand to an ``argparse`` subparsers object."""
-    from jaxcrawl import objective_names
 
     p = subparsers.add_parser(
         "solve",
@@ -67,7 +102,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--rtol", type=float, default=None,
                    help="relative budget tolerance of the root-find (default 4 eps^0.75 of the dtype)")
     p.add_argument("--x64", action="store_true", help="solve in float64")
-    multiprocess.add_arguments(p)  # --coordinator/--num-processes/--process-id: jaxcrawl.cli.multiprocess
+    add_process_arguments(p)  # --coordinator/--num-processes/--process-id
     add_time_arguments(p)
     p.add_argument("--min-interval", help="revisit bound for every page: never crawl a page more often than "
                    "this (a number in --time-unit, or 90s/15m/6h/2d/1w); the input's min_interval column "
@@ -84,69 +119,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 
-def bandwidth_from_args(args: argparse.Namespace, num_pages: int) -> float:
-    """``--bandwidth``, else ``--bandwidth-fraction`` (default 0.2) times the number of pages."""
-    if args.bandwidth is not None:
-        if not (math.isfinite(args.bandwidth) and args.bandwidth > 0):
-            raise ValueError(f"--bandwidth must be finite and > 0; got {args.bandwidth}")
-        return args.bandwidth
-    frac = 0.2 if args.bandwidth_fraction is None else args.bandwidth_fraction
-    if not (math.isfinite(frac) and frac > 0):
-        raise ValueError(f"--bandwidth-fraction must be finite and > 0; got {frac}")
-    return frac * num_pages
 
 
-def budget_tolerance(rtol: float | None, dtype: Any, bandwidth: float) -> float:
-    """The absolute budget tolerance of the final guard: ``bandwidth`` times the solve's
-    relative tolerance (``--rtol``, else the dtype's default), at least 32 ulps of the dtype."""
-    from jaxcrawl._src.rootfind import default_rtol
-
-    return max(rtol or default_rtol(dtype), 32 * float(np.finfo(dtype).eps)) * float(bandwidth)
-
-def add_time_arguments(p: argparse.ArgumentParser) -> None:
-    """``--time-unit`` and ``--start`` (shared by solve and schedule)."""
-    from jaxcrawl._src.timeunits import TIME_UNITS
-
-    p.add_argument("--time-unit", choices=tuple(TIME_UNITS), default="days",
-                   help="the unit of time of the rates: the input's change_rate is changes per this unit, "
-                        "and the plan's rate crawls per this unit (default days)")
-    p.add_argument("--start", help="ISO 8601 UTC start of the schedule (e.g. 2026-01-05T06:00:00Z; "
-                   "default: now): crawler outputs and timetables carry absolute times from it")
 
 
-def add_host_arguments(p: argparse.ArgumentParser) -> None:
-    """``--hosts``, ``--crawl-delays``, ``--robots`` and ``--user-agent``."""
-    p.add_argument("--hosts", help="page -> host mapping (page_id,host_id); default: the host of URL page ids")
-    delays = p.add_mutually_exclusive_group()
-    delays.add_argument("--crawl-delays", help="table host,crawl_delay (seconds between two fetches of a host)")
-    delays.add_argument("--robots", help="directory of robots.txt files (HOST.txt or HOST/robots.txt); "
-                        "their Crawl-delay (or Request-rate) for --user-agent")
-    p.add_argument("--user-agent", default="*", help="user agent whose robots.txt rules apply (default *)")
 
 
-def host_gaps(args: argparse.Namespace, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """``(host_index, delay_seconds, host_names)`` of the pages from ``--crawl-delays`` /
-    ``--robots`` (None when neither is given)."""
-    from jaxcrawl.io import read_crawl_delays
-
-    if not (args.crawl_delays or args.robots):
-        if getattr(args, "hosts", None):
-            raise ValueError("--hosts maps pages to hosts for --crawl-delays or --robots; give one of them")
-        return None
-    if args.robots and not os.path.isdir(args.robots):
-        raise ValueError(f"{args.robots}: not a directory (expected robots.txt files named HOST.txt "
-                         "or HOST/robots.txt)")
-    return read_crawl_delays(args.crawl_delays or args.robots, page_id, pages_path=args.hosts,
-                             user_agent=args.user_agent)
 
 
-def start_epoch(args: argparse.Namespace) -> float:
-    """``--start`` as epoch seconds (now, to the second, when not given)."""
-    import time as _time
 
-    from jaxcrawl._src.timeunits import parse_start
-
-    return parse_start(args.start) if args.start else float(int(_time.time()))
 
 
 def _number(x: Any) -> float | None:
@@ -164,29 +145,16 @@ def check_plan(rate: np.ndarray, prob: np.ndarray, bandwidth: float, converged: 
     plan whose rates (summed in float64) miss ``bandwidth`` by more than ``tolerance``
     (:func:`jaxcrawl.cli.check_result`, the guard every command shares).
     """
-    from . import check_result
 
     return check_result({"rates": rate, "probabilities": prob}, page_id, converged=converged, num_steps=num_steps,
                         residual_before=residual_before, bandwidth=bandwidth, tolerance=tolerance,
                         dtype=dtype)
 
 
-def objective_from_args(args: argparse.Namespace):
-    """The objective of ``--objective`` (with ``--epsilon``: the floor of ``binary-epsilon`` only)."""
-    import jaxcrawl
-
-    if args.objective == "binary-epsilon":
-        return jaxcrawl.binary(0.4 if args.epsilon is None else args.epsilon)
-    if getattr(args, "epsilon", None) is not None:
-        raise ValueError(f"--epsilon applies to --objective binary-epsilon only (got --objective {args.objective})")
-    return jaxcrawl.objective(args.objective)
 
 
 def _load(args: argparse.Namespace) -> tuple[Any, str]:
-    import jax
 
-    from jaxcrawl.io import PageTable, read_problem
-    from jaxcrawl.io.synthetic import synthetic
 
     if args.input:
         t = read_problem(args.input)
@@ -202,18 +170,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl solve``; returns the exit status (raises ``NonConvergenceError``
     for status 3)."""
-    import jax
-    import jax.numpy as jnp
 
-    import jaxcrawl
-    from jaxcrawl import check_rate_bounds, rate_bounds
-    from jaxcrawl._src.fileio import progress_bar
-    from jaxcrawl._src.hostmap import caps_pages_path
-    from jaxcrawl._src.timeunits import parse_duration, unit_seconds
-    from jaxcrawl.io import check_output, write_plan
 
-    if multiprocess.requested(args):  # several processes: each solves from its own rows
-        return multiprocess.run_solve(args)
+    if requested(args):  # several processes: each solves from its own rows
+        return run_solve(args)
     if args.max_steps < 1:
         raise ValueError(f"--max-steps must be >= 1; got {args.max_steps}")
     if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol < 1):
@@ -251,7 +211,6 @@ def run(args: argparse.Namespace) -> int:
         check_rate_bounds(lo, hi, float(bandwidth), page_id=page_id, objective_upper=obj_hi,
                           unit=args.time_unit[:-1])
     dtype = jnp.float64 if args.x64 else jnp.float32
-    from jaxcrawl._src.checks import check_representable
 
     for name, col in (("importance", imp), ("change_rate", lam)):  # validated in the dtype they are used in
         check_representable(col, name, dtype, labels=page_id, source=args.input)
@@ -262,7 +221,6 @@ def run(args: argparse.Namespace) -> int:
     num_delay_hosts = 0
     caps = None
     if args.host_caps and gaps is None:
-        from jaxcrawl.io import read_host_caps
 
         hidx, hcap = read_host_caps(args.host_caps, page_id)
         caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(hcap, dtype))
@@ -272,8 +230,6 @@ def run(args: argparse.Namespace) -> int:
         with np.errstate(divide="ignore"):
             cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
         if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
-            from jaxcrawl._src.hostmap import merge_host_caps
-            from jaxcrawl.io import read_host_caps
 
             c_idx, c_cap = read_host_caps(args.host_caps, page_id)
             hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
@@ -286,7 +242,6 @@ def run(args: argparse.Namespace) -> int:
     else:  # eager: the capped log-gap fallback is compiled only where a plan needs it
         solve = functools.partial(jaxcrawl.solve, objective=obj, caps=caps, bounds=bounds, **options)
     if getattr(args, "check", False):  # debug mode: inputs and rates checked by page (jaxcrawl.debug)
-        from jaxcrawl.debug import checked
 
         solve = checked(solve)
     t0 = time.perf_counter()
@@ -370,9 +325,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
     """The URLFrontier / Nutch outputs of a plan (``rate`` per ``--time-unit``)."""
-    from jaxcrawl import timetable as tt
-    from jaxcrawl._src.timeunits import iso_utc, next_fetch, unit_seconds
-    from jaxcrawl.io import write_nutch_seeds, write_urlfrontier
 
     summary["start"] = str(iso_utc(np.asarray([start]))[0])
     if args.urlfrontier:
@@ -387,3 +339,133 @@ def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
     if args.nutch:
         k = write_nutch_seeds(args.nutch, page_id, rate, unit=args.time_unit)
         summary["nutch"] = {"path": args.nutch, "num_urls": k}
+
+
+def _host_ids(caps_path: str, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Global host indices (the caps file's order, finite caps only) of this process's pages."""
+
+    return read_host_caps(caps_path, page_id, unknown_pages="ignore", all_hosts=True)
+
+
+def run_solve(args: argparse.Namespace) -> int:
+    """``jaxcrawl solve`` in a job of several processes (called by :func:`run`)."""
+
+
+
+    # Command options that only the single-process command implements (crawler files, real
+    # time, crawl delays): refused rather than silently ignored.
+    unsupported = [flag for flag, attr, default in (
+        ("--hosts", "hosts", None), ("--crawl-delays", "crawl_delays", None), ("--robots", "robots", None),
+        ("--urlfrontier", "urlfrontier", None), ("--nutch", "nutch", None), ("--start", "start", None),
+        ("--time-unit", "time_unit", "days")) if getattr(args, attr, default) != default]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)}: only in a job of one process "
+                         "(run the solve in one process, or without these options)")
+    obj = objective_from_args(args)
+    if not join(args):
+        raise ValueError("--num-processes/--distributed: this job has one process; run without them")
+    pid, nproc = jax.process_index(), jax.process_count()
+
+    check_output(args.output, args.input, args.host_caps)
+    dtype = np.float64 if args.x64 else np.float32
+    if args.input:
+        rows, error = None, None
+        try:
+            rows = read_local_rows(args.input)
+        except ValueError as err:  # a bad row on one process stops every process cleanly
+            error = str(err)
+        dist.raise_together(error)
+        page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
+        source, table_fp = args.input, rows.fingerprint
+    else:  # the synthetic default: every process draws it and keeps its rows
+
+        n = args.num_pages
+        if n < 1:
+            raise ValueError(f"--num-pages must be >= 1; got {n}")
+        s, e = dist.row_range(n)
+        with jax.default_device(jax.local_devices()[0]):
+            syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)
+            page_id = np.arange(s, e)
+            imp, lam, comp = (np.asarray(a)[s:e] for a in (syn.importance, syn.change_rate, syn.complete))
+        source, table_fp = f"synthetic(seed={args.seed}, num_pages={n})", None
+    num_pages = int(dist.allreduce_sum([len(imp)])[0])
+
+    bandwidth = float(bandwidth_from_args(args, num_pages))
+    host_id = host_cap = None
+    if args.host_caps:
+        error = None
+        try:
+            host_id, host_cap = _host_ids(args.host_caps, page_id)
+        except ValueError as err:
+            error = str(err)
+        dist.raise_together(error)
+
+    intervals = [None if v is None else parse_duration(v, "days", name=flag)
+                 for flag, v in (("--min-interval", args.min_interval), ("--max-interval", args.max_interval))]
+    if intervals[1] == 0:
+        raise ValueError("--max-interval must be > 0")
+    bounds = (None if intervals[1] is None else 1.0 / intervals[1],
+              None if not intervals[0] else 1.0 / intervals[0])
+    dist.check_consistent(table=table_fp, source=source, bandwidth=bandwidth, objective=obj.name,
+                          caps=None if host_cap is None else host_cap, bounds=bounds,
+                          max_steps=args.max_steps, rtol=args.rtol, x64=bool(args.x64), output=args.output)
+    t0 = time.perf_counter()
+    src = dist.ProcessRows(imp, lam, comp, bandwidth, dtype=dtype)
+    caps = None if host_cap is None else jaxcrawl.HostCaps(host_id, host_cap)
+    sol = jaxcrawl.solve(src, obj, caps=caps, bounds=bounds, max_steps=args.max_steps, rtol=args.rtol)
+    seconds = time.perf_counter() - t0
+    total = float(dist.allreduce_sum([np.sum(sol.rate, dtype=np.float64)])[0])
+    tolerance = budget_tolerance(args.rtol, dtype, bandwidth)
+    # the final guard (jaxcrawl.cli.check_result), on the same verdict in every process: the
+    # non-finite count is summed over processes so that none writes while another refuses
+
+    bad_total = int(dist.allreduce_sum([float(np.sum(~np.isfinite(sol.rate)) + np.sum(~np.isfinite(sol.prob)))])[0])
+    failure = check_result({"rates": sol.rate, "probabilities": sol.prob}, page_id, converged=sol.converged,
+                           num_steps=sol.num_steps, residual_before=sol.residual, bandwidth=bandwidth,
+                           total=total, tolerance=tolerance, dtype=dtype, what=f"the solve (process {pid})",
+                           nonfinite_total=bad_total)
+    summary = dict(source=source, num_pages=num_pages, bandwidth=bandwidth, objective=args.objective,
+                   converged=sol.converged, dual=sol.dual, residual_before_correction=sol.residual,
+                   budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,
+                   dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[src.start, len(sol.rate)])
+    if failure is None and args.output:
+
+        part = part_path(args.output, pid, nproc)
+        write_plan(part, page_id, sol.rate, sol.prob)
+        dist.barrier("jaxcrawl.solve.parts")
+        if pid == 0:
+            parts = [part_path(args.output, i, nproc) for i in range(nproc)]
+            if args.gather_output:
+                _join_parts(parts, args.output)
+                summary["output"] = args.output
+            else:
+                manifest = dict(summary, parts=[os.path.basename(p) for p in parts])
+                with open(args.output + ".manifest.json", "w") as f:
+                    json.dump(manifest, f, indent=1)
+                summary["output"] = args.output + ".manifest.json"
+        dist.barrier("jaxcrawl.solve.written")
+    if failure is not None:
+        summary["error"] = failure
+    print(f"process {pid}/{nproc}: rows {src.start}..{src.start + len(sol.rate)} of {num_pages}, dual {sol.dual:.10g}, "
+          f"{sol.num_steps} root-finding steps, converged: {sol.converged}, solve {seconds:.3f} s")
+    print(json.dumps(summary))
+    if failure is not None:
+        raise jaxcrawl.NonConvergenceError(failure)
+    return 0
+
+
+def _join_parts(parts: list[str], output: str) -> None:
+    """Concatenate CSV parts (one header) into ``output`` atomically, then remove them."""
+
+    def fill(fh):
+        for i, p in enumerate(parts):
+            with open(p) as f:
+                header = f.readline()
+                if i == 0:
+                    fh.write(header)
+                for line in f:
+                    fh.write(line)
+
+    write_file(output, fill)
+    for p in parts:
+        os.remove(p)

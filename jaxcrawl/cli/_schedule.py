@@ -22,7 +22,24 @@ import math
 import os
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from jaxcrawl import timetable as tt
+from jaxcrawl._src.fileio import progress_bar
+from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, parse_start, unit_seconds
+from jaxcrawl.io import (
+    check_output,
+    read_crawl_delays,
+    read_plan,
+    read_timetable,
+    write_nutch_seeds,
+    write_timetable,
+    write_urlfrontier,
+)
+
+from ._options import add_host_arguments, check_result, host_gaps
 
 __all__ = ["register", "run", "PHASES"]
 
@@ -32,7 +49,6 @@ PHASES = ("golden", "hash", "zero")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``schedule`` subcommand to an ``argparse`` subparsers object."""
-    from .solve import add_host_arguments
 
     p = subparsers.add_parser(
         "schedule",
@@ -80,7 +96,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _start(text: str | None) -> tuple[float, float | None]:
     """``(start in plan units, start epoch seconds or None)`` of ``--start``."""
-    from jaxcrawl._src.timeunits import parse_start
 
     if text is None:
         return 0.0, None
@@ -95,15 +110,8 @@ def _start(text: str | None) -> tuple[float, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl schedule``; returns the exit status."""
-    import jax
-    import jax.numpy as jnp
 
-    from jaxcrawl import timetable as tt
-    from jaxcrawl._src.fileio import progress_bar
-    from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
-    from jaxcrawl.io import check_output, read_plan, write_nutch_seeds, write_timetable, write_urlfrontier
 
-    from .solve import host_gaps
 
     horizon = parse_duration(args.horizon, args.time_unit, name="--horizon")
     if not (math.isfinite(horizon) and horizon > 0):
@@ -123,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
     dtype = jnp.float64 if args.x64 else jnp.float32
     with np.errstate(over="ignore"):  # a rate beyond the dtype's range becomes inf: the guard below names it
         rate_j = jnp.asarray(np.asarray(rate).astype(jnp.dtype(dtype)))
-    from . import check_result  # the final guard shared by every command: rates valid in the working dtype
 
     failure = check_result({"rates": np.asarray(rate_j)}, plan.page_id, dtype=dtype,
                            what=f"the plan {args.plan} in {jnp.dtype(dtype).name}")
@@ -244,8 +251,6 @@ def run(args: argparse.Namespace) -> int:
 def _last_host_fetch(args: argparse.Namespace, gaps, epoch: float | None, start: float) -> np.ndarray:
     """Each crawl-delay host's last fetch in the ``--after`` timetable, in this window's
     time coordinates (time since ``--start`` in the plan's unit; ``-inf``: none)."""
-    from jaxcrawl._src.timeunits import unit_seconds
-    from jaxcrawl.io import read_crawl_delays, read_timetable
 
     if os.path.realpath(args.after) in {os.path.realpath(o) for o in (args.output, args.urlfrontier, args.nutch) if o}:
         raise ValueError(f"--after {args.after} is also an output of this run; give the previous window's file")

@@ -17,7 +17,19 @@ import argparse
 import json
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+import jaxcrawl
+from jaxcrawl.core.bounds import check_rate_bounds
+from jaxcrawl.io import read_host_caps, read_plan, read_problem
+from jaxcrawl.io.synthetic import synthetic
+from jaxcrawl.policy_eval import Constraints, evaluate_policy, optimal_costs, plan_policy
+
+from ._options import (
+    bandwidth_from_args,
+)
 
 __all__ = ["register", "run"]
 
@@ -64,10 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _load(args):
-    import jax
 
-    from jaxcrawl.io import read_problem
-    from jaxcrawl.io.synthetic import synthetic
 
     if args.input:
         t = read_problem(args.input)
@@ -115,13 +124,11 @@ def _pct(gap, optimum):
 
 
 def _figure(path, problem, reports, n):
-    import jax.numpy as jnp
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from jaxcrawl.policy_eval import optimal_costs
 
     vols = [r.crawl_rate for r in reports]
     lo = max(1e-3 * n, 0.5 * min(vols))
@@ -148,12 +155,7 @@ def _figure(path, problem, reports, n):
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl evaluate``; returns the exit status."""
-    import jax
-    import jax.numpy as jnp
 
-    import jaxcrawl
-    from jaxcrawl.io import read_plan
-    from jaxcrawl.policy_eval import Constraints, evaluate_policy, plan_policy
 
     names = list(args.policy) + [s.strip() for s in args.compare.split(",") if s.strip()]
     if not names and not args.plan:
@@ -162,17 +164,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--seeds must be >= 2 (standard errors need two); got {args.seeds}")
     page_id, imp, lam, comp, source, bounds = _load(args)
     n = len(page_id)
-    from .solve import bandwidth_from_args
 
     bandwidth = bandwidth_from_args(args, n)
     constraints = Constraints()
     if bounds is not None:
-        from jaxcrawl.core.bounds import check_rate_bounds
 
         check_rate_bounds(bounds[0], bounds[1], float(bandwidth), page_id=page_id)
         constraints = constraints._replace(min_rate=bounds[0], max_rate=bounds[1])
     if args.host_caps:
-        from jaxcrawl.io import read_host_caps
 
         hidx, hcap = read_host_caps(args.host_caps, page_id)
         constraints = constraints._replace(host_id=hidx, host_cap=hcap)

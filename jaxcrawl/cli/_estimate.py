@@ -18,9 +18,24 @@ import json
 import os
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from jaxcrawl.io import Histories
+from jaxcrawl import estimators as est
+from jaxcrawl.io import (
+    CrawlDataset,
+    Histories,
+    TableError,
+    check_output,
+    read_histories,
+    write_estimates,
+    write_problem,
+)
+
+from ._options import (
+    check_result,
+)
 
 __all__ = ["register", "run", "estimate_rates", "ESTIMATORS"]
 
@@ -90,10 +105,6 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
     max_rate]``) and get the Lemma 8 half-width over their monitored time; the others get
     the ``estimator``'s rate and the Lemma 3 half-width.
     """
-    import jax
-    import jax.numpy as jnp
-
-    from jaxcrawl import estimators as est
 
     lo, hi = min_rate, max_rate
     count = histories.num_observations
@@ -162,7 +173,6 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl estimate``; returns the process exit code."""
-    from jaxcrawl.io import CrawlDataset, TableError, check_output, read_histories, write_estimates, write_problem
 
     _check_args(args)
     inputs = ([os.path.join(args.input, name) for name in CrawlDataset.FILES.values()]
@@ -190,7 +200,6 @@ def run(args: argparse.Namespace) -> int:
     est_seconds = time.perf_counter() - t0
     nobs = h.num_observations
     left_out = 0
-    from . import check_result  # the final guard shared by every command
 
     failure = check_result({"change rates": rates}, h.page_id, dtype=dtype, what="the estimator")
     if failure is not None:

@@ -14,15 +14,33 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import time
+
+import jax
+import numpy as np
+
+import jaxcrawl
+from jaxcrawl import objective_names
+from jaxcrawl import parallel as dist
+from jaxcrawl.io import PageTable, check_output
+from jaxcrawl.parallel import StreamedTable
+
+from ._options import (
+    add_process_arguments,
+    bandwidth_from_args,
+    budget_tolerance,
+    check_result,
+    join,
+    objective_from_args,
+)
 
 __all__ = ["register", "run"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``stream`` subcommand to an ``argparse`` subparsers object."""
-    from jaxcrawl import objective_names
 
-    from .multiprocess import add_arguments
 
     p = subparsers.add_parser(
         "stream", help="optimal crawl rates for a page table on disk, streamed chunk by chunk",
@@ -45,42 +63,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--x64", action="store_true", help="solve in float64")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="no progress bar (one is shown on a terminal when the run takes more than a second)")
-    add_arguments(p)
+    add_process_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl stream``; returns the exit status."""
-    import time
 
-    import jax
 
-    import jaxcrawl
-    from jaxcrawl.io import PageTable
-    from jaxcrawl.parallel import StreamedTable
 
-    from .multiprocess import join
 
     join(args)
     if args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1; got {args.chunk_size}")
     table = PageTable(args.table)
-    from .solve import bandwidth_from_args, budget_tolerance, objective_from_args
 
     bandwidth = bandwidth_from_args(args, table.num_pages)
     obj = objective_from_args(args)
     # the rates go to a temporary file next to the output (one name, every process writes its
     # rows); only a result that passes the final guard is renamed over the output
-    import os
 
-    import numpy as np
 
-    from jaxcrawl import parallel as dist
 
-    from . import check_result
 
     if args.output:
-        from jaxcrawl.io import check_output
 
         check_output(args.output, args.table)
     partial = args.output + ".partial.npy" if args.output else None
