@@ -13,11 +13,14 @@ _interrupts.install_early()
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError  # noqa: E402
 from importlib.metadata import version as _version  # noqa: E402
 
+from . import debug as debug
 from . import estimators as estimators
 from . import io as io
 from . import learners as learners
 from . import parallel as parallel
+from . import policy_eval as policy_eval
 from . import simulate as simulate
+from . import sync_bandits as sync_bandits
 from . import timetable as timetable
 from ._src.checks import NonConvergenceError as NonConvergenceError
 from .core.bounds import check_rate_bounds as check_rate_bounds
@@ -66,7 +69,7 @@ __all__ = [
     "lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl", "uniform_interval_crawl",
     "accumulated_delay_crawl", "uniform_crawl", "change_rate_crawl",
     # subpackages
-    "parallel", "estimators", "simulate", "learners", "timetable", "io",
+    "parallel", "estimators", "simulate", "learners", "sync_bandits", "policy_eval", "timetable", "io", "debug",
 ]
 
 try:
