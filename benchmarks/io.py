@@ -110,8 +110,8 @@ def _history(n: int, directory: str, pairs: int = 5) -> str:
 
 def _baseline_loader(directory: str, lines: int = 200_000) -> float:
     """Seconds per line of the per-line parser the loader used before (``_stream``)."""
-    from jaxcrawl.io.neurips19 import _OFFSET, _URL_ID, _parse_history, _stream
-    from jaxcrawl.io.tables import RowLog
+    from jaxcrawl.io._neurips19 import _OFFSET, _URL_ID, _parse_history, _stream
+    from jaxcrawl.io._schema import RowLog
 
     sample = os.path.join(directory, "sample.txt")
     with open(os.path.join(directory, "urlid_offset_history.txt"), "rb") as src, open(sample, "wb") as dst:

@@ -5,13 +5,13 @@ instance, 21 daily epochs starting from 1 change/day, for the three learners of 
 (LLC, LLCA, BLLCε).  This script times
 
 * the whole Fig. 3 workload (the three learners in one compiled program, the inner solver
-  a vmapped index as in ``experiments/neurips19_fig3.py``; float32; instances from
+  a vmapped index as in ``jaxcrawl/experiments/neurips19_fig3.py``; float32; instances from
   ``jaxcrawl.synthetic``; ``--batch`` episodes per call), compilation included, with
   the observation-level sampler the learners choose (``info.sampler``);
 * the two samplers alone on the same pages and policy, in the same run: page-days
   simulated per second by the event-level simulator (``crawl_epoch``) and by the
   observation-level one (``observe_epoch``), and a few LLC epochs with each end to end;
-* the production revisit heuristics (:mod:`jaxcrawl.learners.heuristics`: Nutch,
+* the production revisit heuristics (:func:`jaxcrawl.learners.heuristic`: Nutch,
   StormCrawler, Heritrix) on the same episodes, exact event-driven simulation: page-days
   simulated per second next to the learners' (same run);
 * one epoch's estimate + solve (the smoothed MLE of eq. 10 on the compressed history
@@ -36,10 +36,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import jaxcrawl  # noqa: E402
-import jaxcrawl.learners.learn_and_crawl as lc  # noqa: E402
-from jaxcrawl.learners import heuristics, run_learner  # noqa: E402
-from jaxcrawl.learners._history import crawl_epoch, observe_epoch  # noqa: E402
-from jaxcrawl.learners.sweep import grid_product  # noqa: E402
+import jaxcrawl.learners._learn_and_crawl as lc  # noqa: E402
+from jaxcrawl.learners import HEURISTICS, grid_product, heuristic, run_learner  # noqa: E402
+from jaxcrawl.learners._history import crawl_epoch, observe_epoch, suffix_history  # noqa: E402
 from jaxcrawl.simulate import schedule_from_policy  # noqa: E402
 
 from _common import best_time  # noqa: E402
@@ -110,7 +109,7 @@ def main():
     one = {s_: lc.llc_settings(problem, "harmonic", events_per_window=args.events_per_window, sampler=s_)
            for s_ in ("event", "observation")}
     ev_settings, ob_settings = one["event"], one["observation"]
-    learner0 = lc.llc(**ob_settings)
+    learner0 = lc.lambda_learn_and_crawl(**ob_settings)
     state0 = learner0.init(problem)
     schedule = schedule_from_policy(problem.replace(complete=state0.policy.on_signal), state0.policy)
 
@@ -134,7 +133,7 @@ def main():
 
     # ---- LLC end to end with each sampler (a few epochs, one episode)
     for name, st in (("event", ev_settings), ("observation", ob_settings)):
-        lrn = lc.llc(**st)
+        lrn = lc.lambda_learn_and_crawl(**st)
         run1 = jax.jit(lambda k, q, lrn=lrn: run_learner(k, lrn, q, args.compare_epochs)[1])
         t = best_time(run1, jax.random.key(3), problem, repeat=1)
         print(f"LLC with the {name}-level sampler: {t / args.compare_epochs:.3f} s per epoch "
@@ -187,8 +186,8 @@ def main():
     h_page_days = args.episodes * args.epochs * args.pages
     learner_rate = result.get("fig3_learner_page_days_per_second")
     heuristic_throughput = {}
-    for name, factory in heuristics.HEURISTICS.items():
-        h_learner = factory()
+    for name in HEURISTICS:
+        h_learner = heuristic(name)
         run_h = jax.jit(jax.vmap(lambda k, q, hl=h_learner: run_learner(jax.random.fold_in(k, 1), hl, q,
                                                                          args.epochs)[1]))
         compiled_h = run_h.lower(*h_batches[0]).compile()
@@ -215,7 +214,7 @@ def main():
         return jaxcrawl.lambda_crawl(q.replace(change_rate=est)).rate
 
     t_jax = best_time(jax_estimate_solve, hist, problem, state.estimate, repeat=3)
-    iv, ch, mk = (np.asarray(a) for a in lc.suffix_history(hist, epoch, jnp.inf))
+    iv, ch, mk = (np.asarray(a) for a in suffix_history(hist, epoch, jnp.inf))
     comp = np.asarray(problem.complete)
     mu, bw = np.asarray(problem.importance, np.float64), float(problem.bandwidth)
     cols = (np.asarray(hist.column_epoch) >= 0) & (np.asarray(hist.column_epoch) <= epoch)

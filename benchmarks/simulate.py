@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     wb = args.windows if args.baseline_windows is None else args.baseline_windows
     xi = np.asarray(problem.change_rate, np.float64)[:nb]
     zeta = np.asarray(problem.importance, np.float64)[:nb]
-    kind = (np.asarray(schedule.kind)[:nb] == S.SIGNAL).astype(int)
+    kind = (np.asarray(schedule.kind)[:nb] == 2).astype(int)  # 2: signal_schedule's kind
     rate = np.asarray(schedule.rate, np.float64)[:nb]
     prob = np.asarray(schedule.prob, np.float64)[:nb]
     t0 = time.perf_counter()

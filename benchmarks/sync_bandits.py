@@ -29,7 +29,7 @@ import numpy as np
 from jaxcrawl import sync_bandits as sb
 
 # By module path, so a package-level re-export of the `mirror_sync` factory cannot shadow it.
-ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
+ms = importlib.import_module("jaxcrawl.learners")
 
 T1 = sb.TABLE1
 
@@ -61,7 +61,7 @@ def make_workload(num_instances: int, horizon: int):
         for i, (name, learner) in enumerate(learners.items()):
             keys = jax.random.split(jax.random.fold_in(key_run, i), num_instances)
             j0 = jax.vmap(lambda b: sb.policy_cost(b.costs, learner.init(b).rate))(bandits)
-            _, info = jax.vmap(lambda k, b: ms.run_sync_learner(k, learner, b, steps[name]))(keys, bandits)
+            _, info = jax.vmap(lambda k, b: ms.run_learner(k, learner, b, steps[name]))(keys, bandits)
             out[name] = dict(j0=j0, cost=info.policy_cost, time=info.time[0],
                              probes=info.num_probes, iters=info.num_steps, converged=info.converged)
         return dict(bandits=bandits, j_star=j_star, j_eps=j_eps, runs=out)

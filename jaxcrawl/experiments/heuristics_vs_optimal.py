@@ -3,10 +3,10 @@ LambdaLearnAndCrawl, on stationary and on drifting pages, at the same crawl volu
 
 Pages: the NeurIPS-19-shaped synthetic generator (:func:`jaxcrawl.synthetic`),
 all pages with incomplete change observations (the heuristics cannot use change signals,
-so neither does the optimum here).  Heuristics (:mod:`jaxcrawl.learners.heuristics`, the
+so neither does the optimum here).  Heuristics (:func:`jaxcrawl.learners.heuristic`, the
 crawlers' own defaults): Nutch DefaultFetchSchedule and AdaptiveFetchSchedule,
 StormCrawler AdaptiveScheduler, Heritrix WaitEvaluator, each **budget-matched**
-(:func:`~jaxcrawl.learners.heuristics.match_budget`) so that its long-run crawl volume
+(:func:`~jaxcrawl.learners.match_budget`) so that its long-run crawl volume
 equals the bandwidth R; their raw volumes are reported too.
 
 (a, b) Stationary pages, R from 5% to 50% of the pages: the harmonic (NeurIPS-19 eq. 8)
@@ -14,7 +14,7 @@ and binary (supplement eq. 12-13) costs of each matched heuristic (exact event-d
 Monte Carlo, standard errors across seeds) against the optimum at the same volume
 (LambdaCrawl, Alg. 3; BinaryLambdaCrawl) and LambdaLearnAndCrawl (Alg. 4, which must also
 learn the rates) without and with forgetting (half-life 10 days,
-:mod:`jaxcrawl.estimators.forgetting`).
+:func:`jaxcrawl.estimators.discounted_mle`).
 (c) Drifting pages (run at every bandwidth, drawn at R = 20%): at the switch day every
 page's rate is multiplied by 8 or 1/8 (half the pages each,
 :func:`jaxcrawl.simulate.regime_switch`); the cost per day of the heuristics (with the
@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
+from jaxcrawl import learners as H
+from jaxcrawl import learners as LC
 from jaxcrawl import simulate as S
-from jaxcrawl.learners import heuristics as H
-from jaxcrawl.learners import learn_and_crawl as LC
 
 from . import _common
 from ._common import claim
@@ -41,6 +41,7 @@ from ._common import claim
 NAME = "heuristics_vs_optimal"
 DESCRIPTION = ("Production revisit heuristics (Nutch, StormCrawler, Heritrix), budget-matched, vs LambdaCrawl "
                "and LambdaLearnAndCrawl (with and without forgetting) on stationary and drifting pages")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 HEURISTIC_NAMES = ("nutch-default", "nutch-adaptive", "stormcrawler-adaptive", "heritrix-wait")
 LABELS = {"nutch-default": "Nutch default", "nutch-adaptive": "Nutch adaptive",
@@ -58,8 +59,8 @@ def _heuristic(name, epoch):
     (``db.fetch.interval.default=86400``, as StormCrawler's and Heritrix's defaults) instead
     of 30 days, so that the long-run volume is reached within the simulated burn-in."""
     if name == "nutch-adaptive":
-        return H.nutch_adaptive(interval_default=86400.0, epoch_length=epoch)
-    return H.HEURISTICS[name](epoch_length=epoch)
+        return H.heuristic("nutch-adaptive", interval_default=86400.0, epoch_length=epoch)
+    return H.heuristic(name, epoch_length=epoch)
 
 
 def _problem(ctx, n, fraction):
@@ -113,7 +114,7 @@ def _llc(problem, days):
     # one compiled program for plain and forgetting LLC (half_life = inf is plain)
     settings = LC.llc_settings(problem.replace(change_rate=FACTOR * problem.change_rate),
                                history_epochs=min(days, 64))
-    return LC.llc(**settings, forgetting=True)
+    return LC.lambda_learn_and_crawl(**settings, forgetting=True)
 
 
 def drift_point(ctx, n, fraction, sizes, matched):
@@ -136,7 +137,7 @@ def drift_point(ctx, n, fraction, sizes, matched):
     @jax.jit
     def llc_runs(keys, rates, half_life):
         def one(k):
-            # jaxcrawl.learners.heuristics.run_on_path, with the watched pages' error of each day
+            # jaxcrawl.learners.run_on_path, with the watched pages' error of each day
             state = learner.init(problem, LC.LLCParams(half_life=half_life))
 
             def body(st, xs):
@@ -341,5 +342,5 @@ def run(ctx):
         claims=claims,
         notes=["heuristics ignore change signals, so all pages are generated with incomplete observations",
                "adaptive heuristics are scale-free: budget matching raises their growth factor to a power "
-               "(jaxcrawl.learners.heuristics)"],
+               "(jaxcrawl.learners.heuristic)"],
     )

@@ -29,11 +29,12 @@ from jaxcrawl import sync_bandits as sb
 from . import _common
 from ._common import claim
 
-ms = importlib.import_module("jaxcrawl.learners.mirror_sync")
+ms = importlib.import_module("jaxcrawl.learners")
 
 NAME = "icml20_fig1_4"
 DESCRIPTION = ("ICML-20 Figs. 1-4: MirrorSync vs AsyncMirrorSync vs AsyncPSGDSync on polynomial and "
                "binary-Poisson synchronization bandits")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 FAMILIES = {
     "polynomial": (sb.TABLE1, sb.polynomial_bandit),
@@ -87,7 +88,7 @@ def _learner_fn(family, name, rounds):
     @jax.jit
     def go(k, b):
         j0 = jax.vmap(lambda x: sb.policy_cost(x.costs, learner.init(x).rate))(b)
-        _, info = jax.vmap(lambda kk, x: ms.run_sync_learner(kk, learner, x, steps))(k, b)
+        _, info = jax.vmap(lambda kk, x: ms.run_learner(kk, learner, x, steps))(k, b)
         return j0, info.policy_cost, info.time[0]
 
     return go

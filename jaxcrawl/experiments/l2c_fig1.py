@@ -4,7 +4,7 @@
 50 seeds.  ETC explores with the uniform-interval policy κ^UI (every page every m/R) until
 τ, estimates ξ by moment matching (eq. 7), commits to Azar et al.'s optimum ρ̂ for the
 estimates (``jaxcrawl.binary_lambda_crawl``), and its expected regret at horizon T is the
-exact expression of §6.1 (``jaxcrawl.learners.explore_commit.etc_regret``):
+exact expression of §6.1 (``jaxcrawl.learners.etc_regret``):
 
     R(T) = τ/m (F(ρ*; ξ) - G) + (T - τ)/m (F(ρ*; ξ) - F(ρ̂; ξ)),
 
@@ -41,7 +41,7 @@ observations only through the count U_N of changed ones: ξ̂ = clip(log(N/(N-U_
 ``explore_then_commit`` against this closed form).  U_N is simulated exactly on the τ
 grid by binomial increments (common random numbers across τ, as ``run_etc`` does),
 which is what makes 5,000 pages x 50 seeds x 20,000 rounds affordable; the learner
-``jaxcrawl.learners.explore_commit.run_etc`` (full event simulation) agrees with it within
+``jaxcrawl.learners.run_etc`` (full event simulation) agrees with it within
 a median 4.6% of the regret curve for one seed at --quick size (set ``CROSS_CHECK`` to
 rerun that check; off by default to keep --quick under 20 s).
 """
@@ -53,7 +53,7 @@ import numpy as np
 
 import jaxcrawl
 from jaxcrawl import binary_freshness, uniform_interval_freshness
-from jaxcrawl.learners import explore_commit as ec
+from jaxcrawl import learners as ec
 
 from . import _common
 from ._common import claim
@@ -61,6 +61,7 @@ from ._common import claim
 NAME = "l2c_fig1"
 DESCRIPTION = ("Learning to Crawl Fig. 1: ETC regret vs exploration horizon (T = 1e4), optimal τ* vs T "
                "(slope 1/2), normalized regret vs T (slope -1/2); R ∈ {100, 1000}")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 XI_MIN, XI_MAX = 1e-9, 25.0
 DAILY_RATE_RANGE = (1 / 98, float(np.log(98)))   # changes per day (see the docstring)

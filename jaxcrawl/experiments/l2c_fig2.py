@@ -38,7 +38,7 @@ import numpy as np
 
 import jaxcrawl
 from jaxcrawl import binary_freshness
-from jaxcrawl.learners import explore_commit as ec
+from jaxcrawl import learners as ec
 
 from . import _common, l2c_fig1
 from ._common import claim
@@ -46,6 +46,7 @@ from ._common import claim
 NAME = "l2c_fig2"
 DESCRIPTION = ("Learning to Crawl Fig. 2 (§6.2): phased ε-greedy vs explore-then-commit with the optimal "
                "exploration horizon on the Fig. 1 setting, regret vs number of phases")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 EPSILON = 0.1
 TOLERANCE = 0.1

@@ -5,7 +5,7 @@ R = 20% of the pages; the change rates are unknown and start at 1 change/day; 21
 epochs; after every epoch the learner re-estimates every rate from the history (smoothed
 MLE, eq. 10, for incomplete pages; eq. 11 for complete ones) and re-solves with
 LambdaCrawl (LLC), LambdaCrawlApprox (LLCA) or BLCε, ε = 0.4 (BLLCε)
-(``jaxcrawl.learners.learn_and_crawl``).  Every epoch's policy is evaluated under the
+(``jaxcrawl.learners.lambda_learn_and_crawl``).  Every epoch's policy is evaluated under the
 true rates: harmonic cost (eq. 8) and binary cost (supplement eq. 12-13).
 
 Data: the episodes are ``jaxcrawl.synthetic`` samples, or, with ``--data DIR``, the data set's pages (one episode per random sample
@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl.learners import learn_and_crawl as lc
-from jaxcrawl.learners import sweep as sw
+from jaxcrawl import learners as lc
+from jaxcrawl import learners as sw
 
 from . import _common
 from ._common import claim
@@ -28,8 +28,9 @@ from ._common import claim
 NAME = "neurips19_fig3"
 DESCRIPTION = ("NeurIPS-19 Fig. 3: LLC, LLCA and BLLCε learning change rates over 21 daily epochs "
                "(harmonic and binary cost per epoch)")
+__all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
-FAMILY = ("lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl")
+FAMILY = ("harmonic", "harmonic-approx", "binary-epsilon")
 LABELS = ("LLC", "LLCA", "BLLCε")
 COLORS = {"LLC": "#1f77b4", "LLCA": "#17becf", "BLLCε": "#ff7f0e"}
 EPOCHS = 21
