@@ -310,11 +310,11 @@ def test_experiments_are_modules_of_the_package_and_ship_in_the_wheel():
     into a checkout), and setuptools' package discovery puts that package in the wheel."""
     import setuptools
 
-    from jaxcrawl.cli import reproduce
+    from jaxcrawl.cli import _reproduce
 
     shipped = {p.stem for p in EXPERIMENTS.glob("[!_]*.py")}
     assert set(MINE) <= shipped
-    assert set(reproduce._discover()) == shipped
+    assert set(_reproduce._discover()) == shipped
     assert "jaxcrawl.experiments" in setuptools.find_packages(str(REPO), include=["jaxcrawl*"])
 
 

@@ -98,6 +98,8 @@ def _load(name: str, path: Path) -> ModuleType:
     """Import an experiment: a module of :mod:`jaxcrawl.experiments`, or a script of
     ``$JAXCRAWL_EXPERIMENTS_DIR`` (its folder goes on ``sys.path`` for its own helpers)."""
     try:
+        import matplotlib  # noqa: F401  (function-level: the figures' optional dependency)
+
         if _is_shipped(path):
             module = importlib.import_module(f"{_PACKAGE}.{name}")
         else:
