@@ -184,14 +184,14 @@ def main() -> None:
     proc = subprocess.run([sys.executable, "-c", _LOAD, hdir], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
-    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    measured = json.loads(proc.stdout.strip().splitlines()[-1])
     baseline = per_line * args.history_lines
-    result["loader"] = dict(loaded, baseline_per_line_us=per_line * 1e6, baseline_scaled_s=baseline,
-                            speedup=baseline / loaded["seconds"],
-                            rss_over_arrays=loaded["peak_rss_kib"] * 1024 / loaded["array_bytes"])
-    print(f"loader   {args.history_lines} lines: {loaded['seconds']:.1f} s (per-line parser: "
-          f"{per_line * 1e6:.1f} us/line -> {baseline:.0f} s, {baseline / loaded['seconds']:.1f}x); peak RSS "
-          f"{loaded['peak_rss_kib'] / 2**20:.2f} GiB = {result['loader']['rss_over_arrays']:.2f}x the arrays returned")
+    result["loader"] = dict(measured, baseline_per_line_us=per_line * 1e6, baseline_scaled_s=baseline,
+                            speedup=baseline / measured["seconds"],
+                            rss_over_arrays=measured["peak_rss_kib"] * 1024 / measured["array_bytes"])
+    print(f"loader   {args.history_lines} lines: {measured['seconds']:.1f} s (per-line parser: "
+          f"{per_line * 1e6:.1f} us/line -> {baseline:.0f} s, {baseline / measured['seconds']:.1f}x); peak RSS "
+          f"{measured['peak_rss_kib'] / 2**20:.2f} GiB = {result['loader']['rss_over_arrays']:.2f}x the arrays returned")
     result["load_average_end"] = os.getloadavg()
     print(json.dumps(result))
 
