@@ -79,11 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="do not use the persistent compilation cache (see compile_cache_dir)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"{__name__}._{name}")
-        except ModuleNotFoundError:
-            module = importlib.import_module(f"{__name__}.{name}")
-        module.register(sub)
+        importlib.import_module(f"{__name__}._{name}").register(sub)
         sub.choices[name].add_argument(
             "--check", action="store_true",
             help="debug mode: solve: check the inputs and rates inside jit and name the problem and page of "
