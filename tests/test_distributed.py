@@ -1,7 +1,7 @@
 """Real multi-process jobs on 127.0.0.1 (jax.distributed, CPU collectives over gloo).
 
 Each test starts 2 or 3 separate Python processes (tests/scripts/distributed_worker.py)
-through :func:`jaxcrawl.cli.launcher.launch`; every process reads only its own rows of the
+through :func:`jaxcrawl.cli.launch`; every process reads only its own rows of the
 inputs (:class:`jaxcrawl.parallel.ProcessRows`, :class:`jaxcrawl.parallel.StreamedTable`),
 and the plan they produce together through :func:`jaxcrawl.solve` must equal the
 single-process solve computed here (float64: <= 1e-12 relative in rates and dual), host caps
@@ -23,7 +23,7 @@ import pytest
 import jaxcrawl
 from jaxcrawl import parallel
 from jaxcrawl._src.partition import fingerprint
-from jaxcrawl.cli import launcher
+from jaxcrawl.cli import _launch as launcher
 from jaxcrawl.io import read_local_rows, read_problem, write_page_table, write_problem
 
 from helpers import host_capped
@@ -475,7 +475,7 @@ def test_cli_requests_a_job_from_flags_or_cluster_environment(monkeypatch):
     """srun / mpirun launches need no flag; one process never joins a job."""
     import argparse
 
-    from jaxcrawl.cli import multiprocess
+    from jaxcrawl.cli import _options as multiprocess
 
     for var in ("JAX_NUM_PROCESSES", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_SIZE"):
         monkeypatch.delenv(var, raising=False)
@@ -493,13 +493,14 @@ def test_cli_requests_a_job_from_flags_or_cluster_environment(monkeypatch):
 
 
 def test_multiprocess_solve_refuses_options_it_does_not_implement():
-    """The multi-process `jaxcrawl solve` path does not take revisit bounds, crawl delays,
-    real time or crawler outputs yet: it refuses them by name instead of ignoring them."""
-    from jaxcrawl.cli import build_parser, multiprocess
+    """The multi-process `jaxcrawl solve` path does not take crawl delays, real time or
+    crawler outputs: it refuses them by name instead of ignoring them."""
+    from jaxcrawl.cli import build_parser
+    from jaxcrawl.cli._solve import run_solve
 
     base = ["solve", "--num-processes", "2", "--process-id", "0", "--coordinator", "127.0.0.1:1"]
-    for extra, flag in ((["--min-interval", "1h"], "--min-interval"), (["--time-unit", "hours"], "--time-unit"),
+    for extra, flag in ((["--hosts", "hosts.csv"], "--hosts"), (["--time-unit", "hours"], "--time-unit"),
                         (["--nutch", "seeds.txt"], "--nutch")):
         args = build_parser().parse_args(base + extra)
         with pytest.raises(ValueError, match=flag):
-            multiprocess.run_solve(args)
+            run_solve(args)

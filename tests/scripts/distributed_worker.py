@@ -3,7 +3,7 @@
 Usage: distributed_worker.py INPUT_DIR OUT_DIR TASK [TASK ...] [--x64] [--chunk-delay S]
 
 Joins the job from the environment (JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES /
-JAX_PROCESS_ID, as ``jaxcrawl.cli.launcher.launch`` sets them), runs each TASK on its own
+JAX_PROCESS_ID, as ``jaxcrawl.cli.launch`` sets them), runs each TASK on its own
 rows of the inputs in INPUT_DIR through ``jaxcrawl.solve`` of a ``jaxcrawl.parallel``
 page source and writes ``OUT_DIR/TASK.p<I>.npz`` (its rows, its first row's global index,
 the dual).  Tasks:
