@@ -58,7 +58,7 @@ def test_stream_progress_bar_counts_every_chunk_read(table, capsys, monkeypatch)
     quiet, _ = stream(t, 5000.0, chunk_size=chunk, progress=False)
     assert capsys.readouterr().err == ""
     loud, _ = stream(t, 5000.0, chunk_size=chunk, progress=True)
-    assert "stream_solve" in capsys.readouterr().err
+    assert "stream: " in capsys.readouterr().err
     np.testing.assert_array_equal(loud.rate, quiet.rate)
 
     seen = {"labels": [], "count": 0, "closed": False}
@@ -79,9 +79,9 @@ def test_stream_progress_bar_counts_every_chunk_read(table, capsys, monkeypatch)
     monkeypatch.setattr(_streaming, "progress_bar", lambda *a, **k: Bar())
     res, src = stream(t, 5000.0, chunk_size=chunk, progress=True)
     assert seen["count"] == -(-t.num_pages // chunk) * src.num_passes and seen["closed"]
-    assert seen["labels"] == (["stream_solve: bounds", "stream_solve: bracket"]
-                              + [f"stream_solve: step {k}" for k in range(1, res.num_steps + 1)]
-                              + ["stream_solve: residual", "stream_solve: writing rates"])
+    assert seen["labels"] == (["stream: bounds", "stream: bracket"]
+                              + [f"stream: step {k}" for k in range(1, res.num_steps + 1)]
+                              + ["stream: residual", "stream: writing rates"])
 
 
 def test_page_table_errors(tmp_path):

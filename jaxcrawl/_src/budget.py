@@ -243,7 +243,10 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     # Closing correction.  The sums at nu are one fused reduction; the corrected allocation
     # is recomputed elementwise from a barrier copy of nu (so XLA does not materialise x and
     # dx as page-sized temporaries).
-    s, ds = pages.reduce(sums, ("sum", "sum"), nu)
+    def residual(v, nu):
+        return sums(v, nu)
+
+    s, ds = pages.reduce(residual, ("sum", "sum"), nu)
     residual = s - budget
     sw = -ds
     c = jnp.where(sw > 0, -residual / jnp.where(sw > 0, sw, 1.0), 0.0)

@@ -62,8 +62,8 @@ class _Plan(NamedTuple):
     args: tuple
 
 
-_LABELS = {"stats": "limits", "marginals": "bracket", "clipped": "bracket", "sums": "step",
-           "origins": "log-gap origins", "corrected": "writing rates"}
+_LABELS = {"stats": "bounds", "marginals": "bracket", "clipped": "bracket", "residual": "residual",
+           "origins": "log-gap origins"}
 
 
 class ChunkPages:
@@ -80,6 +80,8 @@ class ChunkPages:
         self.stats = None
         self.passes = [0]
         self.sink = {}  # the plan as last written: rate, prob, on_signal (shared with derived pages)
+        self.top = None  # the largest log marginal at zero (objectives with a GapForm), from the first pass
+        self._steps = 0
         self._programs = {}
 
     # ----------------------------------------------------------------- reading
@@ -98,6 +100,14 @@ class ChunkPages:
                 jnp.asarray(_pad(comp, self.size, False)), self._bound(self.lower, start, k, 0.0),
                 self._bound(self.upper, start, k, np.inf), jnp.asarray(start + np.arange(self.size)),
                 jnp.asarray(np.arange(self.size) < k))
+
+    def _label(self, fn) -> str:
+        if fn.__name__ == "sums":
+            self._steps += 1
+            label = f"step {self._steps}"
+        else:
+            label = _LABELS.get(fn.__name__, fn.__name__)
+        return ("log-gap " + label) if self.derived and fn.__name__ != "origins" else label
 
     def _chunks(self, label):
         self.passes[0] += 1
@@ -135,7 +145,7 @@ class ChunkPages:
     def reduce(self, fn, ops, *args):
         program = self._program(fn, tuple(ops))
         acc = [[NEUTRAL[op], -1] if op.startswith("arg") else NEUTRAL[op] for op in ops]
-        for _, _, data in self._chunks(_LABELS.get(fn.__name__, fn.__name__)):
+        for _, _, data in self._chunks(self._label(fn)):
             for i, (op, part) in enumerate(zip(ops, program(data, *args))):
                 if op == "sum":
                     acc[i] += float(part)
@@ -175,7 +185,7 @@ class ChunkPages:
         self.sink.update(prob=prob, on_signal=signal)
         write = self._writer(plan.fn)
         written = 0.0
-        for start, k, data in self._chunks("writing rates"):
+        for start, k, data in self._chunks("log-gap writing rates" if self.derived else "writing rates"):
             x, on = write(data[:-1], *plan.args)
             x, on = np.asarray(x)[:k], np.asarray(on)[:k]
             written += float(np.sum(x, dtype=np.float64))
@@ -273,11 +283,7 @@ def solve_table(table, bandwidth: float, obj, opts, *, lower, upper, dtype, chun
     x, nu, residual, steps, converged = pages.solve(obj.rate, obj.marginal, budget, None, gopts)
     gap = obj.gap
     if gap is not None:  # the log-gap re-solve where the plain dual cannot resolve the answer
-        def top(v):
-            return (gap.top(v.params),)
-
-        (t_max,) = pages.reduce(top, ("max",))
-        if not bool(converged) or not bool(t_max - jnp.log(nu) >= _gap.SWITCH):
+        if not bool(converged) or not bool(pages.top - jnp.log(nu) >= _gap.SWITCH):
             _, nu, residual, steps, converged = _gap.resolve(pages, gap, gopts, budget, n, x, nu, residual, steps,
                                                              converged)
     rate, prob, signal = (pages.sink[k] for k in ("rate", "prob", "on_signal"))
@@ -302,11 +308,12 @@ def _check_limits(pages, bandwidth) -> None:
         fin = jnp.isfinite(width)
         fw = jnp.where(fin, width, 0.0)
         bad = jnp.where(v.lo > v.hi, 1.0, 0.0)
+        top = pages.obj.gap.top(v.params) if pages.obj.gap is not None else jnp.zeros_like(fw)
         return (v.lo, fw, jnp.where(fin, 0.0, 1.0), fw, jnp.where(jnp.isfinite(v.hi), v.hi, 0.0), bad, bad,
-                jnp.abs(v.importance))
+                jnp.abs(v.importance), top)
 
-    s = pages.reduce(stats, ("sum", "sum", "sum", "max", "sum", "max", "argmax", "max"))
-    sum_lo, sum_w, n_inf, max_w, sum_hi, any_bad, first_bad, top = (np.asarray(v) for v in s)
+    s = pages.reduce(stats, ("sum", "sum", "sum", "max", "sum", "max", "argmax", "max", "max"))
+    sum_lo, sum_w, n_inf, max_w, sum_hi, any_bad, first_bad, top, log_m = (np.asarray(v) for v in s)
     if float(any_bad) > 0:
         raise ValueError(f"bounds: page {int(first_bad)}'s lower rate bound exceeds its upper bound (a lower "
                          "bound above the upper, or above a complete page's change rate)")
@@ -320,4 +327,7 @@ def _check_limits(pages, bandwidth) -> None:
     top = float(top)
     if pages.obj.homogeneous and np.isfinite(top) and top > 0:
         pages.iscale = float(top)  # from now on, importances in units of the largest
+    # a homogeneous objective's marginals scale with the importance: its largest log marginal
+    # at zero in the new units is the one read less log(iscale)
+    pages.top = jnp.asarray(float(log_m) - np.log(pages.iscale), pages.dtype)
     pages.stats = tuple(jnp.asarray(v, pages.dtype) for v in (sum_lo, sum_w, n_inf, max_w))

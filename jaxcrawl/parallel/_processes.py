@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .._src import pipeline as _pipeline
+from .._src.checks import _raise_unless_converged
 from .._src.partition import fingerprint
 from ..core.problem import Policy
 from ..io import read_local_rows
@@ -300,15 +301,18 @@ class ProcessRows(_pipeline.PageSource):
         imp_g, lam_g, comp_g, valid, host = g[:5]
         rest = iter(g[5:])
         lo_g, hi_g = (None if b is None else next(rest) for b in (lower, upper))
-        out = _solve_global(obj, opts, self.num_pages, capped, imp_g, lam_g, comp_g, valid, host,
+        out = _solve_global(obj, opts._replace(throw=False), self.num_pages, capped, imp_g, lam_g, comp_g, valid, host,
                             replicated(self.mesh, cap), replicated(self.mesh, np.asarray(self.bandwidth, dtype)),
                             lo_g, hi_g)
+        converged = bool(np.asarray(out.converged.addressable_data(0)))
+        if opts.throw:  # on the host, as an eager solve in memory raises it
+            _raise_unless_converged(f"solve({obj.name!r})", converged, _scalar(out.num_steps), _scalar(out.residual))
         host_dual = None
         if capped:
             host_dual = np.asarray(out.host_dual.addressable_data(0))[: np.size(caps.cap)]
         return Policy(rate=local_rows(out.rate, k), prob=local_rows(out.prob, k),
                       on_signal=local_rows(out.on_signal, k), dual=_scalar(out.dual), residual=_scalar(out.residual),
-                      num_steps=int(_scalar(out.num_steps)), converged=bool(np.asarray(out.converged.addressable_data(0))),
+                      num_steps=int(_scalar(out.num_steps)), converged=converged,
                       host_dual=host_dual)
 
     @classmethod
