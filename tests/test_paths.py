@@ -86,7 +86,8 @@ def problem_of(path):
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("name", [n if n in ("harmonic", "binary(0.25)") else pytest.param(n, marks=pytest.mark.long)
+                                  for n in OBJECTIVES])
 def test_process_rows_and_streamed_table_equal_in_memory(files, name):
     """In memory vs ProcessRows (caps and bounds, and neither) vs a StreamedTable of the
     ``.npy`` table (bounds; streamed solves take no caps)."""

@@ -167,19 +167,35 @@ def _solve_problem(problem: CrawlProblem, obj: Objective, caps, bounds, opts) ->
 
 
 def _check_limits(obj, pages, lower, upper, host, cap) -> None:
-    """Eager feasibility checks of every problem of a (possibly batched) concrete input."""
+    """Eager feasibility checks of every problem of a (possibly batched) concrete input: the
+    limits of all rows at once (row by row for an objective whose parameters do not batch)."""
     dtype = pages.importance.dtype
     shape = pages.importance.shape
     n = shape[-1]
     rows = int(np.prod(shape[:-1], dtype=np.int64))
-    flat = jax.tree_util.tree_map(lambda a: np.asarray(a).reshape((rows,) + np.shape(a)[len(shape) - 1:]), pages)
-    for i in range(rows):
-        p = _pipeline.Pages(*(jnp.asarray(v[i]) for v in flat))
-        params = obj.params(p)
-        lo, hi = _pipeline.page_limits(obj, params, p.bandwidth, n, dtype,
-                                       None if lower is None else np.asarray(lower).reshape(rows, n)[i],
-                                       None if upper is None else np.asarray(upper).reshape(rows, n)[i], (n,))
-        _pipeline.check_feasible(p.bandwidth, lo, hi, host,
+    bw = jnp.asarray(pages.bandwidth, dtype)[..., None]
+    try:
+        params = obj.params(pages._replace(bandwidth=bw))
+        lo, hi = _pipeline.page_limits(obj, params, bw, n, dtype, lower, upper, shape)
+    except Exception:  # noqa: BLE001 -- an objective whose params reduce over the pages: one row at a time
+        flat = [np.asarray(a).reshape((rows,) + np.shape(a)[len(shape) - 1:]) for a in pages]
+        lims = [_pipeline.page_limits(obj, obj.params(_pipeline.Pages(*(jnp.asarray(v[i]) for v in flat))),
+                                      jnp.asarray(flat[2][i], dtype), n, dtype,
+                                      None if lower is None else np.asarray(lower).reshape(rows, n)[i],
+                                      None if upper is None else np.asarray(upper).reshape(rows, n)[i], (n,))
+                for i in range(rows)]
+        lo, hi = np.stack([a for a, _ in lims]), np.stack([b for _, b in lims])
+    lo = np.asarray(lo, np.float64).reshape(rows, n)
+    hi = np.asarray(hi, np.float64).reshape(rows, n)
+    budgets = np.broadcast_to(np.asarray(pages.bandwidth, np.float64), shape[:-1]).reshape(rows)
+    if host is None:
+        bad = (budgets < lo.sum(-1) * (1 - 1e-12)) | (budgets > hi.sum(-1) * (1 + 1e-12)) | np.any(lo > hi, -1) \
+            | ~np.isfinite(budgets)
+        rows_to_check = np.flatnonzero(bad)[:1]
+    else:
+        rows_to_check = range(rows)
+    for i in rows_to_check:  # the message of the first bad row (every row with host caps)
+        _pipeline.check_feasible(budgets[i], lo[i], hi[i], host,
                                  None if cap is None else np.asarray(cap).reshape(rows, -1)[i])
 
 
