@@ -276,7 +276,7 @@ def test_extreme_bandwidth_is_solved_or_refused(files, bandwidth):
 
 @pytest.mark.long
 def test_stream_guard_writes_nothing_on_failure(files):
-    from jaxcrawl.scale import write_page_table
+    from jaxcrawl.io import write_page_table
 
     rng = np.random.default_rng(1)
     imp, lam = rng.lognormal(size=(2, 300)) * [[1], [1e3]]
