@@ -80,6 +80,8 @@ def limit_stats(pages) -> tuple:
     """``(sum lower, sum of finite widths, number of infinite widths, largest finite width)``
     of the pages' limits: one pass."""
     def stats(v):
+        shape = jnp.broadcast_shapes(jnp.shape(v.lo), jnp.shape(v.hi), jnp.shape(v.index))
+        v = v._replace(lo=jnp.broadcast_to(v.lo, shape), hi=jnp.broadcast_to(v.hi, shape))
         width = v.hi - v.lo
         fin = jnp.isfinite(width)
         fw = jnp.where(fin, width, 0.0)
@@ -91,8 +93,10 @@ def limit_stats(pages) -> tuple:
 def _at_reference(v, marginal_fn, slack, big, total):
     """The marginal utilities at the feasible point ``lo + slack w / sum(w)`` (``w`` the width,
     ``big`` where infinite), as ``(min, max)`` candidates over the movable pages."""
-    width = v.hi - v.lo
-    xbar = v.lo + slack * (jnp.where(jnp.isfinite(width), width, big) / total)
+    shape = jnp.broadcast_shapes(jnp.shape(v.lo), jnp.shape(v.hi), jnp.shape(v.index))
+    lo, hi = jnp.broadcast_to(v.lo, shape), jnp.broadcast_to(v.hi, shape)
+    width = hi - lo
+    xbar = lo + slack * (jnp.where(jnp.isfinite(width), width, big) / total)
     m = jnp.broadcast_to(marginal_fn(xbar, v.params), xbar.shape)
     ok = (width > 0) & jnp.isfinite(m)
     return jnp.where(ok, m, jnp.inf), jnp.where(ok, m, -jnp.inf)
@@ -140,9 +144,10 @@ class ArrayPages(NamedTuple):
     params: Any
     lo: jax.Array
     hi: jax.Array
+    n: int = 0  # the number of pages (``lo`` and ``hi`` may be scalars)
 
     def view(self):
-        return View(self.params, self.lo, self.hi, jnp.arange(self.lo.shape[-1]))
+        return View(self.params, self.lo, self.hi, jnp.arange(self.n))
 
     def reduce(self, fn, ops, *args):
         return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
@@ -274,7 +279,7 @@ def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracke
     probe = bracket[0] if bracket is not None else jnp.ones((), budget.dtype)
     shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
-    pages = ArrayPages(params, jnp.broadcast_to(lower, shape), jnp.broadcast_to(upper, shape))
+    pages = ArrayPages(params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
     return x, nu, None, residual, converged, steps
 
@@ -298,8 +303,7 @@ def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host,
         return g - budget, dg
 
     # outer bracket [a, b] with G(a) >= B >= G(b); caps only lower G, so only a may move
-    a, b = bracket_from_marginals(ArrayPages(params, jnp.broadcast_to(lower, (n,)), jnp.broadcast_to(upper, (n,))),
-                                  marginal_fn, budget)
+    a, b = bracket_from_marginals(ArrayPages(params, lower, upper, n), marginal_fn, budget)
     a = jnp.maximum(jnp.asarray(a, dtype), tiny)
     b = jnp.maximum(jnp.asarray(b, dtype), a)
     a, _ = jax.lax.while_loop(
@@ -418,7 +422,7 @@ def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, host
     else:
         out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts)
     x, nu, kappa, residual, converged, steps = out
-    converged = checked(ArrayPages(None, lower, upper), x, budget, residual, converged, cfg[2],
+    converged = checked(ArrayPages(None, lower, upper, x.shape[-1]), x, budget, residual, converged, cfg[2],
                         capped=hosts is not None)
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(lower), jnp.shape(upper))
     return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32)

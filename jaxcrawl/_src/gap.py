@@ -94,7 +94,7 @@ def resolve(pages, gap, opts: dict, budget, n: int, x, dual, residual, steps, co
 
 def _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
     shape = jnp.shape(x)
-    pages = _budget.ArrayPages(params, jnp.broadcast_to(lo, shape), jnp.broadcast_to(hi, shape))
+    pages = _budget.ArrayPages(params, lo, hi, shape[-1])
     return resolve(pages, gap, dict(opts), bandwidth, shape[-1], x, dual, residual, steps, converged)
 
 

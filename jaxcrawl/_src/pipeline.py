@@ -107,14 +107,17 @@ def unit_scales(max_importance, bandwidth, num_pages):
     return jax.lax.stop_gradient(a), jax.lax.stop_gradient(c)
 
 
-def page_limits(obj, params, bandwidth, num_pages, dtype, lower, upper, shape):
+def page_limits(obj, params, bandwidth, num_pages, dtype, lower, upper, shape=None):
     """Each page's ``(lower, upper)``: the objective's bounds intersected with the caller's
-    (``None``: no bound), broadcast to ``shape``."""
+    (``None``: no bound), broadcast to ``shape`` (``None``: scalars stay scalars, so a solve's
+    loops do not carry page-sized constants)."""
     lo, hi = obj.page_bounds(params, bandwidth, num_pages, dtype)
     if lower is not None:
         lo = jnp.maximum(lo, jnp.asarray(lower, dtype))
     if upper is not None:
         hi = jnp.minimum(hi, jnp.asarray(upper, dtype))
+    if shape is None:
+        return lo, hi
     return jnp.broadcast_to(lo, shape), jnp.broadcast_to(hi, shape)
 
 
@@ -196,7 +199,8 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     units = Pages(pages.importance / a, pages.change_rate / c, budget / c, pages.complete)
     params = obj.params(units)
     div = lambda v: None if v is None else jnp.asarray(v, dtype) / c  # noqa: E731
-    lo, hi = page_limits(obj, params, budget / c, n, dtype, div(lower), div(upper), shape)
+    lo, hi = page_limits(obj, params, budget / c, n, dtype, div(lower), div(upper),
+                         None if valid is None and host is None else shape)
     if valid is not None:
         lo, hi = jnp.where(valid, lo, 0.0), jnp.where(valid, hi, 0.0)
     gap = obj.gap if obj.separable else None
