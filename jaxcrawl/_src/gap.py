@@ -276,7 +276,7 @@ def _grouped_setup(gap, params, live, group, num):
     """Origins and offsets of a grouped log-gap solve: each segment's top page ``k_g``
     (params ``own_g``, log marginal at zero ``big_g``) and every page's
     ``d_i = log(m_{k_g(i)} / m_i)``, differentiable in every page's params (the origins'
-    included, as in :func:`gap_allocation`)."""
+    included, as in :func:`allocation`)."""
     top = gap.top(params)
     n = top.shape[-1]
     k, has = _segment_origins(jax.lax.stop_gradient(top), live, group, num)

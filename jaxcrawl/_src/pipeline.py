@@ -1,15 +1,13 @@
-r"""The one solve: change units, page limits, checks, the budget root-find, the log-gap
-re-solve, the closing correction, the check and the units back.
+r"""The one solve's frame: change units, page limits, checks, the budget root-find, the
+log-gap re-solve, the check and the units back.
 
-Every path of :func:`jaxcrawl.solve` runs :func:`solve_pages` (pages in memory, on one
-device, sharded over a mesh, or spread over processes as one global sharded array) or
-:func:`solve_chunks` (pages streamed from a table, chunk by chunk, in one or several
-processes).  Both are the same sequence of steps (:mod:`jaxcrawl._src.budget` for the
-bracket, the safeguarded Newton iteration and the correction, :mod:`jaxcrawl._src.gap` for
-the log-gap re-solve); what differs is how one pass over the pages is reduced -- a
-``jnp.sum`` under ``jit`` (an all-reduce when the pages are sharded), or a host loop over
-chunks whose partial sums are combined across processes.  That reduction is the
-``reduce`` argument of the step functions, the only plug-in.
+Every path of :func:`jaxcrawl.solve` runs the same steps -- :func:`jaxcrawl._src.budget.plain`
+(bracket, safeguarded Newton iteration, closing correction) and
+:func:`jaxcrawl._src.gap.resolve` (log-gap re-solve) -- over a reducer of
+:mod:`jaxcrawl._src.passes`: :func:`solve_pages` for pages in memory (one device, sharded over
+a mesh, or spread over processes as one global sharded array), and
+:func:`jaxcrawl._src.chunks.solve_table` for a table streamed chunk by chunk.  How a pass over
+the pages is reduced is the only plug-in.
 
 This module imports nothing public: objectives are duck-typed (``rate``, ``marginal``,
 ``params``, ``page_bounds``, ``signal_mask``, ``gap``, ``dual``, ``homogeneous``,
