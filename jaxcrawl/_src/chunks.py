@@ -85,21 +85,22 @@ class ChunkPages:
         self._programs = {}
 
     # ----------------------------------------------------------------- reading
-    def _bound(self, b, start, k, fill):
+    def _bound(self, b, start, k, fill, size):
         if b is None:
             return None
         part = np.broadcast_to(b, (k,)) if np.ndim(b) == 0 else np.asarray(b[start:start + k], np.float64)
-        return jnp.asarray(_pad(np.asarray(part, np.float64) / self.tscale, self.size, fill), self.dtype)
+        return jnp.asarray(_pad(np.asarray(part, np.float64) / self.tscale, size, fill), self.dtype)
 
-    def _chunk(self, start, stop):
-        t, k = self.table, stop - start
+    def _chunk(self, start, stop, size=None):
+        """Rows ``[start, stop)`` padded to ``size`` (default: the chunk size), in the solve's units."""
+        t, k, size = self.table, stop - start, self.size if size is None else size
         m = np.asarray(t.importance[start:stop], np.float64) / self.iscale
         lam = np.asarray(t.change_rate[start:stop], np.float64) / self.tscale
         comp = np.asarray(t.complete[start:stop]).astype(bool)
-        return (jnp.asarray(_pad(m, self.size, 1.0), self.dtype), jnp.asarray(_pad(lam, self.size, 1.0), self.dtype),
-                jnp.asarray(_pad(comp, self.size, False)), self._bound(self.lower, start, k, 0.0),
-                self._bound(self.upper, start, k, np.inf), jnp.asarray(start + np.arange(self.size)),
-                jnp.asarray(np.arange(self.size) < k))
+        return (jnp.asarray(_pad(m, size, 1.0), self.dtype), jnp.asarray(_pad(lam, size, 1.0), self.dtype),
+                jnp.asarray(_pad(comp, size, False)), self._bound(self.lower, start, k, 0.0, size),
+                self._bound(self.upper, start, k, np.inf, size), jnp.asarray(start + np.arange(size)),
+                jnp.asarray(np.arange(size) < k))
 
     def _label(self, fn) -> str:
         if fn.__name__ == "sums":
@@ -225,13 +226,8 @@ class ChunkPages:
     def page(self, k):
         """Page ``k``'s parameters (read from the table, whichever process owns the row)."""
         k = int(k)
-        first, last, size = self.first, self.last, self.size
-        self.first, self.last, self.size = k, k + 1, 1
-        try:
-            *cols, _ = self._chunk(k, k + 1)
-            return jax.tree_util.tree_map(lambda v: v[0], jax.jit(lambda c: self.view(*c).params)(tuple(cols)))
-        finally:
-            self.first, self.last, self.size = first, last, size
+        *cols, _ = self._chunk(k, k + 1, size=1)
+        return jax.tree_util.tree_map(lambda v: v[0], jax.jit(lambda c: self.view(*c).params)(tuple(cols)))
 
     def derive(self, fn):
         other = ChunkPages(self.table, self.obj, self.dtype, self.budget, self.n, self.size, self.first, self.last,
