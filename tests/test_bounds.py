@@ -124,8 +124,11 @@ def test_infeasible_bounds_name_the_pages():
         check_rate_bounds([1.0, 0.0, 2.0], [np.inf] * 3, 2.0, page_id=ids)
     with pytest.raises(ValueError, match=r"maximum rates .* sum to 0.6.*smallest maximum rates: 'b'"):
         check_rate_bounds([0.0] * 3, [0.3, 0.1, 0.2], 1.0, page_id=ids)
-    with pytest.raises(ValueError, match="change"):
-        check_rate_bounds([0.0, 0.5, 0.0], [1.0] * 3, 1.0, page_id=ids, objective_upper=[1.0, 0.4, 1.0])
+    # a floor above the objective's bound (a complete page's change rate) is met by periodic
+    # crawls: feasible, and the page's most is its floor
+    check_rate_bounds([0.0, 0.5, 0.0], [1.0] * 3, 2.5, page_id=ids, objective_upper=[1.0, 0.4, 1.0])
+    with pytest.raises(ValueError, match=r"maximum rates .* sum to 2.5.*smallest maximum rates: 'b'"):
+        check_rate_bounds([0.0, 0.5, 0.0], [1.0] * 3, 2.6, page_id=ids, objective_upper=[1.0, 0.4, 1.0])
     # the library solve rejects them too (eagerly, naming the page index)
     problem = jaxcrawl.CrawlProblem(jnp.ones(3), jnp.ones(3), 1.0)
     with pytest.raises(ValueError, match="infeasible"):

@@ -108,10 +108,16 @@ def unit_scales(max_importance, bandwidth, num_pages):
 def page_limits(obj, params, bandwidth, num_pages, dtype, lower, upper, shape=None):
     """Each page's ``(lower, upper)``: the objective's bounds intersected with the caller's
     (``None``: no bound), broadcast to ``shape`` (``None``: scalars stay scalars, so a solve's
-    loops do not carry page-sized constants)."""
+    loops do not carry page-sized constants).
+
+    A caller's floor above the objective's own upper bound (a complete page whose
+    ``1/max_interval`` exceeds its change rate) fixes the page at that floor: the objective
+    values nothing beyond its bound, so the rate above it is periodic crawls beside the
+    signals (``rate - change_rate``), counted in the budget."""
     lo, hi = obj.page_bounds(params, bandwidth, num_pages, dtype)
     if lower is not None:
-        lo = jnp.maximum(lo, jnp.asarray(lower, dtype))
+        floor = jnp.asarray(lower, dtype)
+        lo, hi = jnp.maximum(lo, floor), jnp.maximum(hi, floor)
     if upper is not None:
         hi = jnp.minimum(hi, jnp.asarray(upper, dtype))
     if shape is None:

@@ -16,9 +16,15 @@ them is :math:`x_i = \mathrm{clip}(\varphi_i(\nu), \ell_i, h_i)` with one dual
 (:mod:`jaxcrawl.timetable`) crawls page :math:`i` every :math:`1/x_i`, so its gaps lie in
 ``[min_interval, max_interval]``.
 
+A complete page (its changes signalled) is worth at most its change rate :math:`\lambda_i`
+of crawls, all on signals.  A floor above it (``max_interval`` shorter than the page's
+mean change interval) is honoured, not refused: the page crawls every signal and, beside
+them, periodic crawls at rate :math:`\ell_i-\lambda_i`, which the objective does not value
+but the budget counts, so its rate is fixed at :math:`x_i=\ell_i`.  In general the
+objective's upper bound :math:`u_i` becomes :math:`\max(u_i,\ell_i)`.
+
 The problem is feasible only when :math:`\ell_i\le h_i` for every page and
-:math:`\sum_i\ell_i\le R\le\sum_i h_i'` (:math:`h_i'` the tighter of :math:`h_i` and the
-objective's own upper bound, e.g. a complete page's change rate):
+:math:`\sum_i\ell_i\le R\le\sum_i h_i'` (:math:`h_i'=\min(h_i,\max(u_i,\ell_i))`):
 :func:`check_rate_bounds` says which pages make it infeasible, by id.
 """
 from __future__ import annotations
@@ -74,15 +80,17 @@ def check_rate_bounds(lower: ArrayLike, upper: ArrayLike, bandwidth: float, *,
                       unit: str = "") -> None:
     """``ValueError`` naming the pages when the bounds make the problem infeasible.
 
-    Checks ``lower <= upper`` page by page (and ``lower <= objective_upper``, e.g. a
-    complete page's change rate), ``sum(lower) <= bandwidth`` (naming the pages with the
-    largest minimum rates) and ``bandwidth <= sum(min(upper, objective_upper))`` (naming
-    the pages with the smallest maximum rates).
+    Checks ``lower <= upper`` page by page, ``sum(lower) <= bandwidth`` (naming the pages
+    with the largest minimum rates) and ``bandwidth <= sum(min(upper, max(objective_upper,
+    lower)))`` (naming the pages with the smallest maximum rates).  ``objective_upper`` is
+    the most rate the objective values (a complete page's change rate); a ``lower`` above
+    it is met by periodic crawls beside the signals (see the module docstring).
     """
     lo = np.asarray(lower, np.float64)
     hi = np.asarray(upper, np.float64)
-    if objective_upper is not None:
-        hi_all = np.minimum(hi, np.broadcast_to(np.asarray(objective_upper, np.float64), hi.shape))
+    if objective_upper is not None:  # a floor above the objective's bound: periodic crawls up to it
+        obj_hi = np.maximum(np.broadcast_to(np.asarray(objective_upper, np.float64), hi.shape), lo)
+        hi_all = np.minimum(hi, obj_hi)
     else:
         hi_all = hi
     per = f" per {unit}" if unit else ""
@@ -92,11 +100,6 @@ def check_rate_bounds(lower: ArrayLike, upper: ArrayLike, bandwidth: float, *,
             f"revisit bounds: min rate > max rate (max_interval < min_interval) for {bad.size} "
             f"page(s): {_names(page_id, bad)} (first: min rate {lo[bad[0]]:.6g}, max rate "
             f"{hi[bad[0]]:.6g}{per})")
-    bad = np.flatnonzero(lo > hi_all * (1 + 1e-12))
-    if bad.size:
-        raise ValueError(
-            f"revisit bounds: the minimum rate exceeds what the objective allows (a complete page "
-            f"is never crawled faster than it changes) for {bad.size} page(s): {_names(page_id, bad)}")
     total = float(np.sum(lo))
     if total > bandwidth * (1 + 1e-12):
         order = np.argsort(-lo, kind="stable")

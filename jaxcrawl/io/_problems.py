@@ -123,7 +123,9 @@ def read_problem(path: PathLike, *, errors: str = "raise") -> PageTable:
     ``importance`` and ``change_rate`` finite and > 0; ``complete`` (default 0) a boolean
     (1/0/true/false/yes/no); ``min_interval`` >= 0 (default 0) and ``max_interval`` > 0
     or ``inf`` (default ``inf``) the revisit bounds, in the rates' time unit; page ids
-    distinct (int64 when all are decimal integers, else strings).  A malformed row raises
+    distinct (int64 when all are decimal integers, else strings).  An empty cell of an
+    optional column (blank in CSV, null in JSON Lines or Parquet) is its default, so a
+    spreadsheet's export with blank bounds reads as unbounded pages.  A malformed row raises
     :class:`TableError` (a ``ValueError``) ``path:line: message`` naming the column and the
     rule (``errors="skip"`` counts and drops it).
 

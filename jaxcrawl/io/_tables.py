@@ -213,7 +213,8 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
     or repeated columns and missing required ones are an error at the header's line).
     Every row is checked: the number of fields, each value against its column's rule,
     the key's distinctness and the columns that must be constant within a group.  Blank
-    lines are ignored (counted).
+    lines are ignored (counted).  An empty cell of an optional column (a CSV cell with
+    nothing but spaces, a JSON or Parquet null) is that column's default.
 
     Args:
       path: the file; its format is chosen by suffix (:func:`format_for`; CSV by default).
@@ -264,6 +265,7 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
                              f"header must be {schema.header_text!r} ({err}), "
                              f"got {','.join(map(str, src.header))!r}") from None
         parts: dict[str, list[np.ndarray]] = {c.name: [] for c in header_cols if c is not None}
+        blank_is_null = opener is _open_csv
         line_parts: list[np.ndarray] = []
         firsts: dict[str, dict] = {}
         for batch in src.batches(batch_size):
@@ -272,8 +274,11 @@ def read_table(path: PathLike, schema: Schema, *, errors: str = "raise", hint: s
             ok = np.ones(m, bool)
             cols: dict[str, np.ndarray] = {}
             for c, raw in zip(header_cols, batch.fields):
-                if any(x is None for x in raw):  # JSON null: an optional column's default
-                    raw = [(c.default if not c.required else "") if x is None else x for x in raw]
+                if any(x is None or (blank_is_null and not x.strip()) for x in raw):
+                    # JSON null, or a blank CSV cell (a spreadsheet's empty cell): an optional
+                    # column's default
+                    raw = [(c.default if not c.required else "")
+                           if x is None or (blank_is_null and not x.strip()) else x for x in raw]
                 vals, bad = c.parse_many(raw)
                 cols[c.name] = vals
                 first_bad = bad & ok
