@@ -1,8 +1,7 @@
 """Columnar I/O (CSV / Parquet / JSON Lines, gzip), malformed rows in every format, atomic
-writes, crawler-native outputs parsed back as the crawlers document them, crawl delays from
-tables and robots.txt, real time."""
+writes, crawl delays from tables and robots.txt, real time (the crawler-native outputs:
+test_crawler_schemas.py)."""
 import csv
-import datetime as dt
 import gzip
 import json
 import os
@@ -137,65 +136,6 @@ def test_an_interrupted_write_leaves_the_previous_output(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["plan.parquet"]  # no partial or temporary file
 
 
-# ------------------------------------------------------------------ crawler formats
-def _parse_urlfrontier(path):
-    """Each line a URLItem (urlfrontier.proto) holding a KnownURLItem: info.url, info.key,
-    info.metadata (string -> StringList), info.crawlID, refetchable_from_date (uint64 s)."""
-    items = []
-    with open(path) as fh:
-        for line in fh:
-            obj = json.loads(line)
-            assert set(obj) == {"known"}
-            known = obj["known"]
-            assert set(known) == {"info", "refetchable_from_date"}
-            info = known["info"]
-            assert set(info) == {"url", "key", "metadata", "crawlID"}
-            assert all(isinstance(v, list) and all(isinstance(s, str) for s in v) for v in info["metadata"].values())
-            d = known["refetchable_from_date"]
-            assert isinstance(d, int) and 0 <= d < 2 ** 64
-            items.append((info["url"], info["key"], info["metadata"], d))
-    return items
-
-
-def _parse_nutch(path):
-    """Nutch injector URL file: one URL a line, then tab-separated key=value metadata;
-    nutch.fetchInterval an integer number of seconds."""
-    out = {}
-    with open(path) as fh:
-        for line in fh:
-            url, *meta = line.rstrip("\n").split("\t")
-            kv = dict(m.split("=", 1) for m in meta)
-            assert set(kv) == {"nutch.fetchInterval"}
-            out[url] = int(kv["nutch.fetchInterval"])
-    return out
-
-
-def test_solve_writes_urlfrontier_and_nutch_files_that_parse_back(tmp_path, capsys):
-    pages = tmp_path / "pages.csv"
-    ids = [f"https://h{i % 3}.example/p{i}" for i in range(30)]
-    rng = np.random.default_rng(1)
-    jio.write_problem(str(pages), np.asarray(ids, object), rng.lognormal(size=30), rng.lognormal(size=30),
-                      max_interval=np.full(30, 5.0))
-    front, seeds = tmp_path / "f.jsonl", tmp_path / "seeds.txt"
-    assert main(["solve", "--input", str(pages), "--bandwidth", "12", "--time-unit", "hours",
-                 "--start", "2026-01-05T06:00:00+01:00", "--output", str(tmp_path / "plan.csv"),
-                 "--urlfrontier", str(front), "--nutch", str(seeds), "--quiet"]) == 0
-    plan = jio.read_plan(str(tmp_path / "plan.csv"))
-    start = dt.datetime(2026, 1, 5, 5, tzinfo=dt.timezone.utc).timestamp()
-    items = _parse_urlfrontier(front)
-    assert [u for u, *_ in items] == ids
-    for (url, key, meta, due), rate in zip(items, plan.rate):
-        assert key == url.split("/")[2]
-        assert float(meta["jaxcrawl.rate"][0]) == pytest.approx(rate) and meta["jaxcrawl.time_unit"] == ["hours"]
-        # due within one period (3600 / rate s) of the start, rounded up to the second
-        assert start <= due <= start + 3600 / rate + 1
-        assert rate >= 1 / 5 * (1 - 1e-6)  # --max-interval column: at least every 5 hours
-    nutch = _parse_nutch(seeds)
-    assert list(nutch) == ids
-    np.testing.assert_allclose([nutch[u] for u in ids], 3600 / plan.rate, atol=0.5 + 1e-9)
-    assert all(v <= 5 * 3600 for v in nutch.values())
-
-
 # ------------------------------------------------------------------ crawl delays, time
 def test_crawl_delays_from_a_table_and_from_robots_txt(tmp_path):
     d = tmp_path / "robots"
@@ -262,7 +202,6 @@ def test_schedule_after_keeps_crawl_delays_across_windows(tmp_path, capsys):
     timetable: joined, no host is fetched twice within its crawl delay, across midnight too
     (without ``--after`` the boundary is violated on this plan: the test can fail);
     ``--after`` without crawl delays, or with the other kind of --start, is refused."""
-    from jaxcrawl.cli import main
     from jaxcrawl.io import read_timetable
 
     ids = [f"https://{h}.example/p{i}" for h in ("a", "b") for i in range(12)]
@@ -300,7 +239,6 @@ def test_solve_with_host_caps_and_crawl_delays_takes_the_smaller_cap(tmp_path, c
     caps file that groups pages differently from the delays is refused naming the clash."""
     import shutil
 
-    from jaxcrawl.cli import main
     from jaxcrawl.io import read_plan
 
     ex = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")

@@ -219,12 +219,12 @@ def run(args: argparse.Namespace) -> int:
         if gaps is not None:
             hidx, _, names = gaps
             if names.size:
-                key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], np.asarray(plan.page_id, object))
+                key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], "")  # "": the URL's host
         k = write_urlfrontier(args.urlfrontier, plan.page_id, rate, due, unit=args.time_unit, key=key)
-        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k}
+        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
     if args.nutch:
         k = write_nutch_seeds(args.nutch, plan.page_id, rate, unit=args.time_unit)
-        summary["nutch"] = {"path": args.nutch, "num_urls": k}
+        summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
     print(f"plan         {args.plan}: {summary['num_pages']} pages, "
           f"{summary['num_timetabled_pages']} timetabled, "
           f"{summary['num_signal_pages_left_out']} crawled on change signals (left out)")
@@ -241,11 +241,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"time         {seconds:.3f} s (including compilation)")
     if args.output:
         print(f"written to   {args.output}")
-    for key in ("urlfrontier", "nutch"):
-        if key in summary:
-            print(f"{key:<12} {summary[key]['num_urls']} URLs written to {summary[key]['path']}")
+    report_crawler_files(summary)
     print(json.dumps(summary))
     return 0
+
+
+def report_crawler_files(summary: dict) -> None:
+    """Print the report lines of the crawler files in ``summary`` (``urlfrontier``, ``nutch``)."""
+
+    limits = {"urlfrontier": "next fetches after 2286-11-20T17:46:39Z written as that date",
+              "nutch": "fetch intervals longer than 2^31 - 1 s written as 2147483647"}
+    for key in ("urlfrontier", "nutch"):
+        if key in summary:
+            entry = summary[key]
+            clamped = f" ({entry['num_clamped']} {limits[key]})" if entry["num_clamped"] else ""
+            print(f"{key:<12} {entry['num_urls']} URLs written to {entry['path']}{clamped}")
 
 
 def _last_host_fetch(args: argparse.Namespace, gaps, epoch: float | None, start: float) -> np.ndarray:

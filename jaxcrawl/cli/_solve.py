@@ -60,6 +60,7 @@ from ._options import (
     requested,
     start_epoch,
 )
+from ._schedule import report_crawler_files
 
 __all__ = ["register", "run", "check_plan"]
 
@@ -314,9 +315,7 @@ def run(args: argparse.Namespace) -> int:
               "prob (chance of crawling a complete page on each change signal)")
     elif failure is not None and args.output:
         print(f"plan         NOT written ({args.output} left as it was)")
-    for key in ("urlfrontier", "nutch"):
-        if key in summary:
-            print(f"{key:<12} {summary[key]['num_urls']} URLs written to {summary[key]['path']}")
+    report_crawler_files(summary)
     print(json.dumps(summary))
     if failure is not None:
         raise jaxcrawl.NonConvergenceError(failure + ("; no plan written" if args.output else ""))
@@ -333,12 +332,12 @@ def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
         key = None
         if gaps is not None:
             hidx, _, names = gaps
-            key = np.where(hidx >= 0, names[np.maximum(hidx, 0)] if names.size else "", np.asarray(page_id, object))
+            key = np.where(hidx >= 0, names[np.maximum(hidx, 0)] if names.size else "", "")  # "": the URL's host
         k = write_urlfrontier(args.urlfrontier, page_id, rate, due, unit=args.time_unit, key=key)
-        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k}
+        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
     if args.nutch:
         k = write_nutch_seeds(args.nutch, page_id, rate, unit=args.time_unit)
-        summary["nutch"] = {"path": args.nutch, "num_urls": k}
+        summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
 
 
 def _host_ids(caps_path: str, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
