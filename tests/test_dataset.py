@@ -243,7 +243,8 @@ def read_csv(path):
 def test_cli_estimate_from_dataset_directory(tmp_path, capsys):
     d = write_dataset(str(tmp_path / "ds"))
     out = str(tmp_path / "rates.csv")
-    assert run_estimate([d, "-o", out, "--x64", "--min-rate", "0.01", "--max-rate", "10", "--delta", "0.1"]) == 0
+    assert run_estimate([d, "-o", out, "--x64", "--estimator", "mle", "--min-rate", "0.01", "--max-rate", "10",
+                         "--delta", "0.1"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["num_pages"] == 5 and summary["num_complete"] == 1
     rows = read_csv(out)
@@ -309,7 +310,7 @@ def test_cli_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="--max-rate"):
         run_estimate([d, "--min-rate", "1", "--max-rate", "0.5"])
     with pytest.raises(ValueError, match="--window"):
-        run_estimate([d, "--window", "3"])
+        run_estimate([d, "--estimator", "mle", "--window", "3"])
     with pytest.raises(ValueError, match="no such file"):
         run_estimate([str(tmp_path / "missing.csv")])
 

@@ -10,6 +10,15 @@ problem`` this is the NeurIPS-19 ``ProcessRawData`` step in one invocation: ever
 change rate is estimated from its whole history (complete-observation URLs keep their
 given rate) and ``page_id,importance,change_rate,complete`` is written, ready for
 ``jaxcrawl solve --input``.
+
+The default estimator is the smoothed MLE (NeurIPS-19 Alg. 4 line 11): the MLE with a
+prior of one imaginary changed and one imaginary unchanged interval of ``--smoothing``
+time units.  The plain MLE puts every history with no change at ``--min-rate`` and every
+history that changed at each crawl at ``--max-rate`` (the clip, not an estimate); the
+prior keeps such histories at finite, positive rates (about ``1/T`` for a history of
+length ``T`` with no change).  Every estimator's rate, ``naive`` included, lies in
+``[--min-rate, --max-rate]``; pages at a bound are flagged ``low``/``high`` in the
+``clipped`` column, counted in the report, and the report says what to do about them.
 """
 from __future__ import annotations
 
@@ -40,7 +49,7 @@ from ._options import (
 __all__ = ["register", "run", "estimate_rates", "ESTIMATORS"]
 
 #: The ``--estimator`` choices.
-ESTIMATORS = ("mle", "moment-matching", "mle-smoothed", "naive")
+ESTIMATORS = ("mle-smoothed", "mle", "moment-matching", "naive")
 _SKIP_HINT = "(pass --errors skip to count and skip malformed lines)"
 
 
@@ -54,18 +63,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "in the NeurIPS-19 data set format (urlid_imp.txt, urlid_offset_history.txt, ...) "
             "or a CSV with header page_id,interval,changed[,importance] (one row per "
             "observation). Writes a CSV page_id,importance,change_rate,half_width,"
-            "num_observations,complete (or, with --columns problem, the solve-ready table "
+            "num_observations,complete,clipped (or, with --columns problem, the solve-ready table "
             "page_id,importance,change_rate,complete). half_width is the Learning-to-Crawl "
             "Lemma 3 bound (partial observations) or Lemma 8 bound (complete-observation "
-            "pages, over the page's monitored time) for --delta. The last line printed is "
-            "one JSON object."
+            "pages, over the page's monitored time) for --delta; clipped is low/high for a page "
+            "whose rate is --min-rate/--max-rate (the clip, not an estimate). The last line printed "
+            "is one JSON object."
         ),
     )
     p.add_argument("input", help="data set directory or CSV of histories")
     p.add_argument("--output", "-o", help="CSV to write (default: print only the summary); never an input")
-    p.add_argument("--estimator", choices=ESTIMATORS, default="mle",
-                   help="mle: L2C eq. 6 / NeurIPS-19 eq. 10 (default); moment-matching: L2C eq. 7; "
-                        "mle-smoothed: NeurIPS-19 Alg. 4 line 11; naive: changes per unit time")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="mle-smoothed",
+                   help="mle-smoothed (default): NeurIPS-19 Alg. 4 line 11, the MLE with one imaginary "
+                        "changed and one unchanged interval of --smoothing (no clipped rate for a history "
+                        "with no change or with a change at every crawl); mle: L2C eq. 6 / NeurIPS-19 "
+                        "eq. 10 (clips such histories); moment-matching: L2C eq. 7; naive: changes per unit "
+                        "time (biased low). Every rate is clipped to [--min-rate, --max-rate]")
     p.add_argument("--delta", type=float, default=0.05, help="confidence level 1-delta of the half-widths (default 0.05)")
     p.add_argument("--min-rate", type=float, default=1e-9, help="lower clip of the estimates (default 1e-9)")
     p.add_argument("--max-rate", type=float, default=25.0, help="upper clip of the estimates (default 25)")
@@ -85,7 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float = 0.05,
+def estimate_rates(histories: Histories, estimator: str = "mle-smoothed", *, delta: float = 0.05,
                    min_rate: float = 1e-9, max_rate: float = 25.0, smoothing: float = 0.5,
                    window: float | None = None, batch_size: int = 65536,
                    dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
@@ -101,9 +114,10 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
     pads all of them to 20,000.  One compilation per group width (and per batch height,
     a power of two).
 
-    Complete-observation pages keep their given rate (clipped into ``[min_rate,
-    max_rate]``) and get the Lemma 8 half-width over their monitored time; the others get
-    the ``estimator``'s rate and the Lemma 3 half-width.
+    Complete-observation pages keep their given rate and get the Lemma 8 half-width over
+    their monitored time; the others get the ``estimator``'s rate and the Lemma 3
+    half-width.  Every rate is clipped into ``[min_rate, max_rate]`` (``naive`` too: no
+    change observed gives ``min_rate``, not 0, so a solve accepts the table).
     """
 
     lo, hi = min_rate, max_rate
@@ -118,7 +132,7 @@ def estimate_rates(histories: Histories, estimator: str = "mle", *, delta: float
         if estimator == "mle-smoothed":
             return est.mle_smoothed(w, c, m, window=window, smoothing=smoothing, min_rate=lo, max_rate=hi)
         if estimator == "naive":
-            return est.naive(w, c, m)
+            return jnp.clip(est.naive(w, c, m), lo, hi)
         raise ValueError(f"estimator must be one of {ESTIMATORS}; got {estimator!r}")
 
     @jax.jit
@@ -171,6 +185,26 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--batch-size must be >= 1; got {args.batch_size}")
 
 
+def _clip_advice(args: argparse.Namespace, low: int, high: int, complete: int) -> list[str]:
+    """What to do about the pages whose rate is a bound of the clip range (empty: none)."""
+    where = ("the output's clipped column names them" if args.columns == "full" and args.output else
+             "--columns full writes a clipped column naming them")
+    out = []
+    if (low or high) and args.estimator in ("mle", "moment-matching", "naive"):
+        out.append(f"{low + high} crawled pages sit at the clip ({low} low: no change seen, {high} high: a change "
+                   f"at every crawl), a bound and not an estimate; --estimator mle-smoothed (the default) gives "
+                   f"them finite rates from a prior of one changed and one unchanged --smoothing interval; "
+                   f"{where}")
+    elif low or high:
+        out.append(f"{low + high} crawled pages sit at the clip ({low} low, {high} high) even with the prior: "
+                   f"lower --min-rate / raise --max-rate if such rates are plausible, or lengthen --smoothing; "
+                   f"{where}")
+    if complete:
+        out.append(f"{complete} complete pages have a given change rate outside [--min-rate, --max-rate] "
+                   f"(clipped); widen the range to keep their rates")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl estimate``; returns the process exit code."""
 
@@ -200,6 +234,10 @@ def run(args: argparse.Namespace) -> int:
     est_seconds = time.perf_counter() - t0
     nobs = h.num_observations
     left_out = 0
+    # a rate at a bound of the clip range (as the estimator returns it, in its dtype) is the clip
+    low = rates <= float(np.asarray(args.min_rate, dtype))
+    high = rates >= float(np.asarray(args.max_rate, dtype))
+    clipped = np.where(low, "low", np.where(high, "high", ""))
 
     failure = check_result({"change rates": rates}, h.page_id, dtype=dtype, what="the estimator")
     if failure is not None:
@@ -210,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             left_out = int(n - keep.sum())
             write_problem(args.output, h.page_id[keep], h.importance[keep], rates[keep], h.complete[keep])
         else:
-            write_estimates(args.output, h.page_id, h.importance, rates, half, nobs, h.complete)
+            write_estimates(args.output, h.page_id, h.importance, rates, half, nobs, h.complete, clipped)
 
     report = h.report
     dataset = os.path.isdir(h.source)  # a LoadReport (joins, missing files), else a FileReport
@@ -226,8 +264,8 @@ def run(args: argparse.Namespace) -> int:
         "min_rate": args.min_rate,
         "max_rate": args.max_rate,
         "rate_median": float(np.median(rates)) if n else None,
-        "pages_at_min_rate": int(np.sum(rates <= args.min_rate)),
-        "pages_at_max_rate": int(np.sum(rates >= args.max_rate)),
+        "pages_at_min_rate": int(np.sum(low)),
+        "pages_at_max_rate": int(np.sum(high)),
         "read_seconds": read_seconds,
         "estimate_seconds": est_seconds,
         "dtype": np.dtype(dtype).name,
@@ -252,6 +290,12 @@ def run(args: argparse.Namespace) -> int:
               + (f" {report.skipped_by_reason}" if summary["rows_skipped"] else ""))
     print(f"estimator    {args.estimator}, clipped to [{args.min_rate:g}, {args.max_rate:g}]; "
           f"{summary['pages_at_min_rate']} pages at the lower clip, {summary['pages_at_max_rate']} at the upper")
+    advice = _clip_advice(args, int(np.sum(low & ~h.complete)), int(np.sum(high & ~h.complete)),
+                          int(np.sum((low | high) & h.complete)))
+    if advice:
+        summary["clip_advice"] = advice
+        for line in advice:
+            print(f"             {line}")
     print(f"time         read {read_seconds:.2f} s, estimate {est_seconds:.2f} s")
     if args.output:
         print(f"output       {args.output} ({args.columns} columns"

@@ -171,24 +171,26 @@ def read_histories(path: str | os.PathLike[str], *, errors: str = "raise",
 
 def write_estimates(path: str | os.PathLike[str], page_id: ArrayLike,
                     importance: ArrayLike, change_rate: ArrayLike, half_width: ArrayLike,
-                    num_observations: ArrayLike, complete: ArrayLike) -> None:
-    """Write ``page_id,importance,change_rate,half_width,num_observations,complete``
+                    num_observations: ArrayLike, complete: ArrayLike, clipped: ArrayLike | None = None) -> None:
+    """Write ``page_id,importance,change_rate,half_width,num_observations,complete[,clipped]``
     atomically (unknown importance or half-width: an empty CSV field; ``null`` in Parquet
-    and JSON Lines, chosen by ``path``'s name)."""
+    and JSON Lines, chosen by ``path``'s name).  ``clipped``: per page ``"low"`` or
+    ``"high"`` where the estimate is the clip range's bound rather than a root, else ``""``."""
+    names = ["page_id", "importance", "change_rate", "half_width", "num_observations", "complete"]
+    flags = [] if clipped is None else [np.asarray(clipped, object).astype(str)]
+    if flags:
+        names.append("clipped")
     if file_format(path)[0] != "csv":
         import pyarrow as pa  # imported on first use: `import jaxcrawl` stays fast
 
         imp, half = np.asarray(importance, np.float64), np.asarray(half_width, np.float64)
-
-        write_table(path, {
-            "page_id": page_id, "importance": pa.array(imp, mask=~np.isfinite(imp)),
-            "change_rate": np.asarray(change_rate, np.float64),
-            "half_width": pa.array(half, mask=~np.isfinite(half)),
-            "num_observations": np.asarray(num_observations, np.int64),
-            "complete": np.asarray(complete, bool).astype(np.int8)})
+        cols = [page_id, pa.array(imp, mask=~np.isfinite(imp)), np.asarray(change_rate, np.float64),
+                pa.array(half, mask=~np.isfinite(half)), np.asarray(num_observations, np.int64),
+                np.asarray(complete, bool).astype(np.int8)] + [pa.array(f.tolist(), pa.string()) for f in flags]
+        write_table(path, dict(zip(names, cols)))
         return
-    write_csv(path, ("page_id", "importance", "change_rate", "half_width", "num_observations", "complete"),
-              (np.asarray(page_id), np.asarray(importance, np.float64), np.asarray(change_rate, np.float64),
+    write_csv(path, names,
+              [np.asarray(page_id), np.asarray(importance, np.float64), np.asarray(change_rate, np.float64),
                np.asarray(half_width, np.float64), np.asarray(num_observations, np.int64),
-               np.asarray(complete, bool).astype(np.int8)),
-              (None, finite_or_blank, ".10g", finite_or_blank, None, None))
+               np.asarray(complete, bool).astype(np.int8)] + flags,
+              [None, finite_or_blank, ".10g", finite_or_blank, None, None] + [None] * len(flags))
