@@ -480,6 +480,23 @@ def test_cli_solve_with_host_caps(tmp_path, capsys):
     ref = host_capped(p, host, cap).policy
     np.testing.assert_allclose(rate, np.asarray(ref.rate), rtol=1e-9)
     np.testing.assert_allclose(summary["dual"], float(ref.dual), rtol=1e-9)
+    # the plan explains itself: exactly the hosts at their cap are listed, by name, with their
+    # multiplier (KKT-checked above) and the load they would take in the unconstrained plan
+    kappa = np.asarray(host_capped(p, host, cap).host_dual)
+    binding = np.flatnonzero(S >= cap * (1 - 1e-9))
+    assert 0 < binding.size < H and np.all(kappa[binding] > 0)
+    free = host_totals(jaxcrawl.solve(p, "harmonic").rate, host, H)
+    listed = {h["host"]: h for h in summary["binding_hosts"]}
+    assert set(listed) == {f"host{h}" for h in binding} and summary["num_binding_hosts"] == binding.size
+    assert [h["held_back"] for h in summary["binding_hosts"]] == sorted(listed[k]["held_back"] for k in listed)[::-1]
+    for h in binding:
+        e = listed[f"host{h}"]
+        np.testing.assert_allclose([e["load"], e["cap"]], [cap[h], cap[h]], rtol=1e-9)
+        np.testing.assert_allclose(e["multiplier"], kappa[h], rtol=1e-6)
+        np.testing.assert_allclose([e["unconstrained_load"], e["held_back"]], [free[h], free[h] - cap[h]], rtol=1e-7)
+        assert e["num_pages"] == np.sum(host == h) and e["crawl_delay"] is None
+    np.testing.assert_allclose(summary["bandwidth_held_back_by_host_caps"], np.sum(free[binding] - cap[binding]),
+                               rtol=1e-7)
     (tmp_path / "bad.csv").write_text("host_id,cap\nhost0,abc\n")
     assert main(["solve", "-i", str(src), "--host-caps", str(tmp_path / "bad.csv")]) == 2
     assert "bad.csv:2" in capsys.readouterr().err

@@ -30,16 +30,19 @@ from jaxcrawl import check_rate_bounds, objective_names, rate_bounds
 from jaxcrawl import parallel as dist
 from jaxcrawl import timetable as tt
 from jaxcrawl._src.checks import check_representable
-from jaxcrawl._src.fileio import progress_bar, write_file
-from jaxcrawl._src.hostmap import caps_pages_path, merge_host_caps
+from jaxcrawl._src.fileio import immediate, progress_bar, write_file, write_json
+from jaxcrawl._src.hostmap import caps_pages_path, merge_host_caps, url_host
 from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
 from jaxcrawl.debug import checked
 from jaxcrawl.io import (
+    Column,
     PageTable,
+    Schema,
     check_output,
     read_host_caps,
     read_local_rows,
     read_problem,
+    read_table,
     write_nutch_seeds,
     write_plan,
     write_urlfrontier,
@@ -281,14 +284,18 @@ def run(args: argparse.Namespace) -> int:
         "residual_before_correction": _number(policy.residual),
         "budget_tolerance": tolerance,
         "root_steps": int(policy.num_steps),
-        "num_pages_at_min_rate": int(np.sum((lo > 0) & (rate <= lo * (1 + 1e-5)))) if bounded else 0,
-        "num_pages_at_max_rate": int(np.sum(np.isfinite(hi) & (rate >= hi * (1 - 1e-5)))) if bounded else 0,
+        "num_pages_at_min_rate": 0,
+        "num_pages_at_max_rate": 0,
         "num_crawl_delay_hosts": num_delay_hosts,
         "read_seconds": read_seconds,
         "solve_seconds": seconds,
         "first_call_seconds": seconds,
         "dtype": str(problem.dtype),
     }
+    explained = _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps) \
+        if failure is None and (caps is not None or bounded) else None
+    if explained is not None:
+        summary.update(explained)
     t_write = time.perf_counter()
     if failure is None and args.output:
         with progress_bar(n, "writing plan", quiet=args.quiet) as bar:
@@ -305,9 +312,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"harmonic     {harmonic:.6g}  (page-averaged harmonic staleness, NeurIPS-19 eq. 8)")
     print(f"binary       {binary:.6g}  (page-averaged binary staleness, NeurIPS-19 eq. 12-13)")
     print(f"dual         {float(policy.dual):.6g}  (marginal utility of one more crawl per unit time)")
-    if bounded:
-        print(f"bounds       {summary['num_pages_at_min_rate']} pages at their minimum rate (1/max_interval), "
-              f"{summary['num_pages_at_max_rate']} at their maximum (1/min_interval)")
+    if explained is not None:
+        _report_constraints(summary, args.time_unit[:-1])
     print(f"solve time   {seconds:.2f} s including compilation, {summary['root_steps']} root-finding steps, "
           f"converged: {converged}")
     if "output" in summary:
@@ -320,6 +326,110 @@ def run(args: argparse.Namespace) -> int:
     if failure is not None:
         raise jaxcrawl.NonConvergenceError(failure + ("; no plan written" if args.output else ""))
     return 0
+
+
+#: Binding hosts listed in the JSON line (the most held back first); the text report shows the first ten.
+MAX_LISTED_HOSTS = 1000
+
+
+def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps) -> dict:
+    """What bound the plan (docs/io.md, "What bound the plan"): the hosts at their cap and
+    the pages at their revisit bounds, each with the bandwidth it moves against the
+    *unconstrained plan* -- the same solve (objective, bandwidth) without host caps and
+    revisit bounds.  A host binds when its load (the sum of its pages' rates) is within the
+    solve's tolerance of its cap; ``held_back`` is its load in the unconstrained plan minus
+    its load in this one, ``multiplier`` its ``Policy.host_dual``."""
+
+    n = rate.size
+    at_lo = (lo > 0) & (rate <= lo * (1 + 1e-5)) if lo is not None else np.zeros(n, bool)
+    at_hi = np.isfinite(hi) & (rate >= hi * (1 - 1e-5)) if hi is not None else np.zeros(n, bool)
+    out: dict[str, Any] = {"num_pages_at_min_rate": int(at_lo.sum()), "num_pages_at_max_rate": int(at_hi.sum())}
+    binding = np.zeros(0, np.int64)
+    if caps is not None:
+        hidx = np.asarray(caps.host_id, np.int64)
+        cap = np.asarray(caps.cap, np.float64)
+        on = hidx >= 0
+        load = np.bincount(hidx[on], weights=rate[on], minlength=cap.size)
+        slack = max(1e-6, 4 * eps ** 0.75)  # the default root-finding tolerance of the dtype
+        binding = np.flatnonzero(np.isfinite(cap) & (load >= cap * (1 - slack)))
+        out["num_capped_hosts"] = int(np.sum(np.isfinite(cap)))
+        out["num_binding_hosts"] = int(binding.size)
+    x0 = None
+    if binding.size or at_lo.any() or at_hi.any():
+        ref = jax.jit(lambda pr: jaxcrawl.solve(pr, obj, max_steps=args.max_steps, rtol=args.rtol))(problem)
+        out["unconstrained_converged"] = bool(np.all(np.asarray(ref.converged)))
+        x0 = np.asarray(ref.rate, np.float64)
+    out["bandwidth_to_min_rate_pages"] = float(np.sum((rate - x0)[at_lo])) if x0 is not None else 0.0
+    out["bandwidth_held_back_by_max_rate"] = float(np.sum((x0 - rate)[at_hi])) if x0 is not None else 0.0
+    if caps is None:
+        return out
+    kappa = np.zeros(cap.size) if policy.host_dual is None else np.asarray(policy.host_dual, np.float64)
+    free = np.bincount(hidx[on], weights=x0[on], minlength=cap.size) if x0 is not None else load
+    held = free - load
+    out["bandwidth_held_back_by_host_caps"] = float(np.sum(held[binding]))
+    binding = binding[np.argsort(-held[binding], kind="stable")]
+    first = np.full(cap.size, n, np.int64)
+    np.minimum.at(first, hidx[on], np.flatnonzero(on))
+    count = np.bincount(hidx[on], minlength=cap.size)
+    listed = binding[:MAX_LISTED_HOSTS]
+    names = _host_names(args, page_id, first[listed], gaps)
+    hosts = []
+    for h, name in zip(listed.tolist(), names):
+        delay = None
+        if gaps is not None and gaps[0][first[h]] >= 0:
+            delay = float(gaps[1][gaps[0][first[h]]])
+        hosts.append({"host": name, "cap": float(cap[h]), "crawl_delay": delay, "load": float(load[h]),
+                      "multiplier": float(kappa[h]), "unconstrained_load": float(free[h]),
+                      "held_back": float(held[h]), "num_pages": int(count[h])})
+    out["binding_hosts"] = hosts
+    return out
+
+
+def _host_names(args, page_id, pages, gaps) -> list[str]:
+    """The host name of each of ``pages`` (indices): its crawl-delay host, else its host in the
+    page -> host table (``--hosts`` or the caps file's ``# pages:``), else its URL's host."""
+
+    ids = np.asarray(page_id)[pages].tolist()
+    names: list[str | None] = [None] * len(ids)
+    if gaps is not None:
+        g = gaps[0][pages]
+        names = [str(gaps[2][k]) if k >= 0 else None for k in g.tolist()]
+    mapping = args.hosts or (caps_pages_path(args.host_caps) if args.host_caps else None)
+    if mapping is not None and any(x is None for x in names):
+        table = read_table(mapping, _PAGE_HOSTS)
+        want = {str(p): i for i, p in enumerate(ids)}
+        for p, h in zip(table["page_id"].tolist(), table["host_id"].tolist()):
+            i = want.get(str(p))
+            if i is not None and names[i] is None:
+                names[i] = str(h)
+    return [x if x is not None else (url_host(str(p)) or str(p)) for x, p in zip(names, ids)]
+
+
+_PAGE_HOSTS = Schema("page -> host mapping", (Column("page_id"), Column("host_id")), rows="pages")
+
+
+def _report_constraints(summary: dict, unit: str) -> None:
+    """The report's lines on the binding host caps and revisit bounds (:func:`_explain`)."""
+
+    if "num_binding_hosts" in summary:
+        print(f"host caps    {summary['num_binding_hosts']} of {summary['num_capped_hosts']} capped hosts at their "
+              f"cap; they hold back {summary['bandwidth_held_back_by_host_caps']:.4g} crawls per {unit} of the "
+              "unconstrained plan (no caps, no bounds)")
+        if summary["binding_hosts"]:
+            print(f"             {'host':<28} {'cap':>9} {'delay s':>8} {'load':>9} {'multiplier':>10} "
+                  f"{'uncapped':>9} {'held back':>9}")
+        for h in summary["binding_hosts"][:10]:
+            delay = "-" if h["crawl_delay"] is None else f"{h['crawl_delay']:g}"
+            print(f"             {h['host']:<28} {h['cap']:>9.4g} {delay:>8} {h['load']:>9.4g} {h['multiplier']:>10.4g} "
+                  f"{h['unconstrained_load']:>9.4g} {h['held_back']:>9.4g}")
+        if summary["num_binding_hosts"] > 10:
+            print(f"             ... {summary['num_binding_hosts'] - 10} more (the JSON line lists up to "
+                  f"{MAX_LISTED_HOSTS})")
+    if summary["num_pages_at_min_rate"] or summary["num_pages_at_max_rate"] or "num_binding_hosts" not in summary:
+        print(f"bounds       {summary['num_pages_at_min_rate']} pages at their minimum rate (1/max_interval), "
+              f"{summary['bandwidth_to_min_rate_pages']:.4g} crawls per {unit} more than the unconstrained plan "
+              f"gives them; {summary['num_pages_at_max_rate']} at their maximum (1/min_interval), "
+              f"{summary['bandwidth_held_back_by_max_rate']:.4g} held back")
 
 
 def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
@@ -409,7 +519,9 @@ def run_solve(args: argparse.Namespace) -> int:
                           caps=None if host_cap is None else host_cap, bounds=bounds,
                           max_steps=args.max_steps, rtol=args.rtol, x64=bool(args.x64), output=args.output)
     t0 = time.perf_counter()
-    src = dist.ProcessRows(imp, lam, comp, bandwidth, dtype=dtype)
+    src = dist.ProcessRows(imp, lam, comp, bandwidth, dtype=dtype, page_id=page_id,  # ids distinct across processes
+                           min_interval=rows.min_interval if args.input else None,
+                           max_interval=rows.max_interval if args.input else None)
     caps = None if host_cap is None else jaxcrawl.HostCaps(host_id, host_cap)
     sol = jaxcrawl.solve(src, obj, caps=caps, bounds=bounds, max_steps=args.max_steps, rtol=args.rtol)
     seconds = time.perf_counter() - t0
@@ -430,7 +542,8 @@ def run_solve(args: argparse.Namespace) -> int:
     if failure is None and args.output:
 
         part = part_path(args.output, pid, nproc)
-        write_plan(part, page_id, sol.rate, sol.prob)
+        with immediate():  # the parts are read by process 0 before the command ends
+            write_plan(part, page_id, sol.rate, sol.prob)
         dist.barrier("jaxcrawl.solve.parts")
         if pid == 0:
             parts = [part_path(args.output, i, nproc) for i in range(nproc)]
@@ -439,8 +552,7 @@ def run_solve(args: argparse.Namespace) -> int:
                 summary["output"] = args.output
             else:
                 manifest = dict(summary, parts=[os.path.basename(p) for p in parts])
-                with open(args.output + ".manifest.json", "w") as f:
-                    json.dump(manifest, f, indent=1)
+                write_json(args.output + ".manifest.json", manifest, sort_keys=False)
                 summary["output"] = args.output + ".manifest.json"
         dist.barrier("jaxcrawl.solve.written")
     if failure is not None:
