@@ -134,13 +134,27 @@ def test_schedule_writes_urlfrontier_items_and_nutch_seeds_the_crawlers_parse(tm
     prob = np.zeros(13)
     prob[3] = 0.5  # crawled on change signals: left out of the queue
     jio.write_plan(str(tmp_path / "plan.csv"), np.asarray(ids, object), rate, prob)
-    (tmp_path / "delays.csv").write_text("host,crawl_delay\nh0.example,60\nh1.example,1\n")
-    front, seeds = tmp_path / "f.jsonl.gz", tmp_path / "seeds.txt"
+    # h0's delay (15 min) is below its pages' rates (9 an hour): crawls moved and deferred
+    (tmp_path / "delays.csv").write_text("host,crawl_delay\nh0.example,900\nh1.example,1\n")
+    front, seeds, table = tmp_path / "f.jsonl.gz", tmp_path / "seeds.txt", tmp_path / "t.csv"
     assert main(["schedule", "--plan", str(tmp_path / "plan.csv"), "--time-unit", "hours", "--horizon", "2",
                  "--start", "2026-01-05T06:00:00Z", "--crawl-delays", str(tmp_path / "delays.csv"),
-                 "--urlfrontier", str(front), "--nutch", str(seeds), "--quiet"]) == 0
+                 "-o", str(table), "--urlfrontier", str(front), "--nutch", str(seeds), "--quiet"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["urlfrontier"]["num_clamped"] == 1 and summary["nutch"]["num_clamped"] == 1
+    # the report names the hosts whose crawls the delays moved (h1's pages share grid points),
+    # the most deferred first, and its counts add up to the timetable's and the totals
+    rows = summary["crawl_delay_hosts"]
+    assert [r["host"] for r in rows] == ["h0.example", "h1.example"] and summary["num_hosts_moved_or_deferred"] == 2
+    lines = table.read_text().splitlines()[1:]
+    for r in rows:
+        kept = sum(1 for line in lines if f"//{r['host']}/" in line)
+        assert r["crawls"] == kept and r["deferred"] == r["planned_crawls"] - kept
+        assert r["cap"] == 3600 / r["crawl_delay"]
+    assert rows[0]["crawls"] <= 2 * 4 + 1 and rows[0]["deferred"] > 0 and rows[1]["deferred"] == 0
+    # every deferred crawl was moved (past the window's end); "moved" counts the kept ones
+    assert sum(r["moved"] + r["deferred"] for r in rows) == summary["crawls_moved_for_crawl_delays"]
+    assert sum(r["deferred"] for r in rows) == summary["crawls_deferred_past_horizon"]
     plain = tmp_path / "f.jsonl"
     plain.write_bytes(gzip.decompress(front.read_bytes()))
     items = parse_urlfrontier(plain)
@@ -151,8 +165,8 @@ def test_schedule_writes_urlfrontier_items_and_nutch_seeds_the_crawlers_parse(tm
         assert key == url.split("/")[2]
         assert meta == {"jaxcrawl.rate": [repr(float(rate[i]))], "jaxcrawl.interval_seconds": [repr(3600 / float(rate[i]))],
                         "jaxcrawl.time_unit": ["hours"]}
-        if rate[i] > 1e-9:  # the first crawl: within one period (+ its host's delay) of the start
-            assert start <= due <= start + 3600 / rate[i] + 4 * 60 + 1
+        if rate[i] > 1e-9:  # its first crawl in the window, else its first crawl on its grid
+            assert start <= due <= start + max(2 * 3600, 3600 / rate[i]) + 1
         else:
             assert due == _crawler.MAX_REFETCH_DATE
     nutch = parse_nutch(seeds)

@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxcrawl import timetable as tt
 from jaxcrawl._src.fileio import progress_bar
+from jaxcrawl._src.limits import check_size
 from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, parse_start, unit_seconds
 from jaxcrawl.io import (
     check_output,
@@ -149,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--after carries crawl-delay gaps from the previous window; give --crawl-delays "
                              "or --robots (without them the timetable does not depend on earlier windows)")
         last_group = _last_host_fetch(args, gaps, epoch, start)
+    check_size("--horizon", float(np.sum(np.asarray(rate, np.float64)) * horizon) + len(rate), 32,
+               "crawls in the window")  # the timetable's size, before it is allocated
     t0 = time.perf_counter()
     with progress_bar(None, "timetable", quiet=args.quiet, unit="step"):
         # times since --start (exact in the working dtype over the window); the window's place
@@ -159,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
         if gaps is not None:
             hidx, delay, _ = gaps
             gap = delay / unit_seconds(args.time_unit)
+            plain = table
             spaced = tt.space_crawls(table, hidx, gap, end=horizon, last_group=last_group)
             table = jax.block_until_ready(spaced.timetable)
     seconds = time.perf_counter() - t0
@@ -190,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": str(np.dtype(dtype)),
     }
     if spaced is not None:
-        hidx, delay, _ = gaps
+        hidx, delay, names = gaps
         summary["num_crawl_delay_hosts"] = int(delay.size)
         summary["crawls_moved_for_crawl_delays"] = int(spaced.moved)
         summary["crawls_deferred_past_horizon"] = int(spaced.deferred)
@@ -203,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         need = delay[hs[1:][same]]
         summary["min_host_gap_over_delay"] = float(np.min(gaps_seen / np.where(need > 0, need, np.inf))) \
             if gaps_seen.size else None
+        summary.update(_delay_hosts(plain, table, hidx, delay, names, horizon, unit_seconds(args.time_unit)))
     if args.output:
         with progress_bar(times.shape[0], "writing timetable", quiet=args.quiet) as bar:
             write_timetable(args.output, times - (start if epoch is not None else 0.0), pages, plan.page_id,
@@ -238,12 +243,60 @@ def run(args: argparse.Namespace) -> int:
         print(f"crawl delays {summary['num_crawl_delay_hosts']} hosts: {summary['crawls_moved_for_crawl_delays']} "
               f"crawls moved later, {summary['crawls_deferred_past_horizon']} past the horizon; "
               "no host fetched twice within its delay")
+        rows = summary["crawl_delay_hosts"]
+        if rows:
+            print(f"             {'host':<28} {'delay s':>8} {'cap':>9} {'planned':>8} {'crawls':>7} {'moved':>6} "
+                  f"{'deferred':>8}")
+        for h in rows[:10]:
+            print(f"             {h['host']:<28} {h['crawl_delay']:>8g} {h['cap']:>9.4g} {h['planned_crawls']:>8} "
+                  f"{h['crawls']:>7} {h['moved']:>6} {h['deferred']:>8}")
+        if summary["num_hosts_moved_or_deferred"] > 10:
+            print(f"             ... {summary['num_hosts_moved_or_deferred'] - 10} more (the JSON line lists up to "
+                  f"{MAX_LISTED_HOSTS})")
     print(f"time         {seconds:.3f} s (including compilation)")
     if args.output:
         print(f"written to   {args.output}")
     report_crawler_files(summary)
     print(json.dumps(summary))
     return 0
+
+
+#: Crawl-delay hosts listed in the JSON line (the most deferred first); the report shows ten.
+MAX_LISTED_HOSTS = 1000
+
+
+def _delay_hosts(plain, spaced, hidx, delay, names, horizon: float, unit: float) -> dict:
+    """The crawl-delay hosts whose crawls the spacing moved or deferred: for each, its delay,
+    its cap (``unit / delay`` crawls per unit), the plan's crawls of it in the window
+    (``planned_crawls``, before spacing), the crawls kept (``crawls``), how many of those were
+    moved later (``moved``) and how many were deferred past the window (``deferred``).  Spacing keeps each host's crawls in their
+    order, so its kept crawls are its first planned ones and are compared one to one."""
+
+    num_hosts = int(delay.size)
+
+    def by_host(table):
+        m = np.asarray(table.mask)
+        h = hidx[np.asarray(table.page)[m]]
+        t = np.asarray(table.time)[m]
+        on = h >= 0
+        order = np.lexsort((t[on], h[on]))
+        return h[on][order], t[on][order]
+
+    h0, t0 = by_host(plain)
+    h1, t1 = by_host(spaced)
+    planned = np.bincount(h0, minlength=num_hosts)
+    kept = np.bincount(h1, minlength=num_hosts)
+    rank = np.arange(h0.size) - (np.cumsum(planned) - planned)[h0]
+    first = rank < kept[h0]
+    moved = np.bincount(h1[t1 > t0[first]], minlength=num_hosts)
+    deferred = planned - kept
+    hit = np.flatnonzero((moved > 0) | (deferred > 0))
+    hit = hit[np.lexsort((-moved[hit], -deferred[hit]))]
+    rows = [{"host": str(names[h]), "crawl_delay": float(delay[h]),
+             "cap": float(unit / delay[h]) if delay[h] > 0 else None, "planned_crawls": int(planned[h]),
+             "crawls": int(kept[h]), "moved": int(moved[h]), "deferred": int(deferred[h])}
+            for h in hit[:MAX_LISTED_HOSTS].tolist()]
+    return {"num_hosts_moved_or_deferred": int(hit.size), "crawl_delay_hosts": rows}
 
 
 def report_crawler_files(summary: dict) -> None:
