@@ -13,19 +13,20 @@ All three keep sync rates :math:`r` in
 bandwidth on probe plays, start at the log-barrier minimiser (line 3), estimate
 :math:`\partial J/\partial r_k` with Lemma 2 from probe and sync plays, and update by
 
-* the log-barrier mirror-descent step (Alg. 1 lines 42-45)
+* the log-barrier mirror-descent step (Alg. 1 lines 42-45), :func:`jaxcrawl.optim.mirror_descent`
 
   .. math:: r^+ = \arg\min_{x\in\mathcal K} \eta\langle x, g\rangle +
             \sum_k \Big(-\log\frac{x_k}{r_k} + \frac{x_k}{r_k} - 1\Big),
             \qquad x_k(\nu) = \frac{1}{1/r_k + \eta g_k + \nu},
 
-* or the Euclidean projection of a gradient step (AsyncPSGDSync)
+* or the Euclidean projection of a gradient step (AsyncPSGDSync), :func:`jaxcrawl.optim.projected_sgd`
 
   .. math:: r^+ = \arg\min_{x\in\mathcal K} \|x - (r - \eta g)\|^2,
             \qquad x_k(\nu) = r_k - \eta g_k - \nu,
 
-both solved exactly by :func:`jaxcrawl.allocate` (closed form per arm given the dual ν,
-which may be negative).  Hyperparameters live in the state (:class:`SyncHyperparams`), so
+both ``optax`` transformations whose update is the exact projection of
+:mod:`jaxcrawl.optim` (clipped to the box per arm given the dual ν, which may be
+negative).  Hyperparameters live in the state (:class:`SyncHyperparams`), so
 ``jax.vmap`` over ``init``'s ``hparams`` sweeps them without retracing.
 """
 from __future__ import annotations
@@ -37,10 +38,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import is_concrete
-from jaxcrawl.core.solve import Allocation, allocate
+from jaxcrawl.core.solve import Allocation
+from jaxcrawl.optim import mirror_descent, project_simplex, project_simplex_log_barrier, projected_sgd
 from jaxcrawl.sync_bandits import TABLE1, SyncBandit, interval_gradient_estimate, policy_cost
 
 from ._base import Learner
@@ -117,9 +120,10 @@ class SyncInfo(NamedTuple):
       num_updated: arms updated (K for MirrorSync; :math:`|\mathcal A_i|` for Alg. 2).
       num_probes: probe plays whose samples entered the gradient.
       dual: multiplier ν of the step's budget constraint.
-      num_steps: root-finding iterations of the step.
-      converged: whether the step's root-find met its tolerance
-        (:attr:`jaxcrawl.Allocation.converged`; True when no arm was updated).
+      num_steps: Newton steps of the step's projection (0 for the Euclidean one, a finite
+        algorithm).
+      converged: whether the step's projection converged
+        (:attr:`jaxcrawl.optim.ProjectionState.converged`; True when no arm was updated).
     """
 
     policy_cost: jax.Array
@@ -145,36 +149,13 @@ def _check_step_inputs(rate, budget, lower, upper, name):
 
 def barrier_rates(budget: ArrayLike, lower: ArrayLike, upper: ArrayLike, num_arms_: int) -> Allocation:
     r"""Minimiser of the log barrier :math:`-\sum_k\log r_k` over the box with
-    :math:`\|r\|_1 = B` (ICML-20 Alg. 1 line 3, Alg. 2 line 2): :math:`r_k = \mathrm{clip}(1/\nu)`.
+    :math:`\|r\|_1 = B` (ICML-20 Alg. 1 line 3, Alg. 2 line 2): :math:`r_k = \mathrm{clip}(1/\nu)`,
+    the log-barrier projection of mirror point 0 (:func:`jaxcrawl.optim.project_simplex_log_barrier`).
     """
     budget = jnp.asarray(budget)
     if not jnp.issubdtype(budget.dtype, jnp.floating):
         budget = budget.astype(jnp.result_type(float))
-    lower = jnp.broadcast_to(jnp.asarray(lower, budget.dtype), (num_arms_,))
-    upper = jnp.broadcast_to(jnp.asarray(upper, budget.dtype), (num_arms_,))
-
-    return allocate(_barrier_rate, lower, budget, lower, upper, marginal_fn=_barrier_marginal)
-
-
-def _barrier_rate(nu, p):
-    pos = nu > 0
-    return jnp.broadcast_to(jnp.where(pos, 1.0 / jnp.where(pos, nu, 1.0), jnp.inf), p.shape)
-
-
-def _barrier_marginal(x, p):
-    return 1.0 / x
-
-
-def _mirror_rate(nu, p):
-    r, g, eta = p
-    d = 1.0 / r + eta * g + nu
-    pos = d > 0
-    return jnp.where(pos, 1.0 / jnp.where(pos, d, 1.0), jnp.inf)
-
-
-def _mirror_marginal(x, p):
-    r, g, eta = p
-    return 1.0 / x - 1.0 / r - eta * g
+    return project_simplex_log_barrier(jnp.zeros((num_arms_,), budget.dtype), budget, lower, upper)
 
 
 def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLike, budget: ArrayLike,
@@ -186,9 +167,10 @@ def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLi
 
     KKT: :math:`\eta g_k - 1/x_k + 1/r_k + \nu = 0` on free arms, so
     :math:`x_k(\nu) = 1/(1/r_k + \eta g_k + \nu)` (``+inf`` when the denominator is
-    :math:`\le 0`), clipped to the box; ν (of either sign) is found by
-    :func:`jaxcrawl.allocate`.  An arm with ``lower == upper`` is held fixed
-    (that is how Alg. 2 updates only a subset of arms).
+    :math:`\le 0`), clipped to the box: the log-barrier projection of the mirror point
+    :math:`-1/r - \eta g` (:func:`jaxcrawl.optim.project_simplex_log_barrier`), with ν of
+    either sign.  An arm with ``lower == upper`` is held fixed (that is how Alg. 2 updates
+    only a subset of arms).
 
     Args:
       rate: ``(K,)`` current rates :math:`r > 0`.
@@ -199,33 +181,12 @@ def mirror_descent_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLi
 
     Returns:
       :class:`jaxcrawl.Allocation`; ``x`` is the new rate vector, ``converged``
-      says whether the dual root-find met its tolerance.
+      says whether the projection's Newton iteration converged.
     """
     _check_step_inputs(rate, budget, lower, upper, "mirror_descent_step")
-    return _exact_step(_mirror_rate, _mirror_marginal, rate, grad, learning_rate, budget, lower, upper)
-
-
-def _exact_step(rate_fn, marginal_fn, rate, grad, learning_rate, budget, lower, upper) -> Allocation:
-    """The step's argmin over the box with Σx = B: one :func:`~jaxcrawl.allocate`
-    on the per-arm KKT solution ``rate_fn(ν, (r, g, η))``."""
     rate = jnp.asarray(rate)
-    dtype = rate.dtype
-    grad = jnp.asarray(grad, dtype)
-    eta = jnp.asarray(learning_rate, dtype)
-    return allocate(rate_fn, (rate, grad, eta), jnp.asarray(budget, dtype),
-                    jnp.broadcast_to(jnp.asarray(lower, dtype), rate.shape),
-                    jnp.broadcast_to(jnp.asarray(upper, dtype), rate.shape),
-                    marginal_fn=marginal_fn)
-
-
-def _psgd_rate(nu, p):
-    r, g, eta = p
-    return r - eta * g - nu
-
-
-def _psgd_marginal(x, p):
-    r, g, eta = p
-    return r - eta * g - x
+    theta = -1.0 / rate - jnp.asarray(learning_rate, rate.dtype) * jnp.asarray(grad, rate.dtype)
+    return project_simplex_log_barrier(theta, budget, lower, upper)
 
 
 def projected_sgd_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLike, budget: ArrayLike,
@@ -235,13 +196,15 @@ def projected_sgd_step(rate: ArrayLike, grad: ArrayLike, learning_rate: ArrayLik
     .. math:: \arg\min_{x \in [\ell, h],\ \|x\|_1 = B}\ \|x - (r - \eta g)\|_2^2,
               \qquad x_k(\nu) = \mathrm{clip}(r_k - \eta g_k - \nu, \ell_k, h_k),
 
-    with ν (of either sign) found by :func:`jaxcrawl.allocate`.  Arms with
+    with ν (of either sign) from :func:`jaxcrawl.optim.project_simplex`.  Arms with
     ``lower == upper`` are held fixed.  Same arguments and result as
     :func:`mirror_descent_step`.
     """
     if is_concrete(rate) and (np.ndim(rate) != 1 or not np.all(np.isfinite(np.asarray(rate)))):
         raise ValueError("projected_sgd_step: rate must be a finite (K,) vector")
-    return _exact_step(_psgd_rate, _psgd_marginal, rate, grad, learning_rate, budget, lower, upper)
+    rate = jnp.asarray(rate)
+    return project_simplex(rate - jnp.asarray(learning_rate, rate.dtype) * jnp.asarray(grad, rate.dtype),
+                           budget, lower, upper)
 
 
 # ----------------------------------------------------------------------- learners
@@ -329,18 +292,20 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
         pg = interval_gradient_estimate(key, bandit.costs, rate, n, eps, chunk_size=chunk_size)
         grad = pg.grad / k  # Lemma 2 scale: estimates dJ/dr_k
         budget, lo, hi = _restricted_set(bandit, eps)
-        alloc = mirror_descent_step(rate, grad, eta, budget, lo, hi)
+        tx = mirror_descent(eta, budget, lo, hi)                      # line 20
+        updates, proj = tx.update(grad, tx.init(rate), rate)
+        new_rate = optax.apply_updates(rate, updates)
         count = state.num_updates + 1
-        new = MirrorSyncState(alloc.x, hp, count.astype(dtype) * round_len, count)
-        info = SyncInfo(policy_cost(bandit.costs, alloc.x), new.time,
-                        jnp.asarray(k, jnp.int32), pg.num_probes, alloc.dual, alloc.num_steps,
-                        alloc.converged)
+        new = MirrorSyncState(new_rate, hp, count.astype(dtype) * round_len, count)
+        info = SyncInfo(policy_cost(bandit.costs, new_rate), new.time,
+                        jnp.asarray(k, jnp.int32), pg.num_probes, proj.dual, proj.num_steps,
+                        proj.converged)
         return new, info
 
     return Learner(init, step, "mirror_sync", synchronous=True)
 
 
-def _async_learner(update_fn, defaults, name, chunk_size):
+def _async_learner(transformation, defaults, name, chunk_size):
     def init(bandit: SyncBandit, hparams: SyncHyperparams | None = None) -> AsyncSyncState:
         hp = _hparams(bandit, hparams, defaults)
         rate = _initial_rates(bandit, hp.exploration)
@@ -366,8 +331,9 @@ def _async_learner(update_fn, defaults, name, chunk_size):
         lower = jnp.where(active, lo, rate)              # other arms held fixed
         upper = jnp.where(active, hi, rate)
         budget = jnp.sum(rate)                           # local budget: their current total (line 32)
-        alloc = update_fn(rate, grad, eta, budget, lower, upper)
-        new_rate = jnp.where(active & (num_active > 0), alloc.x, rate)
+        tx = transformation(eta, budget, lower, upper)
+        updates, proj = tx.update(grad, tx.init(rate), rate)
+        new_rate = jnp.where(active & (num_active > 0), optax.apply_updates(rate, updates), rate)
         # Reschedule updated arms (lines 34-38): with prob. ε sync now, else at
         # max(last sync + 1/r_new, now).  The interval spanning the update holds no probe.
         last_done = last + n.astype(dtype) / rate
@@ -376,10 +342,10 @@ def _async_learner(update_fn, defaults, name, chunk_size):
         new_last = jnp.where(active, resched, last_done) - interval
         count = state.num_updates + 1  # time = count * l_upd (no float drift over long runs)
         new = AsyncSyncState(new_rate, new_last, hp, count.astype(dtype) * interval, count)
-        dual = jnp.where(num_active > 0, alloc.dual, 0.0)
+        dual = jnp.where(num_active > 0, proj.dual, 0.0)
         info = SyncInfo(policy_cost(bandit.costs, new_rate), new.time, num_active,
-                        pg.num_probes, dual, alloc.num_steps,
-                        jnp.where(num_active > 0, alloc.converged, True))
+                        pg.num_probes, dual, proj.num_steps,
+                        jnp.where(num_active > 0, proj.converged, True))
         return new, info
 
     return Learner(init, step, name)
@@ -408,7 +374,7 @@ def async_mirror_sync(learning_rate: float = TABLE1["async_mirror_sync"]["learni
       update_interval: :math:`l_{upd}` (Table 1: 20; Table 2: 8).
       chunk_size: probes simulated per pass.
     """
-    return _async_learner(mirror_descent_step,
+    return _async_learner(mirror_descent,
                           (learning_rate, exploration, update_interval),
                           "async_mirror_sync", chunk_size)
 
@@ -419,11 +385,11 @@ def async_psgd_sync(learning_rate: float = TABLE1["async_psgd_sync"]["learning_r
                     chunk_size: int | None = None) -> Learner:
     r"""AsyncPSGDSync (ICML-20 §8): :func:`async_mirror_sync` with the mirror-descent step
     replaced by the exact Euclidean projection of :math:`r - \eta\bar g` onto the local
-    constraint set (:func:`projected_sgd_step`).  The arguments are those of
+    constraint set (:func:`jaxcrawl.optim.projected_sgd`).  The arguments are those of
     :func:`async_mirror_sync`; the paper's values are η = 0.08, :math:`l_{upd}` = 20
     (Table 1) and η = 0.5, :math:`l_{upd}` = 40 (Table 2), with ε = 0.05.
     """
-    return _async_learner(projected_sgd_step, (learning_rate, exploration, update_interval),
+    return _async_learner(projected_sgd, (learning_rate, exploration, update_interval),
                           "async_psgd_sync", chunk_size)
 
 
