@@ -75,7 +75,8 @@ def inputs(tmp_path_factory):
     d = tmp_path_factory.mktemp("inputs")
     with jax.enable_x64(True):
         p = jaxcrawl.synthetic(jax.random.key(5), N, dtype=np.float64)
-        imp, lam, comp = (np.asarray(a) for a in (p.importance, p.change_rate, p.complete))
+        imp, lam = (np.asarray(a) for a in (p.importance, p.change_rate))
+        comp = np.asarray(p.complete).astype(bool)
     bandwidth = 0.2 * N
     np.save(d / "bandwidth.npy", bandwidth)
     write_page_table(str(d / "table"), imp, lam, comp)

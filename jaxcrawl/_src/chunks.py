@@ -18,6 +18,7 @@ import numpy as np
 
 from . import budget as _budget
 from . import gap as _gap
+from .fileio import output_memmap
 from .passes import NEUTRAL, View, reduce_array
 from .pipeline import Pages, page_limits
 from .rootfind import default_rtol
@@ -210,12 +211,12 @@ class ChunkPages:
         if self.sink.get("rate") is None:
             c, n = self.comm, self.n
             if self.out_path and c.multi:  # process 0 creates the file, then every process writes its rows
-                if c.process_index == 0:
-                    np.lib.format.open_memmap(self.out_path, mode="w+", dtype=self.dtype, shape=(n,)).flush()
+                if c.process_index == 0:  # its disk space allocated first (a full disk: OSError, not SIGBUS)
+                    output_memmap(self.out_path, self.dtype, n).flush()
                 c.barrier("jaxcrawl.stream.create")
-                self.sink["rate"] = np.lib.format.open_memmap(self.out_path, mode="r+")[self.first:self.last]
+                self.sink["rate"] = output_memmap(self.out_path, self.dtype, n, create=False)[self.first:self.last]
             elif self.out_path:
-                self.sink["rate"] = np.lib.format.open_memmap(self.out_path, mode="w+", dtype=self.dtype, shape=(n,))
+                self.sink["rate"] = output_memmap(self.out_path, self.dtype, n)
             else:
                 self.sink["rate"] = np.empty(self.last - self.first, self.dtype)
         return self.sink["rate"]

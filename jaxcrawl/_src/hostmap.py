@@ -2,13 +2,14 @@
 host constraints, and the host name of a URL page id."""
 from __future__ import annotations
 
-import gzip
 import os
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from jax.typing import ArrayLike
+
+from .fileio import open_read
 
 
 def url_host(page_id: object) -> str | None:
@@ -21,16 +22,17 @@ def url_host(page_id: object) -> str | None:
 
 
 def caps_pages_path(path: str | os.PathLike) -> str | None:
-    """The page -> host mapping a host-caps CSV names in a ``# pages: FILE`` comment
-    (relative to the caps file's directory), or None."""
+    """The page -> host mapping a host-caps CSV names in a ``# pages: FILE`` comment before
+    its header (relative to the caps file's directory), or None."""
     path = os.fspath(path)
     found = None
-    with (gzip.open(path, "rt", encoding="utf-8-sig") if path.lower().endswith(".gz")
-          else open(path, encoding="utf-8-sig")) as fh:
+    with open_read(path, text=True) as fh:
         for line in fh:
             text = line.strip()
-            if not text.startswith("#"):
+            if not text:
                 continue
+            if not text.startswith("#"):
+                break  # the header: comments come before it (after it, '#...' is data, e.g. an id)
             key, sep, value = text[1:].partition(":")
             if sep and key.strip().lower() == "pages" and value.strip():
                 value = value.strip()

@@ -33,7 +33,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["Terminated", "install_early", "handlers", "received", "raise_if_received"]
+__all__ = ["Terminated", "install_early", "handlers", "received", "raise_if_received", "rearm"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # signals received while armed (the first decides the status)
@@ -64,10 +64,12 @@ def raise_if_received() -> None:
         raise _interrupt_for(_received[0])
 
 
-def _is_command(argv: list[str]) -> bool:
-    """Whether this interpreter was started as the ``jaxcrawl`` command (the console script,
-    or ``python -m jaxcrawl.cli``/``jaxcrawl.cli.__main__``)."""
-    if argv and os.path.basename(argv[0]) in ("jaxcrawl", "jaxcrawl.exe"):
+def _is_command(argv: list[str], script: str | None = None) -> bool:
+    """Whether this interpreter was started as the ``jaxcrawl`` command (the console script
+    -- ``argv[0]``, or ``script`` (``sys.argv[0]``) when the interpreter runs the script
+    file -- or ``python -m jaxcrawl.cli``/``jaxcrawl.cli.__main__``)."""
+    names = ("jaxcrawl", "jaxcrawl.exe", "jaxcrawl-script.py")
+    if any(x and os.path.basename(x) in names for x in (argv[0] if argv else None, script)):
         return True
     for i, arg in enumerate(argv[:-1]):
         if arg == "-m":
@@ -86,7 +88,7 @@ def install_early() -> None:
     global _armed
     if _armed or threading.current_thread() is not threading.main_thread():
         return
-    if not _is_command(list(getattr(sys, "orig_argv", sys.argv))):
+    if not _is_command(list(getattr(sys, "orig_argv", sys.argv)), sys.argv[0] if sys.argv else None):
         return
     for sig in _SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:
@@ -127,10 +129,101 @@ def handlers() -> Iterator[list[int]]:
         signal.signal(sig, handler)
     _armed = True
     _received.extend(pending)  # received while importing: raised by the command's first check
+    watchdog = _Watchdog() if previous else None
     try:
         yield _received
     finally:
+        if watchdog is not None:
+            watchdog.stop()
         for sig, old in previous.items():
             signal.signal(sig, old)
         del _received[:]
         _armed = False
+
+
+def rearm() -> None:
+    """Take SIGINT/SIGTERM back from native code that installed its own handlers (e.g. a
+    runtime's preemption notifier, which would swallow SIGTERM): the Python-level handler
+    in place -- the command's, or the default -- is installed again.  Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in _SIGNALS:
+        current = signal.getsignal(sig)
+        if current is not None:
+            signal.signal(sig, current)
+
+
+#: Seconds a command has, after SIGINT/SIGTERM, to end by itself before it is ended from
+#: outside (the main thread may be inside compiled code, where no Python handler runs).
+GRACE_SECONDS = float(os.environ.get("JAXCRAWL_SIGNAL_GRACE", "5"))
+#: Clean-ups run before a command is ended from outside (registered by the file writers).
+cleanups: list = []
+
+
+class _Watchdog:
+    """Honours a signal on every path: Python runs signal handlers only between bytecodes of
+    the main thread, so a command inside a long compiled computation would not notice one.
+    The C-level handler also writes the signal number to a pipe (``signal.set_wakeup_fd``);
+    this thread wakes on it and, if the command has not ended :data:`GRACE_SECONDS` later,
+    runs :data:`cleanups` (temporary outputs removed), says so on stderr and ends the
+    process with ``128 + signal`` (no output is renamed: renames happen in the main thread
+    only, after a check for a received signal)."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        try:
+            self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread, or the fd cannot be used
+            self.previous_fd = None
+            os.close(self.read_fd)
+            os.close(self.write_fd)
+            self.thread = None
+            return
+        self.thread = threading.Thread(target=self._watch, name="jaxcrawl-signal-watchdog", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while True:
+            try:
+                data = os.read(self.read_fd, 64)
+            except OSError:
+                return
+            if self.done.is_set() or not data:
+                return
+            signums = [b for b in data if b in _SIGNALS]
+            if not signums:
+                continue
+            if self.done.wait(GRACE_SECONDS):
+                return
+            for fn in list(cleanups):
+                try:
+                    fn()
+                except Exception:  # noqa: BLE001 - ending anyway
+                    pass
+            sig = _received[0] if _received else signums[0]
+            try:
+                os.write(2, f"jaxcrawl: {signal.Signals(sig).name} not handled within {GRACE_SECONDS:g} s "
+                            "(inside compiled code); ending the process, no output written\n".encode())
+            finally:
+                os._exit(128 + sig)
+
+    def stop(self) -> None:
+        if self.thread is None:
+            return
+        self.done.set()
+        try:
+            signal.set_wakeup_fd(self.previous_fd if self.previous_fd is not None else -1)
+        except ValueError:
+            pass
+        try:
+            os.write(self.write_fd, b"\0")
+        except OSError:
+            pass
+        self.thread.join(timeout=1.0)
+        for fd in (self.read_fd, self.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from jaxcrawl._src.fileio import write_file
+from jaxcrawl._src.fileio import immediate, write_file
 from jaxcrawl.io import CheckpointStore
 
 __all__ = ["register", "run"]
@@ -224,7 +224,8 @@ def _run_one(module: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
         figure=ctx.figure_path.name,
     )
     payload = json.dumps(to_jsonable(record), indent=1, allow_nan=False) + "\n"
-    write_file(out / f"{module.NAME}.json", lambda fh: fh.write(payload))  # atomic, normal permissions
+    with immediate():  # a finished experiment's record is kept when a later one fails or is interrupted
+        write_file(out / f"{module.NAME}.json", lambda fh: fh.write(payload))  # atomic, normal permissions
     record["_claims"] = claims
     return record
 

@@ -23,6 +23,7 @@ import numpy as np
 import jaxcrawl
 from jaxcrawl import objective_names
 from jaxcrawl import parallel as dist
+from jaxcrawl._src.fileio import check_not_input, stage
 from jaxcrawl.io import PageTable, check_output
 from jaxcrawl.parallel import StreamedTable
 
@@ -77,21 +78,21 @@ def run(args: argparse.Namespace) -> int:
     if args.chunk_size < 1:
         raise ValueError(f"--chunk-size must be >= 1; got {args.chunk_size}")
     table = PageTable(args.table)
-
+    if table.num_pages == 0:
+        table.check_rows()  # a table without pages: named, before the bandwidth is derived from the count
     bandwidth = bandwidth_from_args(args, table.num_pages)
     obj = objective_from_args(args)
-    # the rates go to a temporary file next to the output (one name, every process writes its
-    # rows); only a result that passes the final guard is renamed over the output
-
-
-
-
+    # the rates go to a temporary file next to the output (one name: every process writes its
+    # rows; its space allocated before it is mapped); only a result that passes the final guard
+    # is renamed over the output, with the command's other outputs (jaxcrawl._src.fileio)
     if args.output:
-
         check_output(args.output, args.table)
-    partial = args.output + ".partial.npy" if args.output else None
+        check_not_input(args.output, [args.table])  # nor inside the table's directory
+    partial = (os.path.join(os.path.dirname(args.output) or ".", "." + os.path.basename(args.output) + ".partial.npy")
+               if args.output else None)
     dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
+    staged = False
     try:
         src = StreamedTable(table, float(bandwidth), chunk_size=args.chunk_size, dtype=np.dtype(dtype).name,
                             out=partial, progress=False if args.quiet else None)
@@ -110,15 +111,13 @@ def run(args: argparse.Namespace) -> int:
         res = res._replace(rate=None)  # the memory map is closed before the rename
         if multi:
             dist.barrier("jaxcrawl.stream.written")
-        if partial and jax.process_index() == 0:
-            if failure is None:
-                os.replace(partial, args.output)
-            else:
-                os.unlink(partial)
+        if partial and jax.process_index() == 0 and failure is None:
+            stage(partial, args.output)
+            staged = True
         if multi:
             dist.barrier("jaxcrawl.stream.renamed")
     finally:
-        if partial and jax.process_index() == 0 and os.path.exists(partial):
+        if partial and jax.process_index() == 0 and not staged and os.path.exists(partial):
             os.unlink(partial)
     summary = dict(table=args.table, num_pages=table.num_pages, bandwidth=float(bandwidth), objective=args.objective,
                    converged=res.converged, dual=res.dual if math.isfinite(res.dual) else None,

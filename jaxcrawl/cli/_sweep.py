@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcrawl._src.limits import check_size
 from jaxcrawl.learners import SyncHyperparams, async_mirror_sync, async_psgd_sync, mirror_sync, run_sweep
 from jaxcrawl.sync_bandits import polynomial_bandit
 
@@ -68,8 +70,15 @@ def run(args: argparse.Namespace) -> int:
         rates = [float(v) for v in args.learning_rates.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"--learning-rates must be comma-separated numbers; got {args.learning_rates!r}") from None
-    if not rates or min(rates) <= 0:
-        raise ValueError("--learning-rates must be > 0")
+    if not rates or not all(math.isfinite(r) and r > 0 for r in rates):
+        raise ValueError(f"--learning-rates must be finite and > 0; got {args.learning_rates!r}")
+    # the learners' ranges (a probe probability outside (0, 1] never ends a probe loop)
+    if not (math.isfinite(args.exploration) and 0 < args.exploration <= 1):
+        raise ValueError(f"--exploration is a probability in (0, 1]; got {args.exploration}")
+    if not (math.isfinite(args.update_interval) and args.update_interval > 0):
+        raise ValueError(f"--update-interval must be finite and > 0; got {args.update_interval}")
+    check_size("--instances x --seeds x --arms x --steps", float(args.instances) * args.seeds * args.arms
+               * args.steps * min(args.chunk_size, 1 + len(rates)), 64, "learner values")
     learner = {"mirror-sync": mirror_sync, "async-mirror-sync": async_mirror_sync,
                "async-psgd-sync": async_psgd_sync}[args.learner]()
     key = jax.random.key(args.seed)

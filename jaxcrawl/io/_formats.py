@@ -28,7 +28,6 @@ numbers as ``null``).
 from __future__ import annotations
 
 import csv
-import gzip
 import io
 import json
 import os
@@ -38,8 +37,8 @@ from typing import Any, Union
 
 import numpy as np
 
-from .._src.fileio import atomic_write
-from ._schema import FALSE_WORDS, TRUE_WORDS, RowError, TableError, check_groups
+from .._src.fileio import atomic_write, open_read
+from ._schema import BLANKS, FALSE_WORDS, INT64_MAX, TRUE_WORDS, RowError, TableError, check_groups
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -63,11 +62,11 @@ def file_format(path: PathLike) -> tuple[str, bool]:
 
 
 def open_text(path: PathLike, mode: str = "rb"):
-    """Open ``path`` for reading, through gzip when its name ends in ``.gz``."""
-    path = os.fspath(path)
-    if path.lower().endswith(".gz"):
-        return gzip.open(path, mode)
-    return open(path, mode)
+    """Open ``path`` for reading (bytes), through gzip when its name ends in ``.gz`` (a
+    truncated or corrupt gzip file: ``ValueError`` naming it)."""
+    if mode != "rb":
+        raise ValueError(f"open_text reads bytes (mode 'rb'); got {mode!r}")
+    return open_read(path)
 
 
 def _pa():
@@ -178,7 +177,7 @@ def _read_parquet(path: str):
     return table, np.arange(1, table.num_rows + 1, dtype=np.int64)
 
 
-def _raw(col, i: int) -> Any:
+def raw_cell(col, i: int) -> Any:
     """Cell ``i`` of an Arrow column as the exact reader would see it ('' for null)."""
     v = col[i].as_py()
     return "" if v is None else v
@@ -193,6 +192,8 @@ def ids_to_numpy(col) -> np.ndarray:
     array of ``str``."""
     pa, pc = _pa()
     if pa.types.is_integer(col.type):
+        if pa.types.is_uint64(col.type) and len(col) and pc.max(col).as_py() > INT64_MAX:
+            return _as_text(col)  # ids past int64: text, never wrapped to negative numbers
         return np.asarray(col.to_numpy(zero_copy_only=False), np.int64)
     if len(col) and pc.all(pc.match_substring_regex(col, _INT_TEXT.pattern)).as_py():
         return np.asarray(pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False), np.int64)
@@ -201,7 +202,7 @@ def ids_to_numpy(col) -> np.ndarray:
     return out
 
 
-def _column_values(c, col, kind_ids: bool):
+def column_values(c, col, kind_ids: bool):
     """``(values, bad, raw_fn)`` of one column: NumPy values in the column's dtype, the
     bad mask and a function giving a bad cell's raw value (for its message)."""
     pa, pc = _pa()
@@ -239,9 +240,12 @@ def _column_values(c, col, kind_ids: bool):
             return ids_to_numpy(col) if kind_ids else _as_text(col), null
         if not (pa.types.is_string(typ) or pa.types.is_large_string(typ)):
             return None
-        trimmed = pc.utf8_trim_whitespace(col)
-        bad = null | np.asarray(pc.equal(pc.utf8_length(trimmed), 0).to_numpy(zero_copy_only=False), bool)
-        return (ids_to_numpy(trimmed) if kind_ids else _as_text(trimmed)), bad
+        if c.strip:
+            col = pc.utf8_trim_whitespace(col)
+        # empty, or blanks around the text (Column.parse's rule: str.isspace's characters)
+        blank = pc.match_substring_regex(col, f"^[{BLANKS}]*$" if c.strip else f"^[{BLANKS}]*$|^[{BLANKS}]|[{BLANKS}]$")
+        bad = null | np.asarray(blank.fill_null(True).to_numpy(zero_copy_only=False), bool)
+        return (ids_to_numpy(col) if kind_ids else _as_text(col)), bad
     # boolean / binary
     if pa.types.is_boolean(typ):
         v = np.asarray(col.fill_null(False).to_numpy(zero_copy_only=False), bool)
@@ -339,9 +343,9 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
     cols: dict[str, np.ndarray] = {}
     bad_rows: list[tuple[int, RowError]] = []
     for c, name in zip(header_cols, names):
-        got_col = _column_values(c, table[name], c.name in id_columns)
+        got_col = column_values(c, table[name], c.name in id_columns)
         if got_col is None:
-            if fmt == "csv":
+            if fmt != "parquet":  # e.g. JSON ids past int64 that Arrow read as doubles: the exact reader
                 return None
             raw_col = table[name].to_pylist()
             vals, bad = c.parse_many(["" if x is None else x for x in raw_col])
@@ -359,13 +363,13 @@ def read_arrow(path: str, schema, log, *, id_columns: tuple[str, ...] = ()):
             column = table[name]
             for i in np.flatnonzero(first_bad).tolist():
                 try:
-                    c.parse(_raw(column, i))
+                    c.parse(raw_cell(column, i))
                 except RowError as err:
                     bad_rows.append((int(lines[i]), err))
                 else:  # the vectorised rule and the exact one disagree: let the exact reader decide
                     if fmt == "csv":
                         return None
-                    raise AssertionError(f"{c.name}: parse accepted {_raw(column, i)!r}")
+                    raise AssertionError(f"{c.name}: parse accepted {raw_cell(column, i)!r}")
         ok &= ~bad
     # table-wide rules: vectorised checks; the exact (per-row) pass only when one fails
     needs_exact = False

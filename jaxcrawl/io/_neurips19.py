@@ -140,8 +140,8 @@ class CrawlDataset(NamedTuple):
 # The columns of the data set's files (one rule each, shared with every jaxcrawl table).
 _URL_ID = Column("URL_ID", "integer")
 _HOST_ID = Column("Host_ID", "integer")
-_URL = Column("URL")
-_HOST_URL = Column("Host_URL")
+_URL = Column("URL", strip=True)
+_HOST_URL = Column("Host_URL", strip=True)
 _IMPORTANCE = Column("importance", "number", minimum=0.0)
 _OFFSET = Column("first-crawl offset", "number")
 _CHANGE_RATE = Column("change rate", "number", minimum=0.0)
@@ -362,7 +362,8 @@ def _scatter_histories(blocks, n: int, lookup, dtype, max_observations: int | No
 _INT_RE = r"^[0-9]{1,18}$"
 _NUM = r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _NUM_RE = r"^" + _NUM + r"$"
-_PAIR = r"\[\s*" + _NUM + r"\s*,\s*" + _NUM + r"\s*\]"
+_JSON_NUM = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a history is JSON: its numbers too
+_PAIR = r"\[\s*" + _JSON_NUM + r"\s*,\s*" + _JSON_NUM + r"\s*\]"
 _HISTORY_RE = r"^\s*\[\s*(?:" + _PAIR + r"(?:\s*,\s*" + _PAIR + r")*)?\s*\]\s*$"
 
 
@@ -527,6 +528,19 @@ def _has_dot_or_minus(padded: np.ndarray, start: np.ndarray, length: np.ndarray)
     return hit
 
 
+def _json_numbers(raw: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
+    """Whether each run ``raw[ts:te]`` of digits, '.' and '-' can be a JSON number as far as
+    its first and last bytes tell: no '.' first (after a '-') or last, no leading zero
+    before a digit (the rest of the grammar is :func:`_bad_numbers`')."""
+    last = raw.size - 1
+    neg = raw[ts] == 45
+    lead = np.where(neg, raw[np.minimum(ts + 1, last)], raw[ts])
+    after = raw[np.minimum(ts + 1 + neg, last)]
+    more = te - ts > 1 + neg
+    zero_digit = (lead == 48) & more & ((after - np.uint8(48)) < 10)
+    return ~((lead == 46) | (raw[te - 1] == 46) | zero_digit)
+
+
 def _bad_numbers(raw: np.ndarray, ts: np.ndarray, te: np.ndarray) -> np.ndarray:
     """Numbers (runs of digits, '.' and '-') that are not -?digits[.digits] or -?.digits."""
     tlen = te - ts
@@ -628,6 +642,8 @@ def _plain_rows(raw: np.ndarray, ends: np.ndarray, kinds: tuple, rules: list, hi
     ident = np.flatnonzero(role == 1)
     id_len = te[ident] - ts[ident]
     bad[ident[(id_len > _MAX_PLAIN_ID_DIGITS) | _has_dot_or_minus(padded, ts[ident], id_len)]] = True
+    hist = np.flatnonzero(role >= 3)  # a history's numbers are JSON numbers (what the exact parser reads)
+    bad[hist[~_json_numbers(raw, ts[hist], te[hist])]] = True
     del ident, id_len, padded
     starts = np.empty(n, np.int64)
     starts[:1] = 0

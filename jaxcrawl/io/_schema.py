@@ -18,6 +18,11 @@ PathLike = Union[str, "os.PathLike[str]"]
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y"})
 FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", ""})
 _MAX_EXAMPLES = 10
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+#: What ``str.strip`` removes (``str.isspace``), as a regular-expression class: the
+#: columnar reader finds the same blanks around an id as the exact one.
+BLANKS = (r"\t\n\x0b\x0c\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
+          r"\x{205f}\x{3000}")
 
 
 # ------------------------------------------------------------------------- errors
@@ -152,6 +157,10 @@ class Column:
       aliases: other header names accepted for this column.
       same_within: the name of a column that groups rows (e.g. ``"page_id"``): this
         column's value must be the same on every row of a group.
+      strip: ``text``: blanks around a value are removed and any value is taken as its
+        text (True), or -- the default, for ids -- the value must be text or an integer
+        and blanks around it are refused (ids are used exactly as written, never silently
+        changed).
     """
 
     name: str
@@ -164,6 +173,7 @@ class Column:
     default: Any = None
     aliases: tuple[str, ...] = ()
     same_within: str | None = None
+    strip: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -215,9 +225,16 @@ class Column:
         """The value of one cell, or :class:`RowError` naming the column and the rule."""
         name = self.name
         if self.kind == "text":
-            text = str(value).strip()
-            if not text:
+            if not self.strip and (isinstance(value, bool) or not isinstance(value, (str, int))):
+                raise self._error(f"{name} must be text or an integer, got {value!r}")
+            text = str(value)
+            if not text.strip():
                 raise self._error(f"empty {name}")
+            if self.strip:
+                return text.strip()
+            if text != text.strip():
+                raise self._error(f"{name} {text!r} has leading or trailing blanks (ids are used as written: "
+                                  "remove them)")
             return text
         if self.kind == "number":
             try:
@@ -232,9 +249,12 @@ class Column:
             try:
                 if isinstance(value, (bool, float)):
                     raise ValueError
-                return int(str(value).strip())
+                v = int(str(value).strip())
             except ValueError:
                 raise self._error(f"{name} {value!r} is not an integer") from None
+            if not INT64_MIN <= v <= INT64_MAX:
+                raise self._error(f"{name} {value!r} is out of range (a 64-bit integer: {INT64_MIN} to {INT64_MAX})")
+            return v
         text = str(value).strip().lower() if not isinstance(value, bool) else str(int(value))
         if self.kind == "binary":
             if text not in ("0", "1"):
@@ -263,8 +283,12 @@ class Column:
             return v, ~self._ok(v)
         if self.kind == "text":
             out = np.empty(m, object)
-            out[:] = [str(x).strip() for x in values]
-            return out, np.asarray([not x for x in out.tolist()], dtype=bool).reshape(m)
+            out[:] = [(x if isinstance(x, str) else str(x)).strip() if self.strip else
+                      (x if isinstance(x, str) else str(x)) for x in values]
+            bad = [not str(x).strip() if self.strip else
+                   (not (isinstance(x, str) or (isinstance(x, int) and not isinstance(x, bool)))
+                    or not str(x).strip() or str(x) != str(x).strip()) for x in values]
+            return out, np.asarray(bad, dtype=bool).reshape(m)
         out = np.zeros(m, self.dtype)
         bad = np.zeros(m, bool)
         for i, x in enumerate(values):
@@ -286,8 +310,9 @@ class Schema:
         line of the first occurrence), or None.
       rows: the noun of a row, for "no pages after the header".
       min_rows: fewest data rows accepted.
-      comments: lines whose first character is ``#`` are comments (kept in
-        :attr:`Table.comments`), not data.
+      comments: lines before the header whose first character is ``#`` are comments
+        (kept in :attr:`Table.comments`), not data; after the header such a line is data
+        (an id may start with ``#``).
     """
 
     name: str
@@ -303,6 +328,31 @@ class Schema:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+    def check_arrays(self, path: PathLike, columns: dict[str, Any], *, first_row: int = 1,
+                     chunk: int = 1 << 22) -> None:
+        """Check whole arrays (e.g. the memory maps of a ``.npy`` table, or one process's
+        rows) against the rules of their columns, ``chunk`` rows at a time:
+        :class:`TableError` ``path: row N: message`` for the first value that breaks one
+        (rows numbered from ``first_row``), the same message as a malformed cell of a file."""
+        for name, values in columns.items():
+            if values is None:
+                continue
+            c = self.column(name)
+            for start in range(0, len(values), chunk):
+                v = np.asarray(values[start:start + chunk])
+                ok = c._ok(v.astype(np.float64)) if c.kind == "number" else (
+                    (v == 0) | (v == 1) if c.kind in ("boolean", "binary") and v.dtype != bool else None)
+                if ok is not None and not np.all(ok):
+                    i = int(np.flatnonzero(~np.asarray(ok))[0])
+                    value = v[i].item()
+                    try:
+                        c.parse(value if c.kind == "number" else str(value))
+                    except RowError as err:
+                        raise TableError(path, first_row + start + i, err.message, column=c.name, reason=err.reason,
+                                         unit="row") from None
+                    raise TableError(path, first_row + start + i, f"{c.name} must be {c.rule}, got {value!r}",
+                                     column=c.name, unit="row")
 
     @property
     def header_text(self) -> str:

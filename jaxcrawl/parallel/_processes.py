@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from .._src import interrupts
 from .._src import pipeline as _pipeline
 from .._src.checks import _raise_unless_converged
 from .._src.partition import fingerprint
@@ -64,9 +65,12 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     if not jax.distributed.is_initialized():
         if cpu_collectives:
             jax.config.update("jax_cpu_collectives_implementation", cpu_collectives)
+        # no preemption notifier: it takes SIGTERM over (the process would swallow it and exit 0)
+        jax.config.update("jax_enable_preemption_service", False)
         jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
                                    process_id=process_id, initialization_timeout=initialization_timeout,
                                    heartbeat_timeout_seconds=heartbeat_timeout_seconds, **kwargs)
+        interrupts.rearm()  # the runtime may have installed its own signal handlers
     return page_mesh(jax.devices(), axis_name)
 
 
@@ -259,13 +263,19 @@ class ProcessRows(_pipeline.PageSource):
       bandwidth: the global bandwidth (the same on every process).
       dtype: computation dtype (default float64 with ``jax_enable_x64``, else float32).
       mesh: the page mesh (default: every device of every process).
+      page_id: this process's ``(k,)`` page ids: checked distinct across every process's
+        rows (a repeat is an error on every process naming the id and both rows).
+      min_interval, max_interval: this process's ``(k,)`` revisit bounds (a page table's
+        columns): the rate bounds ``[1/max_interval, 1/min_interval]`` apply together with
+        the ``bounds`` of the solve (the tighter of each).
 
     Attributes:
       start: global index of this process's first row; ``num_pages``: the global count.
     """
 
     def __init__(self, importance: Any, change_rate: Any, complete: Any, bandwidth: float, *,
-                 dtype: Any = None, mesh: Mesh | None = None):
+                 dtype: Any = None, mesh: Mesh | None = None, page_id: Any = None, min_interval: Any = None,
+                 max_interval: Any = None):
         bandwidth = float(bandwidth)
         if not np.isfinite(bandwidth) or bandwidth <= 0:
             raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
@@ -279,6 +289,14 @@ class ProcessRows(_pipeline.PageSource):
         self.block, counts = _block(k)
         self.start = int(counts[: jax.process_index()].sum())
         self.num_pages = int(counts.sum())
+        self.page_id = None if page_id is None else np.asarray(page_id)
+        if self.page_id is not None:
+            raise_together(None if self.page_id.shape == (k,) else
+                           f"page_id must have shape ({k},); got {self.page_id.shape}")
+            raise_together(_repeated_id(self.page_id, counts))
+        with np.errstate(divide="ignore"):  # a table's revisit bounds as rate bounds
+            self.rate_bounds = (None if max_interval is None else 1.0 / np.asarray(max_interval, np.float64),
+                                None if min_interval is None else 1.0 / np.asarray(min_interval, np.float64))
 
     def solve(self, obj, caps, bounds, opts):
         if not obj.separable or obj.marginal is None:
@@ -292,7 +310,8 @@ class ProcessRows(_pipeline.PageSource):
         hid = np.full(k, -1, np.int32) if not capped else np.asarray(caps.host_id, np.int32)
         cap = (np.full(1, np.inf, dtype) if not capped or np.size(caps.cap) == 0
                else np.asarray(caps.cap, dtype))
-        lower, upper = (None if b is None else np.broadcast_to(np.asarray(b, dtype), (k,)) for b in bounds)
+        lower, upper = (None if b is None else np.broadcast_to(np.asarray(b, dtype), (k,))
+                        for b in _tighter(bounds or (None, None), self.rate_bounds))
         raise_together(_check_rows(imp, lam, comp, hid, cap, capped, self.start, lower, upper))
         _check_feasible(obj, imp, lam, comp, hid, cap, capped, self.bandwidth, self.num_pages, dtype, lower, upper)
         extra = [(b, 0.0) for b in (lower, upper) if b is not None]
@@ -319,11 +338,78 @@ class ProcessRows(_pipeline.PageSource):
     def read(cls, path: str, bandwidth: float, **kwargs: Any) -> ProcessRows:
         """This process's rows of a page table file (``.npy`` directory, Parquet row groups or
         CSV byte ranges aligned to line starts; :func:`row_range`), with its ``page_id``."""
-        rows = read_local_rows(path)
-        src = cls(rows.importance, rows.change_rate, rows.complete, bandwidth, **kwargs)
-        src.page_id = rows.page_id
+        error = rows = None
+        try:
+            rows = read_local_rows(path)
+        except ValueError as err:  # a bad row on one process stops every process cleanly
+            error = str(err)
+        raise_together(error)
+        src = cls(rows.importance, rows.change_rate, rows.complete, bandwidth, page_id=rows.page_id,
+                  min_interval=rows.min_interval, max_interval=rows.max_interval, **kwargs)
         src.fingerprint = rows.fingerprint
         return src
+
+
+def _tighter(bounds, table_bounds):
+    """The larger lower and the smaller upper of two ``(lower, upper)`` rate bounds (None: none)."""
+    lo = [b for b in (bounds[0], table_bounds[0]) if b is not None]
+    hi = [b for b in (bounds[1], table_bounds[1]) if b is not None]
+    return (np.maximum(*lo) if len(lo) == 2 else (lo[0] if lo else None),
+            np.minimum(*hi) if len(hi) == 2 else (hi[0] if hi else None))
+
+
+def _id_hashes(ids: np.ndarray) -> np.ndarray:
+    """``(n, 2)`` uint64: two 64-bit polynomial hashes of each id's text (int64 ids as their
+    decimal text, so ``17`` and ``"17"`` agree), vectorised over the ids' UTF-8 bytes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = ids.shape[0]
+    if n == 0:
+        return np.zeros((0, 2), np.uint64)
+    arr = pa.array(ids) if ids.dtype != object else pa.array([str(x) for x in ids.tolist()], pa.large_string())
+    text = pc.cast(arr, pa.large_string()).combine_chunks() if isinstance(arr, pa.ChunkedArray) else \
+        pc.cast(arr, pa.large_string())
+    offs = np.frombuffer(text.buffers()[1], np.int64, n + 1, text.offset)
+    data = np.frombuffer(text.buffers()[2], np.uint8)[offs[0]:offs[-1]].astype(np.uint64) + np.uint64(1)
+    offs = offs - offs[0]
+    length = np.diff(offs)
+    pos = np.arange(data.size) - np.repeat(offs[:-1], length)
+    out = np.empty((n, 2), np.uint64)
+    with np.errstate(over="ignore"):
+        for j, base in enumerate((np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15))):
+            powers = np.cumprod(np.full(max(int(length.max()), 1), base, np.uint64)) if data.size else np.ones(1)
+            h = np.zeros(n, np.uint64)
+            nz = length > 0
+            h[nz] = np.add.reduceat(data * powers[pos], offs[:-1][nz]) if data.size else 0
+            out[:, j] = h ^ (length.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9))
+    return out
+
+
+def _repeated_id(page_id: np.ndarray, counts: np.ndarray) -> str | None:
+    """This process's message for a page id that is also on another row (of any process),
+    else None.  The ids' hashes are gathered (16 bytes a page); a repeated hash is confirmed
+    on the ids themselves."""
+    h = _id_hashes(page_id)
+    size = int(counts.max()) if counts.size else 0
+    padded = np.zeros((size, 2), np.uint64)
+    padded[: h.shape[0]] = h
+    every = allgather_host(padded)  # (P, size, 2)
+    rows = np.concatenate([every[p, : int(c)] for p, c in enumerate(counts)])
+    order = np.lexsort((rows[:, 1], rows[:, 0]))
+    srt = rows[order]
+    same = np.all(srt[1:] == srt[:-1], axis=1)
+    if not same.any():
+        return None
+    start = int(counts[: jax.process_index()].sum())
+    for i in np.flatnonzero(same).tolist():
+        a, b = sorted((int(order[i]), int(order[i + 1])))
+        if start <= b < start + page_id.shape[0]:  # this process holds the later row
+            if a >= start and str(page_id[a - start]) != str(page_id[b - start]):
+                continue  # a hash collision of two different ids on this process
+            return (f"duplicate page_id {page_id[b - start]!r}: rows {a + 1} and {b + 1} of the table "
+                    "(page ids must be distinct)")
+    return None
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))

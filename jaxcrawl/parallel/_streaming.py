@@ -66,6 +66,12 @@ class StreamedTable(_pipeline.PageSource):
         self.progress = progress
         self.start, self.stop = (row_range(self.table.num_pages) if jax.process_count() > 1
                                  else (0, self.table.num_pages))
+        error = None
+        try:  # the page table's rules on this process's rows (a chunk at a time), before any output
+            self.table.check_rows(self.start, self.stop)
+        except ValueError as err:
+            error = str(err)
+        _proc.raise_together(error)
         self.num_passes = 0
 
     @property
