@@ -32,6 +32,7 @@ from jaxcrawl import timetable as tt
 from jaxcrawl._src.checks import check_representable
 from jaxcrawl._src.fileio import immediate, progress_bar, write_file, write_json
 from jaxcrawl._src.hostmap import caps_pages_path, merge_host_caps, url_host
+from jaxcrawl._src.limits import check_size
 from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
 from jaxcrawl.debug import checked
 from jaxcrawl.io import (
@@ -166,6 +167,7 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
     n = args.num_pages
     if n < 1:
         raise ValueError(f"--num-pages must be >= 1; got {n}")
+    check_size("--num-pages", n, 64, "pages")  # before anything is allocated
     syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)  # one compile, not one per op
     return (PageTable.from_arrays(np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate),
                                   np.asarray(syn.complete)), f"synthetic(seed={args.seed}, num_pages={n})")
@@ -356,8 +358,10 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
         out["num_binding_hosts"] = int(binding.size)
     x0 = None
     if binding.size or at_lo.any() or at_hi.any():
+        t0 = time.perf_counter()
         ref = jax.jit(lambda pr: jaxcrawl.solve(pr, obj, max_steps=args.max_steps, rtol=args.rtol))(problem)
         out["unconstrained_converged"] = bool(np.all(np.asarray(ref.converged)))
+        out["unconstrained_solve_seconds"] = time.perf_counter() - t0
         x0 = np.asarray(ref.rate, np.float64)
     out["bandwidth_to_min_rate_pages"] = float(np.sum((rate - x0)[at_lo])) if x0 is not None else 0.0
     out["bandwidth_held_back_by_max_rate"] = float(np.sum((x0 - rate)[at_hi])) if x0 is not None else 0.0
@@ -491,6 +495,7 @@ def run_solve(args: argparse.Namespace) -> int:
         n = args.num_pages
         if n < 1:
             raise ValueError(f"--num-pages must be >= 1; got {n}")
+        check_size("--num-pages", n, 64, "pages")  # before anything is allocated
         s, e = dist.row_range(n)
         with jax.default_device(jax.local_devices()[0]):
             syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)
