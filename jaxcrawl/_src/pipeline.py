@@ -126,10 +126,12 @@ def page_limits(obj, params, bandwidth, num_pages, dtype, lower, upper, shape=No
 
 
 # ------------------------------------------------------------------ pages in memory
-def check_feasible(budget, lower, upper, host=None, cap=None) -> None:
+def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> None:
     """Eager checks of one problem's limits (concrete values): ``lower <= upper``, the budget
     within ``[sum(lower), sum(upper)]``, and with host caps every cap above its pages'
-    floors and the budget within what the caps allow."""
+    floors and the budget within what the caps allow.  ``dtype``: the solve's (default:
+    the limits'), for the hint to solve in float64 when a refusal is within its rounding."""
+    dtype = np.result_type(np.asarray(lower), np.asarray(upper)) if dtype is None else np.dtype(dtype)
     lo = np.asarray(lower, np.float64)
     hi = np.asarray(upper, np.float64)
     b = float(budget)
@@ -143,8 +145,10 @@ def check_feasible(budget, lower, upper, host=None, cap=None) -> None:
                          f"lower {np.ravel(lo)[idx]!r} > upper {np.ravel(hi)[idx]!r}")
     if host is None:
         if b < lo.sum() * (1 - 1e-12) or b > hi.sum() * (1 + 1e-12):
+            hint = (_rounding_hint(dtype, lo.sum(), b, lo.size) if b < lo.sum()
+                    else _rounding_hint(dtype, b, hi.sum(), hi.size))
             raise ValueError(f"bandwidth {b} is infeasible: it must lie in [sum(lower), sum(upper)] = "
-                             f"[{lo.sum()}, {hi.sum()}] (the pages' rate bounds)")
+                             f"[{lo.sum()}, {hi.sum()}] (the pages' rate bounds)" + hint)
         return
     hid = np.asarray(host)
     c = np.asarray(cap, np.float64)
@@ -154,15 +158,29 @@ def check_feasible(budget, lower, upper, host=None, cap=None) -> None:
     hi_h = np.bincount(hid[has], weights=hi[has], minlength=H)
     if np.any(lo_h > c * (1 + 1e-12)):
         h = int(np.flatnonzero(lo_h > c * (1 + 1e-12))[0])
-        raise ValueError(f"caps: host {h}'s cap {c[h]!r} is below the sum of its pages' lower bounds "
-                         f"{lo_h[h]!r} (e.g. BLC-epsilon floors): infeasible")
+        raise ValueError(f"caps: host {h}'s cap {float(c[h])!r} is below the sum of its pages' lower bounds "
+                         f"{float(lo_h[h])!r} (e.g. BLC-epsilon floors): infeasible"
+                         + _rounding_hint(dtype, lo_h[h], c[h], np.sum(hid == h)))
     most = np.sum(np.where(has, 0.0, hi)) + np.sum(np.minimum(c, hi_h))
     if b > most * (1 + 1e-12):
         raise ValueError(f"bandwidth {b!r} exceeds the most the host caps allow ({most!r}: uncapped pages' "
                          "upper bounds plus each host's min(cap, sum of its pages' upper bounds)); lower the "
                          "bandwidth or raise the caps")
     if b < np.sum(lo) * (1 - 1e-12):
-        raise ValueError(f"bandwidth {b!r} is below the sum of the lower bounds {np.sum(lo)!r}")
+        raise ValueError(f"bandwidth {b!r} is below the sum of the lower bounds {float(np.sum(lo))!r}"
+                         + _rounding_hint(dtype, np.sum(lo), b, lo.size))
+
+
+def _rounding_hint(dtype, larger, smaller, count) -> str:
+    """A hint to solve in float64 when ``larger > smaller`` by no more than the rounding of
+    ``count`` values to ``dtype`` and their sum (``(count + 1)`` ulps, relative): in float64
+    the two may well be equal (e.g. a cap set to the sum of its pages' floors)."""
+    if not np.issubdtype(dtype, np.floating) or np.finfo(dtype).bits >= 64:
+        return ""
+    if larger - smaller > (int(count) + 1) * np.finfo(dtype).eps * abs(smaller):
+        return ""
+    return (f" -- within {np.dtype(dtype).name} rounding of the inputs (each rounded to {np.dtype(dtype).name} and "
+            "summed): solve in float64 (--x64 on the command line; jax_enable_x64 and float64 arrays in Python)")
 
 
 def check_caps(host, cap, num_pages) -> None:
@@ -236,6 +254,7 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     else:
         x, dual, kappa, residual, steps, converged = sol.x, sol.dual, sol.host_dual, sol.residual, \
             sol.num_steps, sol.converged
+    converged = converged & inputs_valid(pages, budget, lower, upper, valid)
     if opts.throw:
         raise_unless_converged(f"solve({obj.name!r})", converged, steps, residual)
     raw_params = params[0] if gap is not None and valid is not None else params
@@ -249,6 +268,22 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     return Result(rate, probabilities(rate, pages.change_rate, on_signal), on_signal,
                   _budget.rescale_dual(dual, a, c), host_dual, residual * c,
                   jax.lax.stop_gradient(steps), converged)
+
+
+def inputs_valid(pages: Pages, budget, lower, upper, valid=None):
+    """In-graph: are the inputs a problem (importance and change rates finite and > 0, the
+    bandwidth finite and > 0, no NaN bound, ``lower <= upper``)?  The eager checks refuse
+    such inputs by name; under ``jit`` a solve of them reports ``converged=False`` through
+    this (one fused reduction over the pages, no host round trip)."""
+    imp, lam = pages.importance, pages.change_rate
+    ok = jnp.isfinite(imp) & (imp > 0) & jnp.isfinite(lam) & (lam > 0)
+    if lower is not None or upper is not None:
+        lo = jnp.zeros((), imp.dtype) if lower is None else jnp.asarray(lower, imp.dtype)
+        hi = jnp.full((), jnp.inf, imp.dtype) if upper is None else jnp.asarray(upper, imp.dtype)
+        ok = ok & (lo <= hi)  # False for a NaN bound too
+    if valid is not None:
+        ok = ok | ~valid
+    return jnp.all(ok, axis=-1) & jnp.isfinite(budget) & (budget > 0)
 
 
 @functools.cache

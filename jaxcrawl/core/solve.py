@@ -196,7 +196,7 @@ def _check_limits(obj, pages, lower, upper, host, cap) -> None:
         rows_to_check = range(rows)
     for i in rows_to_check:  # the message of the first bad row (every row with host caps)
         _pipeline.check_feasible(budgets[i], lo[i], hi[i], host,
-                                 None if cap is None else np.asarray(cap).reshape(rows, -1)[i])
+                                 None if cap is None else np.asarray(cap).reshape(rows, -1)[i], dtype=dtype)
 
 
 # ------------------------------------------------------------------ paper-named solvers
