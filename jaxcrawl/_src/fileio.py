@@ -157,11 +157,10 @@ def add_input(path: PathLike | None) -> None:
             check_not_input(dest, [path])
 
 
-def command_inputs(values: Iterable[object], outputs: Iterable[object] = ()) -> list[str]:
-    """The paths among ``values`` (strings, path-likes, or lists of them) that exist, less
-    those in ``outputs``: the inputs of a command from its parsed arguments."""
-    outs = {os.fspath(o) for o in _flat(outputs)}
-    return [os.fspath(v) for v in _flat(values) if os.fspath(v) not in outs and os.path.exists(os.fspath(v))]
+def command_inputs(values: Iterable[object]) -> list[str]:
+    """The paths among ``values`` (strings, path-likes, or lists of them) that exist: the
+    inputs of a command, from the values of its options other than its outputs."""
+    return [os.fspath(v) for v in _flat(values) if os.path.exists(os.fspath(v))]
 
 
 def _flat(values: Iterable[object]) -> Iterator[str | os.PathLike]:

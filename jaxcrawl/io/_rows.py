@@ -48,7 +48,7 @@ def record_start(f, b: int, body: int) -> int:
     if b <= body:
         return body
     f.seek(body)
-    left, quotes = b - body, 0
+    left, quotes = b - 1 - body, 0  # the quotes before byte b - 1, where the scan starts
     while left > 0:
         block = f.read(min(1 << 24, left))
         if not block:
