@@ -10,9 +10,16 @@ exact expression of §6.1 (``jaxcrawl.learners.etc_regret``):
 
 G the uniform-interval utility (App. H), F eq. 5.
 
-(a) regret vs τ at T = 1e4; (b) τ* = argmin_τ of the mean regret vs T (the paper uses a
-ternary search; we take the minimum over a log grid of 25 points per decade of τ);
-(c) R(τ*)/T vs T.
+(a) regret vs τ at T = 1e4 over τ ∈ [m/R, T] (the paper's grid starts at m/R, "the minimum
+time required to sample each webpage at least once"; τ = T explores throughout); (b) τ* =
+argmin_τ of the mean regret vs T (the paper uses a ternary search; we take the minimum over a
+log grid of 25 points per decade of τ); (c) R(τ*)/T vs T; (d) the slopes by time unit; (e) the
+Fig. 1a map: for every time unit of ``MAP_TIME_UNITS`` (1 day to 1/1000 day) and both R, at
+the full size (``regret_map``: one compiled program for the whole map), where the mean regret
+at T = 1e4 is smallest in τ and how many standard errors both ends of [m/R, T] lie above it
+(an interior minimum: both more than 4).  The ``interior_minimum`` claims read the map at the
+stated unit.  Azar et al.'s optimum is computed in closed form (``optimal_rate``: sort and
+water level, the rates of ``jaxcrawl.binary_lambda_crawl``, checked by the tests).
 
 Data: the paper's MS MARCO crawl sample is not distributed with jaxcrawl; importances
 and change rates are drawn by ``jaxcrawl.synthetic`` (NeurIPS-19 shapes) and the
@@ -47,6 +54,8 @@ rerun that check; off by default to keep --quick under 20 s).
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -69,6 +78,10 @@ DAILY_RATE_RANGE = (1 / 98, float(np.log(98)))   # changes per day (see the docs
 TIME_UNIT = 1.0 / (50 * DAILY_RATE_RANGE[1])
 OTHER_TIME_UNIT = 1.0 / 20                         # the other reading (rates per day / 20)
 SCAN_TIME_UNITS = (1.0, 1 / 5, 1 / 20, 1 / 50, TIME_UNIT, 1 / 1000)
+# the Fig. 1a map: time units (days) x bandwidths, regret at T = 1e4 over τ in [m/R, T]
+MAP_TIME_UNITS = (1.0, 1 / 5, 1 / 20, 1 / 50, 1 / 100, TIME_UNIT, 1 / 500, 1 / 1000)
+MAP_PER_DECADE = 12
+MIN_DEPTH_SE = 4.0   # an interior minimum: both ends of the τ range this many standard errors above it
 RATE_RANGE = tuple(r * TIME_UNIT for r in DAILY_RATE_RANGE)
 HORIZON_A = 1e4
 PER_DECADE = 25
@@ -87,6 +100,54 @@ def rounds_grid(max_rounds):
     return r.astype(np.int64)
 
 
+def optimal_rate(problem):
+    r"""Azar et al.'s optimum of eq. 5 in closed form: the maximiser of :math:`\sum_i\zeta_i\rho_i/(\rho_i+\xi_i)`
+    over :math:`\sum_i\rho_i = R,\ \rho\ge0` (``jaxcrawl.binary_lambda_crawl``'s rates, which the tests check).
+
+    KKT: :math:`\rho_i = \max(0, s\sqrt{\zeta_i\xi_i} - \xi_i)` with the water level s; page i is
+    crawled iff :math:`s > \sqrt{\xi_i/\zeta_i}`, so with the pages sorted by that threshold the
+    level for the first k crawled is :math:`s_k = (R + \sum_{j\le k}\xi_j)/\sum_{j\le k}\sqrt{\zeta_j\xi_j}`
+    and the crawled set is the longest prefix with :math:`s_k` above its own threshold.  One sort,
+    no iteration: the learners' inner solve, vmapped over the maps' grids.
+    """
+    zeta, xi = problem.importance, problem.change_rate
+    bw = jnp.asarray(problem.bandwidth, xi.dtype)
+    threshold = jnp.where(zeta > 0, jnp.sqrt(xi / jnp.where(zeta > 0, zeta, 1.0)), jnp.inf)
+    order = jnp.argsort(threshold)
+    root = jnp.sqrt(zeta * xi)[order]
+    level = (bw + jnp.cumsum(xi[order])) / jnp.cumsum(root)
+    active = jnp.sum(level > threshold[order])
+    s = level[jnp.maximum(active - 1, 0)]
+    return jnp.maximum(s * jnp.sqrt(zeta * xi) - xi, 0.0)
+
+
+def commit_freshness(key, problem, rounds, num_seeds):
+    """``F(ρ̂_N; ξ)`` after N exploration rounds for every N of ``rounds``, ``(num_seeds, len(rounds))``.
+
+    Traceable in ``problem`` and ``rounds`` (a nondecreasing float array, repeats allowed), so
+    ``jax.vmap`` runs it over time units and bandwidths at once: the counts U_N of changed
+    observations grow by binomial increments along the grid (common random numbers across N).
+    """
+    m = problem.change_rate.shape[-1]
+    dtype = problem.change_rate.dtype
+    w = m / jnp.asarray(problem.bandwidth, dtype)
+    q = -jnp.expm1(-problem.change_rate * w)
+    n = jnp.asarray(rounds, dtype)
+    steps = jnp.diff(n, prepend=jnp.zeros((1,), dtype))
+
+    def one_seed(k):
+        def step(u, a):
+            k_step, dn, nr = a
+            u = u + jax.random.binomial(k_step, dn, q).astype(dtype)
+            est = jnp.clip(jnp.log(nr / jnp.maximum(nr - u, 0.0)) / w, XI_MIN, XI_MAX)
+            return u, binary_freshness(problem, optimal_rate(problem.replace(change_rate=est)))
+
+        _, f_hat = jax.lax.scan(step, jnp.zeros_like(q), (jax.random.split(k, n.shape[0]), steps, n))
+        return f_hat
+
+    return jax.vmap(one_seed)(jax.random.split(key, num_seeds))
+
+
 def etc_outcomes(key, problem, rounds, num_seeds):
     """ETCOutcome with leading axes (seeds, len(rounds)) for the exploration of κ^UI."""
     m = problem.change_rate.shape[-1]
@@ -94,20 +155,16 @@ def etc_outcomes(key, problem, rounds, num_seeds):
     q = -jnp.expm1(-problem.change_rate * w)
     n = jnp.asarray(rounds, jnp.float32)
     steps = jnp.diff(jnp.concatenate([jnp.zeros(1, jnp.float32), n]))
-    f_star = binary_freshness(problem, jaxcrawl.binary_lambda_crawl(problem).rate)
+    f_star = binary_freshness(problem, optimal_rate(problem))
     g_ui = uniform_interval_freshness(problem, jnp.full_like(problem.change_rate, 1.0 / w))
 
     def commit(u, nr):
-        with np.errstate(all="ignore"):
-            est = jnp.clip(jnp.log(nr / jnp.maximum(nr - u, 0.0)) / w, XI_MIN, XI_MAX)
-        rate = jaxcrawl.binary_lambda_crawl(problem.replace(change_rate=est)).rate
-        return est, rate, binary_freshness(problem, rate)
+        est = jnp.clip(jnp.log(nr / jnp.maximum(nr - u, 0.0)) / w, XI_MIN, XI_MAX)
+        return binary_freshness(problem, optimal_rate(problem.replace(change_rate=est)))
 
     def one_seed(k):
         counts = jax.random.binomial(k, steps[:, None], q[None, :])      # (grid, m)
-        u = jnp.cumsum(counts, axis=0)
-        est, rate, f_hat = jax.lax.map(lambda a: commit(*a), (u, n))
-        return f_hat
+        return jax.lax.map(lambda a: commit(*a), (jnp.cumsum(counts, axis=0), n))
 
     f_hat = jax.jit(jax.vmap(one_seed))(jax.random.split(key, num_seeds))
     shape = f_hat.shape
@@ -115,6 +172,61 @@ def etc_outcomes(key, problem, rounds, num_seeds):
     return ec.ETCOutcome(tau=full(n * w), num_rounds=full(n), estimate=None, rate=None,
                          optimal_freshness=full(f_star), commit_freshness=f_hat,
                          exploration_freshness=full(g_ui), num_pages=full(m))
+
+
+def map_rounds(num_pages, bandwidths, horizon, per_decade=MAP_PER_DECADE):
+    """``(B, G)`` exploration rounds per bandwidth: a log grid from 1 round (τ = m/R) to τ = T exactly.
+
+    Every row has the length of the longest (repeated points pad the shorter ones), so one
+    program runs all bandwidths.
+    """
+    tops = [float(horizon) * r / num_pages for r in bandwidths]
+    size = int(per_decade * np.log10(max(tops))) + 1
+    grid = [np.round(np.logspace(0, np.log10(t), size)) for t in tops]
+    for g, t in zip(grid, tops):
+        g[-1] = np.floor(t)
+    return np.stack(grid)
+
+
+@functools.partial(jax.jit, static_argnames=("num_seeds",))
+def regret_map(key, problems, rounds, horizon, num_seeds):
+    """ETC's regret at T = ``horizon`` after N exploration rounds, ``(P, seeds, G)``, for a batch of P
+    problems (leading axis of every leaf) and their round grids ``rounds`` ``(P, G)``; one program."""
+    m = problems.change_rate.shape[-1]
+    dtype = problems.change_rate.dtype
+    keys = jax.random.split(key, rounds.shape[0])
+    f_hat = jax.vmap(commit_freshness, in_axes=(0, 0, 0, None))(keys, problems, rounds, num_seeds)
+
+    def ends(problem):
+        w = m / jnp.asarray(problem.bandwidth, dtype)
+        g = uniform_interval_freshness(problem, jnp.full_like(problem.change_rate, 1.0) / w)
+        return binary_freshness(problem, optimal_rate(problem)), g, w
+
+    f_star, g_ui, w = jax.vmap(ends)(problems)
+    tau = jnp.asarray(rounds, dtype) * w[:, None]
+    t = jnp.asarray(horizon, dtype)
+    return ((tau / m * (f_star - g_ui)[:, None])[:, None, :]
+            + ((t - tau) / m)[:, None, :] * (f_star[:, None, None] - f_hat))
+
+
+def interior_minimum(regret, tau):
+    """Where the mean regret over seeds is smallest in τ and how far (in standard errors) both ends of
+    the τ range lie above it: ``dict(argmin, tau_min, z_first, z_last, depth)`` per leading index.
+
+    ``regret`` ``(..., seeds, G)``, ``tau`` ``(..., G)``; ``depth = min(z_first, z_last)`` (negative
+    or zero when the minimum is at an end).
+    """
+    reg = np.asarray(regret, np.float64)
+    tau = np.broadcast_to(np.asarray(tau, np.float64), reg.shape[:-2] + reg.shape[-1:])
+    mean = reg.mean(-2)
+    se = reg.std(-2, ddof=1) / np.sqrt(reg.shape[-2])
+    i = np.argmin(mean, axis=-1)[..., None]
+    take = lambda a, j: np.take_along_axis(a, j, -1)[..., 0]
+    first, last = np.zeros_like(i), np.full_like(i, mean.shape[-1] - 1)
+    gap = lambda j: (take(mean, j) - take(mean, i)) / np.maximum(np.hypot(take(se, j), take(se, i)), 1e-300)
+    z_first, z_last = gap(first), gap(last)
+    return dict(argmin=i[..., 0], tau_min=take(tau, i), z_first=z_first, z_last=z_last,
+                depth=np.minimum(z_first, z_last), mean=mean, se=se)
 
 
 def optimum(outcome, horizon):
@@ -202,32 +314,42 @@ def run(ctx):
 
     fit = horizons >= fit_from
 
-    def etc_claims(res, unit_label, faithful=True):
+    # the Fig. 1a map: regret at T = 1e4 over τ in [m/R, T], every time unit x both bandwidths, one program
+    map_units = MAP_TIME_UNITS if not ctx.quick else (1.0, OTHER_TIME_UNIT, TIME_UNIT, 1 / 1000)
+    map_grid = map_rounds(m, bandwidths, HORIZON_A)
+
+    def do_map():
+        probs = [instance(problem_key, m, r, u) for u in map_units for r in bandwidths]
+        batch = jax.tree.map(lambda *x: jnp.stack(x), *probs)
+        rounds = jnp.asarray(np.tile(map_grid, (len(map_units), 1)), jnp.float32)
+        reg = regret_map(ctx.key("map"), batch, rounds, HORIZON_A, seeds)
+        return dict(regret=np.asarray(reg).reshape(len(map_units), len(bandwidths), seeds, -1))
+
+    amap = ctx.cached(f"map_m{m}_s{seeds}_u{len(map_units)}_g{map_grid.shape[1]}", do_map)
+    map_tau = map_grid * (m / np.asarray(bandwidths, float))[:, None]
+    im = interior_minimum(amap["regret"], map_tau[None])
+    holds_map = (im["depth"] > MIN_DEPTH_SE) & (im["argmin"] > 0) & (im["argmin"] < map_tau.shape[1] - 1)
+    fig1a_map = dict(time_unit_days=list(map_units), bandwidths=list(bandwidths), horizon=HORIZON_A,
+                     tau=map_tau, tau_min=im["tau_min"], z_first=im["z_first"], z_last=im["z_last"],
+                     depth_se=im["depth"], interior_minimum=holds_map, num_seeds=seeds, num_pages=m)
+
+    def etc_claims(res, unit, unit_label):
         out, summary = [], {}
-        for r in bandwidths:
+        u = map_units.index(unit)
+        for j, r in enumerate(bandwidths):
             c = res[r]
-            tau, mean, i = c["tau"], c["mean_regret_T1e4"], c["argmin_T1e4"]
-            seed_reg = c["seeds_regret_T1e4"]
-            se = seed_reg.std(0, ddof=1) / np.sqrt(seed_reg.shape[0])
-            ok = np.flatnonzero(tau <= HORIZON_A)
-            first, last = ok[0], ok[-1]
-            z_first = (mean[first] - mean[i]) / np.hypot(se[first], se[i])
-            z_last = (mean[last] - mean[i]) / np.hypot(se[last], se[i])
+            tau, i = map_tau[j], int(im["argmin"][u, j])
+            z_first, z_last = float(im["z_first"][u, j]), float(im["z_last"][u, j])
+            where = ", ".join(f"1/{1 / v:.0f}" if v < 1 else "1" for v, ok in zip(map_units, holds_map[:, j]) if ok)
             out.append(claim(
-                f"interior_minimum_R{r}", first < i < last and z_first > 4 and z_last > 4,
-                description=(f"R = {r} ({unit_label}): mean regret at T = 1e4 is smallest at τ = {tau[i]:.4g} "
-                             f"(grid {tau[first]:.3g}..{tau[last]:.3g}); it is {z_first:.1f} and {z_last:.1f} "
-                             "standard errors below the regret at the smallest / largest τ"),
-                tolerance="argmin strictly inside the grid and both ends > 4 standard errors above the minimum",
+                f"interior_minimum_R{r}", bool(holds_map[u, j]),
+                description=(f"R = {r} ({unit_label}): mean regret at T = 1e4 over τ in [m/R, T] = [{tau[0]:.3g}, "
+                             f"{tau[-1]:.3g}] is smallest at τ = {tau[i]:.4g}; it is {z_first:.1f} and {z_last:.1f} "
+                             f"standard errors below the regret at τ = m/R and at τ = T (no commit); the map "
+                             f"(results.fig1a_map) has an interior minimum at R = {r} in the time units (days) "
+                             f"{where or 'none'}"),
+                tolerance=f"argmin strictly inside [m/R, T] and both ends > {MIN_DEPTH_SE:g} standard errors above it",
                 paper="Fig. 1a: there indeed is an optimal exploration horizon (a minimum in τ)",
-                expected=not (faithful and r == bandwidths[1]),
-                note=(f"In the stated time unit the pages change slowly relative to the exploration interval at "
-                      f"m/R = 5 (the fastest about {DAILY_RATE_RANGE[1] * TIME_UNIT * m / r:.2f} times per "
-                      "interval), so their estimates need many rounds and at T = 1e4 the best τ lies close to the "
-                      "horizon: the regret at the largest τ is within 4 standard errors of the minimum. In the other "
-                      "unit (1/20 day; results.other_readings) the minimum is interior for both R, but the m/R = 50 "
-                      "slope claims fail there (results.rate_scale_scan: the slopes by time unit).")
-                if faithful and r == bandwidths[1] else "",
                 tau_star=tau[i], z_first=z_first, z_last=z_last))
             s_tau = _common.loglog_slope(horizons[fit], c["tau_star"][fit])
             s_reg = _common.loglog_slope(horizons[fit], c["regret_at_tau_star"][fit] / horizons[fit])
@@ -247,8 +369,8 @@ def run(ctx):
         return out, summary
 
     unit_label = f"time unit 1/{1 / TIME_UNIT:.0f} day"
-    claims, summary = etc_claims(res, unit_label)
-    other_claims, summary_other = etc_claims(res_other, "time unit 1/20 day", faithful=False)
+    claims, summary = etc_claims(res, TIME_UNIT, unit_label)
+    other_claims, summary_other = etc_claims(res_other, OTHER_TIME_UNIT, "time unit 1/20 day")
     other_readings = {c.name: {"time_unit=1/20 day": c.as_dict()} for c in other_claims}
     if check is not None:
         r = bandwidths[1]
@@ -262,17 +384,16 @@ def run(ctx):
             tolerance="median relative difference over the τ grid <= 10% (one seed vs the mean)",
             paper="(consistency check of this script, not a paper claim)", median_relative_difference=rel))
 
-    fig, axes = _common.new_figure(1, 4, width=4.5, height=3.6,
+    fig, axes = _common.new_figure(1, 5, width=4.5, height=3.6,
                                    title=f"Learning to Crawl Fig. 1 — explore-then-commit, m = {m} synthetic pages, "
                                          f"{seeds} seeds, time unit 1/{1 / TIME_UNIT:.0f} day")
     ax = axes[0, 0]
-    for r in bandwidths:
-        c = res[r]
-        ok = c["tau"] <= HORIZON_A
-        _common.band(ax, c["tau"][ok], c["mean_regret_T1e4"][ok],
-                     (c["mean_regret_T1e4"] - c["sd_regret_T1e4"])[ok],
-                     (c["mean_regret_T1e4"] + c["sd_regret_T1e4"])[ok], label=f"R = {r}")
-        ax.plot(c["tau"][c["argmin_T1e4"]], c["mean_regret_T1e4"][c["argmin_T1e4"]], "k*", ms=9)
+    u0 = map_units.index(TIME_UNIT)
+    for j, r in enumerate(bandwidths):
+        mean, sd = im["mean"][u0, j], amap["regret"][u0, j].std(0)
+        _common.band(ax, map_tau[j], mean, mean - sd, mean + sd, label=f"R = {r}")
+        i = int(im["argmin"][u0, j])
+        ax.plot(map_tau[j][i], mean[i], "k*", ms=9)
     _common.log_axis(ax, "x")
     _common.log_axis(ax, "y")
     ax.set_xlabel("exploration horizon τ")
@@ -323,6 +444,18 @@ def run(ctx):
     ax.set_title(f"(d) slopes vs time unit (m = {m_scan}, {seeds_scan} seeds)", fontsize=10)
     ax.legend(fontsize=6)
     ax.grid(alpha=0.3, which="both")
+    ax = axes[0, 4]
+    depth = np.clip(im["depth"].T, -1.0, 100.0)
+    mesh = ax.imshow(np.log10(1.0 + np.maximum(depth, 0.0)), aspect="auto", cmap="viridis", origin="lower")
+    for (j, u), v in np.ndenumerate(im["depth"].T):
+        ax.text(u, j, ("✓" if holds_map[u, j] else "✗") + f"\n{v:.0f}", ha="center", va="center", fontsize=7,
+                color="white" if v < 30 else "black")
+    ax.set_xticks(range(len(map_units)), [f"1/{1 / v:.0f}" if v < 1 else "1" for v in map_units], fontsize=7)
+    ax.set_yticks(range(len(bandwidths)), [f"R = {r}" for r in bandwidths])
+    ax.set_xlabel("time unit (days)")
+    fig.colorbar(mesh, ax=ax, label="log10(1 + depth in SE)")
+    ax.set_title(f"(e) Fig. 1a map: interior minimum at T = 1e4\n(✓: both ends > {MIN_DEPTH_SE:g} SE above; "
+                 "number: depth in SE)", fontsize=9)
     fig.tight_layout()
     ctx.savefig(fig)
     return dict(
@@ -334,7 +467,7 @@ def run(ctx):
                     data="jaxcrawl.synthetic importances and change rates (rates clipped)",
                     estimator="moment matching (eq. 7), equal intervals m/R", dtype="float32"),
         results=dict(curves={str(r): res[r] for r in bandwidths}, slopes={str(r): summary[r] for r in bandwidths},
-                     learner_cross_check=check, rate_scale_scan=scan,
+                     learner_cross_check=check, rate_scale_scan=scan, fig1a_map=fig1a_map,
                      slopes_other_reading={str(r): summary_other[r] for r in bandwidths},
                      other_readings=other_readings),
         claims=claims,
