@@ -5,8 +5,9 @@ states) and one driver (:func:`run_learner`, ``jax.lax.scan``).
 * LambdaLearnAndCrawl (Kolobov et al., NeurIPS-19 Alg. 4) with any
   :class:`jaxcrawl.Objective` as the inner solver, and online-estimator-driven crawling
   (Avrachenkov et al. §5).
-* The revisit heuristics of production crawlers (Nutch, StormCrawler, Heritrix), budget
-  matching, and :func:`run_on_path` for drifting pages.
+* The adaptive revisit rules of open-source crawlers (Nutch, StormCrawler, Heritrix 1.x),
+  their long-run figures, budget matching inside their documented ranges, and
+  :func:`run_on_path` for drifting pages.
 * MirrorSync, AsyncMirrorSync and AsyncPSGDSync (Kolobov, Bubeck & Zimmert, ICML-20) on the
   synchronization bandits of :mod:`jaxcrawl.sync_bandits`.
 * :func:`run_sweep`: seeds × instances × hyperparameters in one call, resumable on disk.
@@ -30,7 +31,9 @@ from ._explore_commit import tau_star as tau_star
 from ._heuristics import HEURISTICS as HEURISTICS
 from ._heuristics import HeuristicParams as HeuristicParams
 from ._heuristics import heuristic as heuristic
+from ._heuristics import long_run as long_run
 from ._heuristics import match_budget as match_budget
+from ._heuristics import match_in_range as match_in_range
 from ._heuristics import run_on_path as run_on_path
 from ._learn_and_crawl import LLCParams as LLCParams
 from ._learn_and_crawl import OnlineParams as OnlineParams
@@ -61,7 +64,8 @@ __all__ = [
     "lambda_learn_and_crawl", "llc_settings", "LLCParams", "executed_policy",
     "online_learn_and_crawl", "online_settings", "OnlineParams",
     # production heuristics
-    "heuristic", "HEURISTICS", "HeuristicParams", "match_budget", "run_on_path",
+    "heuristic", "HEURISTICS", "HeuristicParams", "match_budget", "run_on_path", "long_run",
+    "match_in_range",
     # synchronization bandits (ICML-20)
     "mirror_sync", "async_mirror_sync", "async_psgd_sync", "SyncHyperparams", "grid_search",
     "num_learner_steps", "APP_B_GRIDS",

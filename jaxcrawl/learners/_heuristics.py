@@ -1,50 +1,64 @@
-r"""The revisit heuristics production crawlers run today, as :class:`~jaxcrawl.learners.Learner` objects.
+r"""Open-source crawlers' adaptive revisit rules, as :class:`~jaxcrawl.learners.Learner` objects.
 
-Every open-source crawler that revisits pages adapts each page's *fetch interval* to what
+Where a crawler revisits pages adaptively, it adapts each page's *fetch interval* to what
 its fetches see: shrink it when a fetch finds the page changed, grow it when unchanged,
-clamp it to ``[min, max]``.  None of them knows or estimates a change rate.  This module
-transcribes the documented rules (the rules, in continuous time, not the code: the
-crawlers' truncation of intervals to whole seconds or minutes is left out), with each
-crawler's own parameter names, units and defaults:
+clamp it.  None of them knows or estimates a change rate.  **Which rule runs where:**
+Nutch's default schedule (``db.fetch.schedule.class``) is ``DefaultFetchSchedule``, a
+fixed interval; ``AdaptiveFetchSchedule`` is opt-in.  StormCrawler's default
+``scheduler.class`` is ``DefaultScheduler`` (fixed intervals); ``AdaptiveScheduler`` is
+opt-in.  Heritrix's ``WaitEvaluator`` exists only in Heritrix 1.x (last released 2009),
+as part of the experimental ``AdaptiveRevisitFrontier``; Heritrix 3 has no such rule.
+This module transcribes each rule from the crawler's Java source, at every fetch
+including the first, in continuous time (the crawlers' truncation of intervals to whole
+seconds, minutes or milliseconds is left out), with each crawler's own parameter names,
+units and defaults:
 
-``"nutch-default"`` -- Apache Nutch ``DefaultFetchSchedule`` (:func:`nutch_default`)
+``"nutch-default"`` -- Nutch ``DefaultFetchSchedule`` (:func:`nutch_default`)
     The next fetch is ``fetchTime + fetchInterval``, whatever the page did; the interval
     is ``db.fetch.interval.default`` (``nutch-default.xml``: 2592000 s = 30 days).
 
-``"nutch-adaptive"`` -- Apache Nutch ``AdaptiveFetchSchedule`` (:func:`nutch_adaptive`)
-    With the properties of ``nutch-default.xml``: ``db.fetch.schedule.adaptive.inc_rate``
-    (0.4), ``.dec_rate`` (0.2), ``.min_interval`` (60.0 s), ``.max_interval``
-    (31536000.0 s = 365 days), ``.sync_delta`` (true), ``.sync_delta_rate`` (0.3), and
-    the initial interval ``db.fetch.interval.default`` (30 days).  At a fetch at time
-    :math:`t`: if the page was modified, :math:`I \leftarrow I(1-\text{dec\_rate})` and the
-    modified time becomes :math:`t`; if not, :math:`I \leftarrow I(1+\text{inc\_rate})`.
-    With ``sync_delta``: :math:`\delta = t - \text{modifiedTime}`, :math:`I \leftarrow
-    \max(I, \delta)` and the reference time is :math:`t - \text{sync\_delta\_rate}\,\delta`
-    instead of :math:`t`.  Then :math:`I` is clamped to ``[min_interval, max_interval]``
-    and the next fetch is at reference time + :math:`I`.  (The crawler has no Last-Modified
-    header here, so modifiedTime is the last fetch that detected a change, as Nutch
-    records it from the signature; a first fetch sets it to the fetch time.)  Nutch's
-    javadoc warns that rates above 0.4-0.5 destabilise the schedule.
+``"nutch-adaptive"`` -- Nutch ``AdaptiveFetchSchedule.setFetchSchedule`` (:func:`nutch_adaptive`)
+    Properties ``db.fetch.schedule.adaptive.inc_rate`` (0.4), ``.dec_rate`` (0.2; both
+    documented "should not exceed 0.5"), ``.min_interval`` (60 s), ``.max_interval``
+    (365 days), ``.sync_delta`` (true), ``.sync_delta_rate`` (0.3), initial interval
+    ``db.fetch.interval.default`` (30 days).  At a fetch at time :math:`t`, with
+    modifiedTime :math:`m` (the last fetch that found a change; the first fetch sets
+    :math:`m=t`): the status is *unknown* on a page's first fetch (no previous signature:
+    the interval is kept), else *modified* (:math:`I \leftarrow I(1-\text{dec}),\ m
+    \leftarrow t`) or *not modified* (:math:`I\leftarrow I(1+\text{inc})`).  With
+    ``sync_delta``: :math:`\delta = t-m`; :math:`I\leftarrow\delta` if :math:`\delta > I`;
+    offset :math:`o=\text{sync\_delta\_rate}\,\delta`, and if :math:`o` exceeds
+    ``max_interval`` the source sets :math:`o \leftarrow \lfloor o/\delta\rfloor\cdot
+    \text{max\_interval}` (integer division of milliseconds: 0 for a rate below 1); the
+    reference time is :math:`t-o`.  Then :math:`I` is clamped to ``[min_interval,
+    max_interval]`` and the next fetch is at :math:`t - o + I`.
+    **Both Nutch rules** inherit ``AbstractFetchSchedule.shouldFetch``: the generator
+    re-schedules a page whose next fetch lies more than ``db.fetch.interval.max``
+    (7776000 s = 90 days) after the generate time -- the page is fetched in that cycle and,
+    if its interval exceeds the maximum, the interval becomes 0.9 times the maximum.  The
+    generator runs once per crawl cycle (``cycle``, default one day); the check is made at
+    the first generate after each fetch, one cycle later.
 
-``"stormcrawler-adaptive"`` -- StormCrawler ``AdaptiveScheduler`` (:func:`stormcrawler_adaptive`)
-    Configuration keys ``fetchInterval.default`` (1440 min = 1 day),
-    ``scheduler.adaptive.fetchInterval.min`` (60 min), ``.fetchInterval.max``
-    (20160 min = 2 weeks), ``.fetchInterval.rate.incr`` (0.5), ``.fetchInterval.rate.decr``
-    (0.5).  Changed (signature differs): :math:`I \leftarrow (1-\text{decr})I +
-    \text{decr}\cdot\min` (the decrease slows down near the minimum); unchanged:
-    :math:`I \leftarrow \min(I(1+\text{incr}), \max)`; next fetch at :math:`t + I`.
+``"stormcrawler-adaptive"`` -- StormCrawler ``AdaptiveScheduler.schedule`` (:func:`stormcrawler_adaptive`)
+    Keys ``fetchInterval.default`` (1440 min), ``scheduler.adaptive.fetchInterval.min``
+    (60 min), ``.fetchInterval.max`` (20160 min = 2 weeks), ``.fetchInterval.rate.incr``
+    and ``.rate.decr`` (0.5 each; documented :math:`0<\text{rate}\le1`).  First fetch (no
+    old signature): ``DefaultScheduler``'s default interval, unclamped.  Changed:
+    :math:`I \leftarrow (1-\text{decr})I + \text{decr}\cdot\min`; unchanged: :math:`I
+    \leftarrow \min(I(1+\text{incr}), \max)`; next fetch at :math:`t + I`.
 
-``"heritrix-wait"`` -- Heritrix ``WaitEvaluator`` (adaptive revisiting; :func:`heritrix_wait`)
-    Properties ``initialWaitIntervalSeconds`` (86400 = 1 day), ``minWaitIntervalSeconds``
-    (3600), ``maxWaitIntervalSeconds`` (2419200 = 4 weeks), ``unchangedFactor`` (1.5),
-    ``changedFactor`` (1.5).  Changed: :math:`I \leftarrow I/\text{changedFactor}`;
-    unchanged: :math:`I \leftarrow I\cdot\text{unchangedFactor}`; clamp to ``[min, max]``;
-    next fetch at :math:`t + I`.
+``"heritrix-wait"`` -- Heritrix 1.x ``WaitEvaluator.innerProcess`` (:func:`heritrix_wait`)
+    Attributes ``initial-wait-interval-seconds`` (86400), ``min-wait-interval-seconds``
+    (3600), ``max-wait-interval-seconds`` (2419200 = 4 weeks), ``unchanged-factor`` and
+    ``changed-factor`` (1.5 each; "a value of 1 leaves it unchanged").  First visit: the
+    initial wait; changed: :math:`I \leftarrow I/\text{changed}`; unchanged: :math:`I
+    \leftarrow I\cdot\text{unchanged}`; clamped to ``[min, max]`` every time; next fetch at
+    :math:`t + I`.
 
-Sources read: Apache Nutch ``nutch-default.xml`` and the javadoc of
-``org.apache.nutch.crawl.AdaptiveFetchSchedule`` / ``DefaultFetchSchedule``; StormCrawler
-``AdaptiveScheduler`` javadoc (``com.digitalpebble.stormcrawler.persistence``); Heritrix
-``org.archive.crawler.postprocessor.WaitEvaluator`` (property documentation).
+Sources read: Apache Nutch ``AdaptiveFetchSchedule``, ``DefaultFetchSchedule``,
+``AbstractFetchSchedule``, ``CrawlDbReducer`` and ``conf/nutch-default.xml``; Apache
+StormCrawler ``AdaptiveScheduler`` and ``crawler-default.yaml``; Heritrix 1.x
+``org.archive.crawler.postprocessor.WaitEvaluator``.
 
 **The world.**  Pages change as Poisson processes at the problem's ``change_rate`` (K19
 §2; the rate may move between steps: :func:`run_on_path` with a rate path of
@@ -59,22 +73,28 @@ weighted by importance and averaged over pages as in
 :func:`jaxcrawl.harmonic_cost` / :func:`~jaxcrawl.binary_cost`.
 Complete pages' change signals are ignored (these crawlers do not use them).
 
+**Long-run figures** on stationary pages (:func:`long_run`) need no clock: each page's
+fetches form a Markov chain, simulated fetch by fetch for a fixed number of fetches per
+page (every page in step, however fast it changes).  The bit of a fetch after an interval
+:math:`\tau` is drawn with :math:`P = 1-e^{-\lambda\tau}`, and the interval's cost is its
+conditional expectation given the bit (0 if unchanged, else :math:`\tau\,(\mathrm{Ein}(
+\lambda\tau)-\varphi_1(\lambda\tau))/P` harmonic and :math:`\tau\varphi_1(\lambda\tau)/P`
+binary): the schedule is exact in law and the costs unbiased given it.  Long-run rates
+are the ratio of totals to elapsed time over the measured fetches (renewal-reward).
+
 **Time units.**  The problem's time unit is set by ``time_unit_seconds`` (default 86400:
 rates per day, as in NeurIPS-19); the factories take the crawlers' own units (seconds,
 minutes) and convert.
 
-**Budget.**  A heuristic has no bandwidth: its crawl volume is whatever its rule
-produces.  :func:`match_budget` finds the ``budget_scale`` that makes the long-run volume
-equal a bandwidth (Monte Carlo), the fair comparison with an optimal policy at the same
-volume.  For ``"nutch-default"`` the scale multiplies the interval.  The adaptive rules
-are *scale-free*: multiplying every interval by :math:`c` leaves the long-run volume
-unchanged (the interval settles where the probability of a change per fetch balances
-the growth and the shrink factors, :math:`P^* = \log g_u/(\log g_u - \log g_c)`, about
-0.6 for Nutch's defaults), so for them the scale is the exponent of the growth factor,
-:math:`g_u \to g_u^{c}`: :math:`c > 1` grows intervals faster and lowers the volume; a
-scale above 1 also multiplies the ceiling ``max_interval`` by :math:`c` (with the
-crawlers' ceilings of two to four weeks a volume of a few percent of the pages per day
-is otherwise out of reach: an engineer lowering the volume raises the ceiling too).
+**Budget.**  A rule has no bandwidth: its crawl volume is whatever its settings produce.
+:func:`match_in_range` matches it to a bandwidth with settings an operator could choose
+within the crawler's documented ranges (its best cost over a grid of them, and its cost at
+the defaults with only the interval settings scaled), or says that no such setting
+reaches the bandwidth.  :func:`match_budget` is the older knob, **outside the documented
+ranges** for the adaptive rules: it raises the growth factor to a power :math:`c`
+(``budget_scale``; at the matched :math:`c` of a few percent of the pages per day that is
+a Nutch ``inc_rate`` or StormCrawler ``rate.incr`` far above the documented bounds) and
+multiplies the ceilings by :math:`\max(c,1)`; for the fixed rule it multiplies the interval.
 """
 from __future__ import annotations
 
@@ -88,7 +108,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from jaxcrawl._src.checks import is_concrete
-from jaxcrawl._src.special import harmonic_number
+from jaxcrawl._src.special import _EIN_PHI1_COEFFS, EULER_GAMMA, harmonic_number, horner, phi1
 from jaxcrawl.core.problem import CrawlProblem
 
 from ._base import Learner, run_learner
@@ -107,25 +127,29 @@ _RULE_NAMES = {FIXED: "nutch-default", NUTCH: "nutch-adaptive", STORMCRAWLER: "s
 
 
 class HeuristicParams(NamedTuple):
-    r"""A heuristic's settings in the problem's time unit (arrays: ``jax.vmap`` sweeps them).
+    r"""A rule's settings in the problem's time unit (arrays: ``jax.vmap`` sweeps them).
 
     ``None`` fields take the factory's values (the crawler's defaults or what was passed
-    to the factory), so ``HeuristicParams(budget_scale=c)`` changes the scale only.
+    to the factory), so ``HeuristicParams(shrink=s)`` changes one setting only.
 
     Attributes:
       initial_interval: the interval before the first fetch (Nutch
         ``db.fetch.interval.default``, StormCrawler ``fetchInterval.default``, Heritrix
-        ``initialWaitIntervalSeconds``); the fixed rule's interval.
+        ``initial-wait-interval-seconds``); the fixed rule's interval.
       min_interval, max_interval: the clamp.
       grow: factor on an unchanged fetch (Nutch ``1 + inc_rate``, StormCrawler
-        ``1 + rate.incr``, Heritrix ``unchangedFactor``).
+        ``1 + rate.incr``, Heritrix ``unchanged-factor``).
       shrink: factor on a changed fetch (Nutch ``1 - dec_rate``, StormCrawler
-        ``1 - rate.decr``, Heritrix ``1 / changedFactor``).
-      sync_delta_rate: Nutch's ``sync_delta_rate`` (0 with ``sync_delta`` off; -1 turns
-        the whole sync-delta step off, the others ignore it).
-      budget_scale: :math:`c` of :func:`match_budget` (1: the crawler's own settings):
-        the fixed rule's interval is multiplied by it, the adaptive rules' growth factor
-        raised to it and their ``max_interval`` multiplied by ``max(c, 1)``.
+        ``1 - rate.decr``, Heritrix ``1 / changed-factor``).
+      sync_delta_rate: Nutch's ``sync_delta_rate`` (negative: ``sync_delta`` off; the
+        other rules ignore it).
+      fetch_interval_max: Nutch's ``db.fetch.interval.max`` (``inf`` for the others).
+      cycle: time from a fetch to the next generate that checks ``fetch_interval_max``
+        (Nutch's crawl cycle; the others ignore it).
+      budget_scale: :math:`c` of :func:`match_budget`, **outside the documented ranges**
+        for the adaptive rules (1: off): the fixed rule's interval is multiplied by it,
+        the adaptive rules' growth factor raised to it and their ceilings multiplied by
+        ``max(c, 1)``.
     """
 
     initial_interval: Any = None
@@ -134,6 +158,8 @@ class HeuristicParams(NamedTuple):
     grow: Any = None
     shrink: Any = None
     sync_delta_rate: Any = None
+    fetch_interval_max: Any = None
+    cycle: Any = None
     budget_scale: Any = None
 
 
@@ -194,42 +220,63 @@ def update_interval(rule: int, params: HeuristicParams, interval: ArrayLike, fet
     Args:
       rule: :data:`FIXED`, :data:`NUTCH`, :data:`STORMCRAWLER` or :data:`HERITRIX` (static).
       params: complete :class:`HeuristicParams` (no ``None``).
-      interval: the interval before the fetch.
+      interval: the interval before the fetch (Nutch's stored interval at a first fetch;
+        StormCrawler and Heritrix then take ``initial_interval``).
       fetch_time: when the fetch happened.
-      modified: the last fetch time that found a change (``-inf``: none yet).
+      modified: the last fetch time that found a change, or the first fetch's time;
+        ``-inf`` marks a page's first fetch (its bit is not used: the crawlers have no
+        previous signature to compare).
       changed: whether this fetch found the page changed.
 
     Returns:
-      ``(interval, next_fetch, modified)`` after the fetch.  (A Nutch next fetch earlier
-      than ``fetch_time + min_interval``, possible only when the sync-delta shift exceeds
-      a clamped interval, is moved there.)
+      ``(interval, next_fetch, modified)`` after the fetch.
     """
     p = params
     interval = jnp.asarray(interval)
-    t = jnp.asarray(fetch_time, interval.dtype)
-    changed = jnp.asarray(changed, bool)
-    scale = jnp.asarray(p.budget_scale, interval.dtype)
-    grow = jnp.asarray(p.grow, interval.dtype) ** scale
-    lo, hi = p.min_interval, p.max_interval * jnp.maximum(scale, 1.0)
+    dtype = interval.dtype
+    t = jnp.asarray(fetch_time, dtype)
+    modified = jnp.asarray(modified, dtype)
+    first = ~jnp.isfinite(modified)
+    changed = jnp.asarray(changed, bool) & ~first
+    mod = jnp.where(changed | first, t, modified)
+    scale = jnp.asarray(p.budget_scale, dtype)
+    ceiling = jnp.maximum(scale, 1.0)
+    grow = jnp.asarray(p.grow, dtype) ** scale
+    lo, hi = jnp.asarray(p.min_interval, dtype), jnp.asarray(p.max_interval, dtype) * ceiling
+    factor = jnp.where(first, 1.0, jnp.where(changed, jnp.asarray(p.shrink, dtype), grow))
     if rule == FIXED:
-        return interval, t + interval, jnp.where(changed, t, modified)
-    if rule == NUTCH:
-        mod = jnp.where(changed | ~jnp.isfinite(modified), t, modified)
-        new = jnp.where(changed, interval * p.shrink, interval * grow)
-        sync_on = p.sync_delta_rate >= 0
+        new, nxt = interval, t + interval
+    elif rule == NUTCH:
+        new = interval * factor
+        rate = jnp.asarray(p.sync_delta_rate, dtype)
+        sync_on = rate >= 0
         delta = t - mod
-        new = jnp.where(sync_on, jnp.maximum(new, delta), new)
-        ref = jnp.where(sync_on, t - jnp.maximum(p.sync_delta_rate, 0.0) * delta, t)
+        new = jnp.where(sync_on & (delta > new), delta, new)
+        offset = jnp.maximum(rate, 0.0) * delta
+        # the source's guard divides milliseconds as integers: floor(offset / delta)
+        whole = jnp.floor(offset / jnp.where(delta > 0, delta, 1.0))
+        offset = jnp.where((delta > 0) & (offset > hi), whole * hi, offset)
+        ref = jnp.where(sync_on, t - offset, t)
         new = jnp.clip(new, lo, hi)
-        return new, jnp.maximum(ref + new, t + lo), mod
-    if rule == STORMCRAWLER:
+        nxt = ref + new
+    elif rule == STORMCRAWLER:
         dec = 1.0 - p.shrink
-        new = jnp.where(changed, p.shrink * interval + dec * lo, jnp.minimum(interval * grow, hi))
-        return new, t + new, jnp.where(changed, t, modified)
-    if rule == HERITRIX:
-        new = jnp.clip(jnp.where(changed, interval * p.shrink, interval * grow), lo, hi)
-        return new, t + new, jnp.where(changed, t, modified)
-    raise ValueError(f"rule must be one of {sorted(_RULE_NAMES)}, got {rule!r}")
+        new = jnp.where(first, jnp.asarray(p.initial_interval, dtype),
+                        jnp.where(changed, p.shrink * interval + dec * lo, jnp.minimum(interval * grow, hi)))
+        nxt = t + new
+    elif rule == HERITRIX:
+        new = jnp.clip(jnp.where(first, jnp.asarray(p.initial_interval, dtype), interval * factor), lo, hi)
+        nxt = t + new
+    else:
+        raise ValueError(f"rule must be one of {sorted(_RULE_NAMES)}, got {rule!r}")
+    if rule in (FIXED, NUTCH):
+        # AbstractFetchSchedule.shouldFetch at the next generate, one cycle after the fetch
+        fmax = jnp.asarray(p.fetch_interval_max, dtype) * ceiling
+        gen = t + jnp.asarray(p.cycle, dtype)
+        far = nxt - gen > fmax
+        new = jnp.where(far & (new > fmax), 0.9 * fmax, new)
+        nxt = jnp.where(far, gen, nxt)
+    return new, nxt, mod
 
 
 def _full_params(given: HeuristicParams | None, defaults: HeuristicParams, dtype) -> HeuristicParams:
@@ -246,12 +293,16 @@ def _full_params(given: HeuristicParams | None, defaults: HeuristicParams, dtype
                              f"(got {a['min_interval']}, {a['max_interval']})")
         if np.any(~np.isfinite(a["initial_interval"])) or np.any(a["initial_interval"] <= 0):
             raise ValueError(f"initial_interval must be finite and > 0; got {a['initial_interval']}")
-        if np.any(~(a["grow"] >= 1)) or np.any(~((a["shrink"] > 0) & (a["shrink"] <= 1))):
-            raise ValueError(f"need grow >= 1 and 0 < shrink <= 1; got grow={a['grow']}, shrink={a['shrink']}")
+        if np.any(~(a["grow"] >= 1)) or np.any(~((a["shrink"] >= 0) & (a["shrink"] <= 1))):
+            raise ValueError(f"need grow >= 1 and 0 <= shrink <= 1; got grow={a['grow']}, shrink={a['shrink']}")
         if np.any(~np.isfinite(a["budget_scale"])) or np.any(a["budget_scale"] <= 0):
             raise ValueError(f"budget_scale must be finite and > 0; got {a['budget_scale']}")
         if np.any(~np.isfinite(a["sync_delta_rate"])) or np.any(a["sync_delta_rate"] > 1):
             raise ValueError(f"sync_delta_rate must be <= 1 (negative: off); got {a['sync_delta_rate']}")
+        if np.any(~(a["fetch_interval_max"] > 0)):
+            raise ValueError(f"fetch_interval_max must be > 0 (inf: none); got {a['fetch_interval_max']}")
+        if np.any(~np.isfinite(a["cycle"])) or np.any(a["cycle"] <= 0):
+            raise ValueError(f"cycle must be finite and > 0; got {a['cycle']}")
     return prm
 
 
@@ -362,66 +413,107 @@ def _unit(time_unit_seconds: float) -> float:
     return float(time_unit_seconds)
 
 
-def nutch_default(*, interval_default: float = 2592000.0, time_unit_seconds: float = 86400.0,
-                  **kwargs) -> Learner:
-    """Apache Nutch ``DefaultFetchSchedule``: every page every ``db.fetch.interval.default``
-    seconds (``nutch-default.xml``: 2592000 = 30 days).  ``kwargs`` go to :func:`rule_learner`."""
+_LEARNER_KEYS = ("epoch_length", "max_events_per_epoch", "name")
+
+
+def _nutch_default_params(*, interval_default: float = 2592000.0, fetch_interval_max: float = 7776000.0,
+                          cycle: float = 86400.0, time_unit_seconds: float = 86400.0) -> HeuristicParams:
     u = _unit(time_unit_seconds)
     i0 = interval_default / u
-    return rule_learner(FIXED, HeuristicParams(i0, i0, i0, 1.0, 1.0, -1.0, 1.0), **kwargs)
+    return HeuristicParams(i0, i0, i0, 1.0, 1.0, -1.0, fetch_interval_max / u, cycle / u, 1.0)
 
 
-def nutch_adaptive(*, inc_rate: float = 0.4, dec_rate: float = 0.2, min_interval: float = 60.0,
-                   max_interval: float = 31536000.0, sync_delta: bool = True, sync_delta_rate: float = 0.3,
-                   interval_default: float = 2592000.0, time_unit_seconds: float = 86400.0,
-                   **kwargs) -> Learner:
-    """Apache Nutch ``AdaptiveFetchSchedule`` with the properties
-    ``db.fetch.schedule.adaptive.{inc_rate, dec_rate, min_interval, max_interval,
-    sync_delta, sync_delta_rate}`` and ``db.fetch.interval.default`` (seconds; defaults of
-    ``nutch-default.xml``).  ``kwargs`` go to :func:`rule_learner`."""
+def _nutch_adaptive_params(*, inc_rate: float = 0.4, dec_rate: float = 0.2, min_interval: float = 60.0,
+                           max_interval: float = 31536000.0, sync_delta: bool = True, sync_delta_rate: float = 0.3,
+                           interval_default: float = 2592000.0, fetch_interval_max: float = 7776000.0,
+                           cycle: float = 86400.0, time_unit_seconds: float = 86400.0) -> HeuristicParams:
     u = _unit(time_unit_seconds)
     if not (0 <= inc_rate and 0 <= dec_rate < 1):
         raise ValueError(f"need inc_rate >= 0 and 0 <= dec_rate < 1; got {inc_rate}, {dec_rate}")
     if sync_delta and not (0 <= sync_delta_rate <= 1):
         raise ValueError(f"sync_delta_rate must be in [0, 1]; got {sync_delta_rate}")
-    prm = HeuristicParams(interval_default / u, min_interval / u, max_interval / u, 1.0 + inc_rate,
-                          1.0 - dec_rate, float(sync_delta_rate) if sync_delta else -1.0, 1.0)
-    return rule_learner(NUTCH, prm, **kwargs)
+    return HeuristicParams(interval_default / u, min_interval / u, max_interval / u, 1.0 + inc_rate,
+                           1.0 - dec_rate, float(sync_delta_rate) if sync_delta else -1.0, fetch_interval_max / u,
+                           cycle / u, 1.0)
 
 
-def stormcrawler_adaptive(*, fetch_interval_default: float = 1440.0, fetch_interval_min: float = 60.0,
-                          fetch_interval_max: float = 20160.0, rate_incr: float = 0.5, rate_decr: float = 0.5,
-                          time_unit_seconds: float = 86400.0, **kwargs) -> Learner:
-    """StormCrawler ``AdaptiveScheduler`` with the keys ``fetchInterval.default``,
-    ``scheduler.adaptive.fetchInterval.{min, max}`` (minutes) and
-    ``scheduler.adaptive.fetchInterval.rate.{incr, decr}`` (its documented defaults).
-    ``kwargs`` go to :func:`rule_learner`."""
+def _stormcrawler_params(*, fetch_interval_default: float = 1440.0, fetch_interval_min: float = 60.0,
+                         fetch_interval_max: float = 20160.0, rate_incr: float = 0.5, rate_decr: float = 0.5,
+                         time_unit_seconds: float = 86400.0) -> HeuristicParams:
     u = _unit(time_unit_seconds) / 60.0
     if not (0 < rate_incr <= 1 and 0 < rate_decr <= 1):
         raise ValueError(f"rates must be in (0, 1] (StormCrawler's rule); got {rate_incr}, {rate_decr}")
-    prm = HeuristicParams(fetch_interval_default / u, fetch_interval_min / u, fetch_interval_max / u,
-                          1.0 + rate_incr, 1.0 - rate_decr, -1.0, 1.0)
-    return rule_learner(STORMCRAWLER, prm, **kwargs)
+    return HeuristicParams(fetch_interval_default / u, fetch_interval_min / u, fetch_interval_max / u,
+                           1.0 + rate_incr, 1.0 - rate_decr, -1.0, math.inf, 1.0, 1.0)
 
 
-def heritrix_wait(*, initial_wait_interval_seconds: float = 86400.0, min_wait_interval_seconds: float = 3600.0,
-                  max_wait_interval_seconds: float = 2419200.0, unchanged_factor: float = 1.5,
-                  changed_factor: float = 1.5, time_unit_seconds: float = 86400.0, **kwargs) -> Learner:
-    """Heritrix ``WaitEvaluator`` with its properties ``initialWaitIntervalSeconds``,
-    ``minWaitIntervalSeconds``, ``maxWaitIntervalSeconds``, ``unchangedFactor`` and
-    ``changedFactor`` (documented defaults).  ``kwargs`` go to :func:`rule_learner`."""
+def _heritrix_params(*, initial_wait_interval_seconds: float = 86400.0, min_wait_interval_seconds: float = 3600.0,
+                     max_wait_interval_seconds: float = 2419200.0, unchanged_factor: float = 1.5,
+                     changed_factor: float = 1.5, time_unit_seconds: float = 86400.0) -> HeuristicParams:
     u = _unit(time_unit_seconds)
     if not (unchanged_factor >= 1 and changed_factor >= 1):
         raise ValueError(f"unchanged_factor and changed_factor must be >= 1; got {unchanged_factor}, "
                          f"{changed_factor}")
-    prm = HeuristicParams(initial_wait_interval_seconds / u, min_wait_interval_seconds / u,
-                          max_wait_interval_seconds / u, float(unchanged_factor), 1.0 / changed_factor, -1.0, 1.0)
-    return rule_learner(HERITRIX, prm, **kwargs)
+    return HeuristicParams(initial_wait_interval_seconds / u, min_wait_interval_seconds / u,
+                           max_wait_interval_seconds / u, float(unchanged_factor), 1.0 / changed_factor, -1.0,
+                           math.inf, 1.0, 1.0)
+
+
+def _split(settings: dict) -> tuple[dict, dict]:
+    rule_kw = {k: v for k, v in settings.items() if k not in _LEARNER_KEYS}
+    return rule_kw, {k: v for k, v in settings.items() if k in _LEARNER_KEYS}
+
+
+def nutch_default(**settings) -> Learner:
+    """Apache Nutch ``DefaultFetchSchedule``: every page every ``interval_default``
+    seconds (``db.fetch.interval.default``, 2592000 = 30 days), with the generator's
+    ``fetch_interval_max`` (``db.fetch.interval.max``, 7776000 s) checked one ``cycle``
+    (seconds, default 86400) after each fetch.  The learner's options go to :func:`rule_learner`."""
+    rule_kw, kw = _split(settings)
+    return rule_learner(FIXED, _nutch_default_params(**rule_kw), **kw)
+
+
+def nutch_adaptive(**settings) -> Learner:
+    """Apache Nutch ``AdaptiveFetchSchedule`` with the properties ``inc_rate``,
+    ``dec_rate``, ``min_interval``, ``max_interval``, ``sync_delta``, ``sync_delta_rate``
+    (``db.fetch.schedule.adaptive.*``), ``interval_default`` and ``fetch_interval_max``
+    (``db.fetch.interval.{default, max}``), all in seconds with the defaults of
+    ``nutch-default.xml``, and the crawl ``cycle`` (seconds, default 86400).  The
+    learner's options go to :func:`rule_learner`."""
+    rule_kw, kw = _split(settings)
+    return rule_learner(NUTCH, _nutch_adaptive_params(**rule_kw), **kw)
+
+
+def stormcrawler_adaptive(**settings) -> Learner:
+    """StormCrawler ``AdaptiveScheduler`` with the keys ``fetch_interval_default``,
+    ``fetch_interval_min``, ``fetch_interval_max`` (minutes) and ``rate_incr``,
+    ``rate_decr`` (its documented defaults).  The learner's options go to :func:`rule_learner`."""
+    rule_kw, kw = _split(settings)
+    return rule_learner(STORMCRAWLER, _stormcrawler_params(**rule_kw), **kw)
+
+
+def heritrix_wait(**settings) -> Learner:
+    """Heritrix 1.x ``WaitEvaluator`` with its attributes ``initial_wait_interval_seconds``,
+    ``min_wait_interval_seconds``, ``max_wait_interval_seconds``, ``unchanged_factor`` and
+    ``changed_factor`` (documented defaults).  The learner's options go to :func:`rule_learner`."""
+    rule_kw, kw = _split(settings)
+    return rule_learner(HERITRIX, _heritrix_params(**rule_kw), **kw)
 
 
 #: The heuristics' names (``jaxcrawl evaluate``'s policy names).
 HEURISTICS = ("nutch-default", "nutch-adaptive", "stormcrawler-adaptive", "heritrix-wait")
 _FACTORIES = dict(zip(HEURISTICS, (nutch_default, nutch_adaptive, stormcrawler_adaptive, heritrix_wait)))
+_RULES = dict(zip(HEURISTICS, (FIXED, NUTCH, STORMCRAWLER, HERITRIX)))
+_PARAMS = dict(zip(HEURISTICS, (_nutch_default_params, _nutch_adaptive_params, _stormcrawler_params,
+                                _heritrix_params)))
+
+
+def _rule_settings(crawler: str, /, **settings: Any) -> tuple[int, HeuristicParams]:
+    """``(rule, params)`` of a crawler's rule with ``settings`` (:func:`heuristic`'s, without
+    the learner's options), in the problem's time unit."""
+    if crawler not in _PARAMS:
+        raise ValueError(f"unknown heuristic {crawler!r}; use one of {', '.join(HEURISTICS)}")
+    return _RULES[crawler], _PARAMS[crawler](**settings)
 
 
 def heuristic(crawler: str, /, **settings: Any) -> Learner:
@@ -430,10 +522,12 @@ def heuristic(crawler: str, /, **settings: Any) -> Learner:
     Args:
       crawler: one of :data:`HEURISTICS` (module docstring for each rule):
 
-        * ``"nutch-default"``: ``interval_default`` (seconds);
+        * ``"nutch-default"``: ``interval_default``, ``fetch_interval_max``, ``cycle``
+          (seconds);
         * ``"nutch-adaptive"``: ``inc_rate``, ``dec_rate``, ``min_interval``,
-          ``max_interval``, ``sync_delta``, ``sync_delta_rate``, ``interval_default``
-          (seconds; Nutch's ``db.fetch.schedule.adaptive.*`` properties);
+          ``max_interval``, ``sync_delta``, ``sync_delta_rate``, ``interval_default``,
+          ``fetch_interval_max``, ``cycle`` (seconds; Nutch's
+          ``db.fetch.schedule.adaptive.*`` and ``db.fetch.interval.*`` properties);
         * ``"stormcrawler-adaptive"``: ``fetch_interval_default``, ``fetch_interval_min``,
           ``fetch_interval_max`` (minutes), ``rate_incr``, ``rate_decr``;
         * ``"heritrix-wait"``: ``initial_wait_interval_seconds``,
@@ -587,3 +681,374 @@ def match_budget(key: jax.Array, learner: Learner, problem: CrawlProblem, bandwi
     matched = base._replace(budget_scale=jnp.asarray(c, dtype))
     return BudgetMatch(matched, jnp.asarray(c, dtype), vol, se, raw, raw_se,
                        jnp.abs(vol - bw) <= rtol * bw)
+
+
+# --------------------------------------------------------------- long-run figures
+class LongRun(NamedTuple):
+    """Long-run figures of a rule on stationary pages (:func:`long_run`), per setting and
+    page set: shape ``params batch shape + problem leading axes``.
+
+    Attributes:
+      crawl_rate: crawls per unit time, all pages.
+      harmonic_cost, binary_cost: page-averaged, importance-weighted staleness (as
+        :func:`jaxcrawl.harmonic_cost` / :func:`~jaxcrawl.binary_cost`).
+      fresh_fraction: fraction of requests (Poisson at rates ``importance``) served fresh.
+    """
+
+    crawl_rate: jax.Array
+    harmonic_cost: jax.Array
+    binary_cost: jax.Array
+    fresh_fraction: jax.Array
+
+
+def _ein_minus_phi1(m):
+    r""":math:`\mathrm{Ein}(m)-\varphi_1(m)` for the chains: the series below 2, above it
+    :math:`E_1` by Abramowitz-Stegun 5.1.56 (relative error below 5e-5 on :math:`E_1`, below
+    3e-6 on the result), far cheaper than the continued fraction."""
+    small = m <= 2.0
+    ms = jnp.where(small, m, 1.0)
+    ml = jnp.where(small, 4.0, m)
+    e1 = jnp.exp(-ml) / ml * (ml * (ml + 2.334733) + 0.250621) / (ml * (ml + 3.330657) + 1.681534)
+    big = e1 + jnp.log(ml) + (EULER_GAMMA - 1.0) - jnp.expm1(-ml) / ml
+    return jnp.where(small, horner(ms, _EIN_PHI1_COEFFS), big)
+
+
+def _chain(rule, prm, lam, mu, key, burn, num):
+    """One page set's fetch chains (module docstring, "Long-run figures")."""
+    dtype = lam.dtype
+    n = lam.shape[-1]
+    start = prm.initial_interval * (prm.budget_scale if rule == FIXED else 1.0)
+    interval = jnp.ones((n,), dtype) * start
+    nxt = jnp.mod(jnp.arange(n, dtype=dtype) * jnp.asarray(_GOLDEN, dtype), 1.0) * interval
+    zero = jnp.zeros((n,), dtype)
+
+    def body(k, c):
+        interval, nxt, prev, modified, t0, harm, stale = c
+        tau = nxt - prev
+        m = lam * tau
+        p = -jnp.expm1(-m)
+        changed = jax.random.uniform(jax.random.fold_in(key, k), (n,), dtype) < p
+        keep = changed & (k > burn)
+        pp = jnp.where(keep, p, 1.0)
+        harm = harm + jnp.where(keep, tau * _ein_minus_phi1(m) / pp, 0.0)
+        stale = stale + jnp.where(keep, tau * phi1(m) / pp, 0.0)
+        t0 = jnp.where(k == burn, nxt, t0)
+        new_i, new_next, new_mod = update_interval(rule, prm, interval, nxt, modified, changed)
+        return new_i, new_next, nxt, new_mod, t0, harm, stale
+
+    c0 = (interval, nxt, zero, jnp.full((n,), -jnp.inf, dtype), zero, zero, zero)
+    _, _, last, _, t0, harm, stale = jax.lax.fori_loop(0, burn + num + 1, body, c0)
+    span = last - t0
+    rate = num / span
+    h = jnp.sum(mu * harm / span) / n
+    b = jnp.sum(mu * stale / span) / n
+    fresh = 1.0 - jnp.sum(mu * stale / span) / jnp.maximum(jnp.sum(mu), jnp.finfo(dtype).tiny)
+    return LongRun(jnp.sum(rate), h, b, fresh)
+
+
+@functools.partial(jax.jit, static_argnames=("rule", "burn", "num"))
+def _long_run(key, rule, prm, lam, mu, *, burn, num):
+    """``prm`` fields ``(G,)``, ``lam``/``mu`` ``(P, n)``: figures ``(G, P)``; one key per page
+    set, shared by the settings (common random numbers)."""
+    keys = jax.random.split(key, lam.shape[0])
+    per_set = jax.vmap(lambda p, l, m, k: _chain(rule, p, l, m, k, burn, num), (None, 0, 0, 0))
+    return jax.vmap(lambda p: per_set(p, lam, mu, keys))(prm)
+
+
+def long_run(key: jax.Array, crawler: str, problem: CrawlProblem, params: HeuristicParams | None = None, *,
+             burn_in_fetches: int = 64, num_fetches: int = 256, **settings: Any) -> LongRun:
+    r"""Long-run crawl rate and costs of a crawler's rule on stationary pages.
+
+    Every page's fetches are simulated as a chain (module docstring, "Long-run figures"):
+    ``burn_in_fetches`` fetches from the first, then ``num_fetches`` measured, all pages in
+    step; one compiled program for every setting and page set.
+
+    Args:
+      key: PRNG key (one stream per page set, shared by the settings: common random numbers).
+      crawler: one of :data:`HEURISTICS`.
+      problem: the pages; ``change_rate`` and ``importance`` may carry leading axes (page
+        sets of equal size, e.g. independent draws).
+      params: :class:`HeuristicParams` overrides; fields may be arrays of one common
+        shape (a grid of settings); ``None`` fields take ``settings``' values.
+      burn_in_fetches, num_fetches: fetches per page before and in the measurement.
+      **settings: the crawler's settings (:func:`heuristic`, in its units).
+
+    Returns:
+      :class:`LongRun` of shape ``grid shape + problem leading axes``.
+    """
+    for name, v, low in (("burn_in_fetches", burn_in_fetches, 0), ("num_fetches", num_fetches, 1)):
+        if not isinstance(v, (int, np.integer)) or v < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    lam = jnp.asarray(problem.change_rate)
+    mu = jnp.broadcast_to(jnp.asarray(problem.importance, lam.dtype), lam.shape)
+    return _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches, settings)
+
+
+def _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches, settings):
+    rule, defaults = _rule_settings(crawler, **settings)
+    prm = _full_params(params, defaults, lam.dtype)
+    grid_shape = jnp.broadcast_shapes(*(jnp.shape(v) for v in prm))
+    prm = HeuristicParams(*(jnp.broadcast_to(v, grid_shape).reshape(-1) for v in prm))
+    lead = lam.shape[:-1]
+    out = _long_run(key, rule, prm, lam.reshape(-1, lam.shape[-1]), mu.reshape(-1, lam.shape[-1]),
+                    burn=int(burn_in_fetches), num=int(num_fetches))
+    return LongRun(*(v.reshape(grid_shape + lead) for v in out))
+
+
+# ------------------------------------------------------- matching inside the ranges
+# Each adaptive rule's documented knobs, as a grid: growth values x shrink values (a line
+# per growth value and ceiling, the volume falling along it) x ceiling multipliers (on the
+# maximum interval settings) x floors (the minimum interval: the default, 1 or 4 days); the
+# interval settings' documented range is any positive value.
+_GRIDS = {
+    "nutch-adaptive": dict(grow=("inc_rate", (0.1, 0.3, 0.5)), shrink=("dec_rate", (0.002, 0.5)),
+                           ceilings=(1.0, 8.0), ranges="inc_rate, dec_rate <= 0.5 (nutch-default.xml); "
+                           "min_interval, max_interval, db.fetch.interval.max > 0"),
+    "stormcrawler-adaptive": dict(grow=("rate_incr", (0.25, 0.5, 1.0)), shrink=("rate_decr", (0.002, 1.0)),
+                                  ceilings=(1.0, 8.0), ranges="0 < rate.incr, rate.decr <= 1; "
+                                  "fetchInterval.min, fetchInterval.max > 0"),
+    "heritrix-wait": dict(grow=("unchanged_factor", (1.25, 1.5, 2.5)), shrink=("changed_factor", (1.002, 4.0)),
+                          ceilings=(1.0, 8.0), ranges="unchanged-factor, changed-factor >= 1; "
+                          "min-wait-interval-seconds, max-wait-interval-seconds > 0"),
+}
+
+
+def _knobs(crawler, grow, shrink):
+    """HeuristicParams grow/shrink factors from the crawler's own knob values."""
+    if crawler == "heritrix-wait":
+        return grow, 1.0 / shrink
+    return 1.0 + grow, 1.0 - shrink
+
+
+class RangeMatch(NamedTuple):
+    """Result of :func:`match_in_range`; arrays of shape ``problem leading axes + (B,)``.
+
+    Attributes:
+      bandwidth: ``(B,)`` the bandwidths.
+      reached: some documented setting reaches the bandwidth (else the figures are at the
+        grid point whose volume is closest to it, and ``crawl_rate`` says where).
+      harmonic_cost, binary_cost: the lowest cost over the documented grid at the
+        bandwidth, per objective (log-log interpolation between the two grid settings whose
+        volumes bracket it).
+      crawl_rate: the volume of the harmonic-best setting (the bandwidth when reached).
+      settings: the harmonic-best setting in the crawler's own names and units (``dict`` of
+        arrays; the shrink knob interpolated), every value inside the documented ranges.
+      scaled_reached, scaled_harmonic_cost, scaled_binary_cost, scaled_crawl_rate: the same
+        at the crawler's defaults with only the interval settings (initial, minimum,
+        maximum; Nutch's ``db.fetch.interval.max`` too) multiplied by one factor.
+      interval_scale: that factor (harmonic).
+      ranges: the documented ranges searched, in words.
+    """
+
+    bandwidth: Any
+    reached: Any
+    harmonic_cost: Any
+    binary_cost: Any
+    crawl_rate: Any
+    settings: dict
+    scaled_reached: Any
+    scaled_harmonic_cost: Any
+    scaled_binary_cost: Any
+    scaled_crawl_rate: Any
+    interval_scale: Any
+    ranges: str
+
+
+def _bracket(vol, bw):
+    """Where each bandwidth ``(B,)`` falls along the last axis of ``vol`` (falling): ``(reached,
+    j, w, near)`` of shape ``vol.shape[:-1] + (B,)``: the crossing between ``j`` and ``j + 1``
+    at log-weight ``w``; ``near`` the point of the volume closest to the bandwidth."""
+    lv = np.log(np.maximum(vol, 1e-300))[..., None, :]
+    lb = np.log(bw)[:, None]
+    above = lv >= lb
+    cross = above[..., :-1] & ~above[..., 1:]
+    j = np.argmax(cross, -1)
+    v0, v1 = _at(vol, j), _at(vol, j + 1)
+    l0, l1 = np.log(np.maximum(v0, 1e-300)), np.log(np.maximum(v1, 1e-300))
+    w = np.clip((lb[..., 0] - l0) / np.where(l1 != l0, l1 - l0, 1.0), 0.0, 1.0)
+    return cross.any(-1), j, w, np.argmin(np.abs(lv - lb), -1)
+
+
+def _at(a, idx):
+    """``a[..., idx]`` per bandwidth: ``a`` ``(..., S)``, ``idx`` ``(..., B)``."""
+    a = np.broadcast_to(np.asarray(a)[..., None, :], idx.shape + np.shape(a)[-1:])
+    return np.take_along_axis(a, idx[..., None], -1)[..., 0]
+
+
+def _lerp(a0, a1, w):
+    return np.exp(np.log(np.maximum(a0, 1e-300)) * (1 - w) + np.log(np.maximum(a1, 1e-300)) * w)
+
+
+def _refined(bw, ends, mid):
+    """Log-log interpolation at the bandwidth of ``(x, volume, harmonic, binary)`` in the half
+    of the bracket ``ends`` (two tuples) that the measured midpoint ``mid`` leaves it in."""
+    lo, hi = ends
+    upper = mid[1] >= bw            # the midpoint still crawls too much: the bandwidth is beyond it
+    a = tuple(np.where(upper, m, e) for m, e in zip(mid, lo))
+    b = tuple(np.where(upper, e, m) for m, e in zip(mid, hi))
+    la, lb_ = np.log(np.maximum(a[1], 1e-300)), np.log(np.maximum(b[1], 1e-300))
+    w = np.clip((np.log(bw) - la) / np.where(lb_ != la, lb_ - la, 1.0), 0.0, 1.0)
+    return tuple(_lerp(u, v, w) for u, v in zip(a, b))
+
+
+@functools.partial(jax.jit, static_argnames=("rule", "burn", "num"))
+def _long_run_paired(keys, rule, prm, lam, mu, *, burn, num):
+    """``prm`` fields and ``keys`` ``(P, K)`` with ``lam``/``mu`` ``(P, n)``: setting ``[p, k]``
+    on page set ``p`` with key ``[p, k]``."""
+    one = lambda p, l, m, k: _chain(rule, p, l, m, k, burn, num)  # noqa: E731
+    return jax.vmap(jax.vmap(one, (0, None, None, 0)), (0, 0, 0, 0))(prm, lam, mu, keys)
+
+
+def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidths: ArrayLike, *,
+                   shrink_points: int = 10, scale_points: int = 25, scale_range: tuple[float, float] = (1 / 64, 4096.0),
+                   burn_in_fetches: int = 64, num_fetches: int = 256, **settings: Any) -> RangeMatch:
+    r"""Match a crawler's rule to bandwidths with settings inside its documented ranges.
+
+    A rule's long-run volume and costs do not depend on the bandwidth, so one
+    :func:`long_run` over a grid of settings serves every bandwidth: the documented grid
+    (``"nutch-adaptive"``: ``inc_rate`` x ``dec_rate`` in (0, 0.5];
+    ``"stormcrawler-adaptive"``: ``rate.incr`` x ``rate.decr`` in (0, 1];
+    ``"heritrix-wait"``: ``unchanged-factor`` x ``changed-factor`` >= 1; each x ceilings
+    (the maximum interval settings times 1 and 8) x floors (the minimum interval: the
+    default, 1 or 4 days) -- interval settings are documented as any positive value; the
+    shrink knob on ``shrink_points`` log-spaced values) and the defaults with the interval
+    settings scaled by ``scale_points`` log-spaced factors over ``scale_range``.  Along each
+    line of the grid (the shrink knob, or the scale) the volume falls; the bandwidth is
+    bracketed, the bracket's log-interpolated setting is run once more (same random
+    numbers) and the figures are log-log interpolated in the half-bracket that holds the
+    bandwidth.  The best is the lowest harmonic cost over the grid's lines and the scaled
+    defaults; its binary cost is reported with it.  ``"nutch-default"`` has one knob, its
+    interval: its best is its scaled default.
+
+    Args:
+      key: PRNG key.
+      crawler: one of :data:`HEURISTICS`.
+      problem: the pages (leading axes: independent page sets, matched separately).
+      bandwidths: crawls per unit time to match, ``(B,)``.
+      shrink_points, scale_points, scale_range: the grids.
+      burn_in_fetches, num_fetches: :func:`long_run`'s Monte Carlo.
+      **settings: the crawler's base settings (default: its documented defaults).
+
+    Returns:
+      ``RangeMatch`` (fields: ``bandwidth``; ``reached``, ``harmonic_cost``, ``binary_cost``,
+      ``crawl_rate`` and ``settings`` -- the crawler's own names and units -- of the best
+      documented setting; ``scaled_reached``, ``scaled_harmonic_cost``,
+      ``scaled_binary_cost``, ``scaled_crawl_rate`` and ``interval_scale`` of the scaled
+      defaults; ``ranges``, in words), arrays of shape ``problem leading axes + (B,)``.
+      An unreached bandwidth's figures are those of the setting whose volume is closest.
+    """
+    bw = np.atleast_1d(np.asarray(bandwidths, np.float64))
+    if bw.ndim != 1 or np.any(~np.isfinite(bw)) or np.any(bw <= 0):
+        raise ValueError(f"bandwidths must be finite and > 0, got {bandwidths!r}")
+    if not (isinstance(shrink_points, int) and shrink_points >= 2 and isinstance(scale_points, int)
+            and scale_points >= 2):
+        raise ValueError("shrink_points and scale_points must be ints >= 2")
+    lo, hi = (float(v) for v in scale_range)
+    if not (0 < lo < hi and math.isfinite(hi)):
+        raise ValueError(f"scale_range must be 0 < low < high < inf, got {scale_range!r}")
+    rule, base = _rule_settings(crawler, **settings)
+    for name, v, low in (("burn_in_fetches", burn_in_fetches, 0), ("num_fetches", num_fetches, 1)):
+        if not isinstance(v, (int, np.integer)) or v < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+    tu = float(settings.get("time_unit_seconds", 86400.0))
+    lam = jnp.asarray(problem.change_rate)
+    dtype = lam.dtype
+    lead, n = lam.shape[:-1], lam.shape[-1]
+    mu = jnp.broadcast_to(jnp.asarray(problem.importance, dtype), lam.shape).reshape(-1, n)
+    lam = lam.reshape(-1, n)
+    k_scaled, k_grid = jax.random.split(key)
+    # ---- the scaled defaults: one line over the factor c
+    c = np.geomspace(lo, hi, scale_points)
+    scaled = HeuristicParams(initial_interval=base.initial_interval * c, min_interval=base.min_interval * c,
+                             max_interval=base.max_interval * c, fetch_interval_max=base.fetch_interval_max * c)
+    run = _long_run_arrays(k_scaled, crawler, lam, mu, scaled, burn_in_fetches, num_fetches, settings)
+    vs, hs, bs = (np.asarray(a, np.float64).T for a in run[:3])                       # (P, C)
+    rs, js, ws, ns = _bracket(vs, bw)                                                  # (P, B)
+    ends_s = [tuple(_at(a, js + i) for a in (np.broadcast_to(c, vs.shape), vs, hs, bs)) for i in (0, 1)]
+    xs_mid = np.where(rs, _lerp(ends_s[0][0], ends_s[1][0], ws), _at(c, ns))
+    cand = [HeuristicParams(initial_interval=base.initial_interval * xs_mid, min_interval=base.min_interval * xs_mid,
+                            max_interval=base.max_interval * xs_mid,
+                            fetch_interval_max=base.fetch_interval_max * xs_mid)]
+    g = _GRIDS.get(crawler)
+    if g is not None:
+        # ---- the documented grid: lines (grow, ceiling, floor) over the shrink knob
+        (gname, gvals), (sname, (s_lo, s_hi)) = g["grow"], g["shrink"]
+        if crawler == "heritrix-wait":   # changed-factor - 1 log-spaced; the volume falls along the line
+            shrink_k = 1.0 + np.geomspace(s_hi - 1.0, s_lo - 1.0, shrink_points)
+        else:
+            shrink_k = np.geomspace(s_hi, s_lo, shrink_points)
+        floor = [float(base.min_interval)] + [max(float(base.min_interval), d * 86400.0 / tu) for d in (1, 4)]
+        G, C, F, S = np.meshgrid(np.asarray(gvals, np.float64), np.asarray(g["ceilings"], np.float64),
+                                 np.asarray(floor), shrink_k, indexing="ij")
+        grow_f, shrink_f = _knobs(crawler, G, S)
+        grid = HeuristicParams(grow=grow_f, shrink=shrink_f, min_interval=F, max_interval=base.max_interval * C,
+                               fetch_interval_max=base.fetch_interval_max * C)
+        run = _long_run_arrays(k_grid, crawler, lam, mu, grid, burn_in_fetches, num_fetches, settings)
+        L = G[..., 0].size
+        vg, hg, bg = (np.moveaxis(np.asarray(a, np.float64).reshape(L, shrink_points, -1), -1, 0)
+                      for a in run[:3])                                                # (P, L, S)
+        rg, jg, wg, ng = _bracket(vg, bw)                                              # (P, L, B)
+        h_line = np.where(rg, _lerp(_at(hg, jg), _at(hg, jg + 1), wg), np.inf)
+        miss = np.abs(np.log(_at(vg, ng) / bw))
+        best = np.where(rg.any(-2), np.argmin(h_line, -2), np.argmin(miss, -2))          # (P, B)
+        pick = lambda a: np.take_along_axis(a, best[..., None, :], -2)[..., 0, :]  # noqa: E731
+        jb, wb, nb, rb = pick(jg), pick(wg), pick(ng), rg.any(-2)
+        gl, cl, fl = (np.take_along_axis(np.broadcast_to(a[..., 0].reshape(-1)[None, :, None],
+                                                         (best.shape[0], L, bw.size)), best[..., None, :], -2)[:, 0]
+                      for a in (G, C, F))
+        rows = np.arange(best.shape[0])[:, None]
+        xg_all = np.broadcast_to(S.reshape(L, shrink_points)[None], vg.shape)
+        curves = [a[rows, best] for a in (xg_all, vg, hg, bg)]                          # (P, B, S)
+        ends_g = [tuple(np.take_along_axis(a, (jb + i)[..., None], -1)[..., 0] for a in curves) for i in (0, 1)]
+        x_mid = np.where(rb, _lerp(ends_g[0][0], ends_g[1][0], wb),
+                         np.take_along_axis(curves[0], nb[..., None], -1)[..., 0])
+        grow_m, shrink_m = _knobs(crawler, gl, x_mid)
+        cand.append(HeuristicParams(grow=grow_m, shrink=shrink_m, min_interval=fl,
+                                    max_interval=base.max_interval * cl,
+                                    fetch_interval_max=base.fetch_interval_max * cl))
+    # ---- the bracket's midpoints, run once more on the same random numbers
+    full = [_full_params(p, base, dtype) for p in cand]
+    both = HeuristicParams(*(jnp.concatenate([jnp.broadcast_to(getattr(p, f), (lam.shape[0], bw.size))
+                                              for p in full], -1) for f in HeuristicParams._fields))
+    # the page sets' keys of the grids (the same random numbers as the brackets' ends)
+    keys = jnp.concatenate([jnp.repeat(jax.random.split(k, lam.shape[0])[:, None], bw.size, 1)
+                            for k in (k_scaled, k_grid)[:len(full)]], 1)
+    mid = _long_run_paired(keys, rule, both, lam, mu, burn=int(burn_in_fetches), num=int(num_fetches))
+    mid = [np.asarray(a, np.float64) for a in mid[:3]]                                  # (P, K * B)
+    nb_s = tuple(_at(a, ns) for a in (np.broadcast_to(c, vs.shape), vs, hs, bs))
+    sc = _refined(bw, ends_s, (xs_mid,) + tuple(m[:, :bw.size] for m in mid))
+    sc = tuple(np.where(rs, a, z) for a, z in zip(sc, nb_s))
+    out_s = (rs, sc[2], sc[3], sc[1], sc[0])
+    if g is None:
+        shape = lambda a: a.reshape(lead + (bw.size,))  # noqa: E731
+        rs_, h_, b_, v_, x_ = (shape(a) for a in out_s)
+        return RangeMatch(bw, rs_, h_, b_, v_, {"interval_scale": x_}, rs_, h_, b_, v_, x_,
+                          "interval_default > 0 (one knob: the scaled default is the best)")
+    gn = tuple(np.take_along_axis(a, nb[..., None], -1)[..., 0] for a in curves)
+    gr = _refined(bw, ends_g, (x_mid,) + tuple(m[:, bw.size:] for m in mid))
+    gr = tuple(np.where(rb, a, z) for a, z in zip(gr, gn))
+    use = rs & (~rb | (sc[2] < gr[2]))
+    reached = rs | rb
+    min_name, max_name = {"nutch-adaptive": ("min_interval", "max_interval"),
+                          "stormcrawler-adaptive": ("fetch_interval_min", "fetch_interval_max"),
+                          "heritrix-wait": ("min_wait_interval_seconds", "max_wait_interval_seconds")}[crawler]
+    unit = tu / (60.0 if crawler == "stormcrawler-adaptive" else 1.0)
+    dflt_g, dflt_s = _defaults_in_units(crawler, base)
+    chosen = {gname: np.where(use, dflt_g, gl), sname: np.where(use, dflt_s, gr[0]),
+              min_name: np.where(use, float(base.min_interval) * sc[0], fl) * unit,
+              max_name: np.where(use, float(base.max_interval) * sc[0], float(base.max_interval) * cl) * unit,
+              "interval_default_scale": np.where(use, sc[0], 1.0)}
+    if crawler == "nutch-adaptive":
+        chosen["fetch_interval_max"] = np.where(use, sc[0], cl) * float(base.fetch_interval_max) * tu
+    shape = lambda a: np.reshape(a, lead + (bw.size,))  # noqa: E731
+    return RangeMatch(bw, shape(reached), shape(np.where(use, sc[2], gr[2])), shape(np.where(use, sc[3], gr[3])),
+                      shape(np.where(use, sc[1], gr[1])), {k: shape(v) for k, v in chosen.items()},
+                      *(shape(a) for a in out_s), g["ranges"])
+
+
+def _defaults_in_units(crawler, base):
+    """The grow and shrink knobs of ``base`` in the crawler's own names' units."""
+    grow, shrink = float(base.grow), float(base.shrink)
+    if crawler == "heritrix-wait":
+        return grow, 1.0 / shrink
+    return grow - 1.0, 1.0 - shrink
