@@ -365,3 +365,25 @@ def test_solve_validates_file_values_in_the_working_dtype(tmp_path):
     expect_error(tmp_path, ["solve", "--input", tmp_path / "tiny.csv", "-q", "-o", tmp_path / "plan.csv"], 2,
                  "importance 1e-300 at page 'b' (data row 2 of", "tiny.csv", "float32", "--x64")
     assert run(["solve", "--input", tmp_path / "tiny.csv", "-q", "--x64", "-o", tmp_path / "plan.csv"])[0] == 0
+
+
+# ----------------------------------------------------------------- help and durations
+def test_a_bad_duration_suffix_lists_the_accepted_suffixes(files):
+    expect_error(files, ["solve", "-i", files / "pages.csv", "--bandwidth", "1", "--min-interval", "6x",
+                         "-o", files / "out.csv", "-q"], 2, "--min-interval", "suffixes s, m, h, d, w")
+
+
+def _help(*argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
+        cli.build_parser().parse_args([*argv, "--help"])
+    assert stop.value.code == 0
+    return out.getvalue()
+
+
+def test_help_names_the_interval_columns_and_no_file_of_the_checkout():
+    text = _help("solve")
+    assert "min_interval" in text and "max_interval" in text
+    for name in ("",) + cli.COMMANDS:  # a pip install has no docs/ directory
+        text = _help(*([name] if name else []))
+        assert "docs/" not in text and ".md" not in text, name

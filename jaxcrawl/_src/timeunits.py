@@ -18,6 +18,7 @@ TIME_UNITS = {"seconds": 1.0, "minutes": 60.0, "hours": 3600.0, "days": 86400.0}
 _ALIASES = {"s": "seconds", "sec": "seconds", "second": "seconds", "m": "minutes", "min": "minutes",
             "minute": "minutes", "h": "hours", "hour": "hours", "d": "days", "day": "days",
             "w": "weeks", "week": "weeks", "weeks": "weeks"}
+_SUFFIXES = ("s", "m", "h", "d", "w")  # what a duration's error lists; the long names are accepted too
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|inf)\s*([a-zA-Z]*)\s*$")
 
 
@@ -38,9 +39,9 @@ def parse_duration(text: str | float, unit: str = "days", *, name: str = "durati
         value = float(text)
     else:
         m = _DURATION.match(str(text))
-        if not m:
-            raise ValueError(f"{name} must be a number or a number with a unit (90s, 15m, 6h, 2d, 1w); "
-                             f"got {text!r}")
+        if not m or (m.group(2) and m.group(2).lower() not in {**_ALIASES, **TIME_UNITS}):
+            raise ValueError(f"{name} must be a number (in --time-unit) or a number with one of the suffixes "
+                             f"{', '.join(_SUFFIXES)} (e.g. 90s, 15m, 6h, 2d, 1w); got {text!r}")
         value = float(m.group(1))
         if m.group(2):
             value *= unit_seconds(m.group(2)) / unit_seconds(unit)

@@ -139,7 +139,7 @@ def objective_from_args(args: argparse.Namespace):
 
 def add_process_arguments(p: argparse.ArgumentParser) -> None:
     """Add the multi-process options to a subcommand's parser."""
-    g = p.add_argument_group("several processes (jax.distributed; see docs/scale.md)")
+    g = p.add_argument_group("several processes (jax.distributed; one command per process, the same arguments)")
     g.add_argument("--coordinator", metavar="HOST:PORT",
                    help="address of process 0's coordinator (default: $JAX_COORDINATOR_ADDRESS)")
     g.add_argument("--num-processes", type=int, metavar="N", help="processes in the job (default: $JAX_NUM_PROCESSES)")

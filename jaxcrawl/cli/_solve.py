@@ -76,8 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "solve",
         help="optimal crawl rates for a page table (CSV) or the synthetic default",
         description=(
-            "Solve for optimal crawl rates. Input: a CSV with header "
-            "page_id,importance,change_rate[,complete]; without --input, a seeded synthetic "
+            "Solve for optimal crawl rates. Input: a page table with columns "
+            "page_id,importance,change_rate[,complete][,min_interval][,max_interval] (the optional "
+            "revisit bounds per page in --time-unit: min_interval >= 0, max_interval > 0 or inf; an "
+            "empty cell is no bound); without --input, a seeded synthetic "
             "problem shaped like the NeurIPS-19 data set. Writes a plan CSV page_id,rate,prob "
             "and prints the harmonic and binary cost of the plan, the dual and the solve time; "
             "the last line printed is one JSON object. Exit status 3 (and no plan written) when "
@@ -101,7 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon", type=float, default=None,
                    help="with --objective binary-epsilon only: the floor fraction (every page gets >= "
                         "epsilon*R/n; default 0.4)")
-    p.add_argument("--host-caps", help="CSV host_id,cap of per-host crawl-rate caps (see docs/cli.md)")
+    p.add_argument("--host-caps", help="CSV host_id,cap of per-host crawl-rate caps (crawls per unit time; inf = uncapped); pages map "
+                   "to hosts by a '# pages: FILE' line (page_id,host_id) before the header, else by their URL's "
+                   "host")
     p.add_argument("--max-steps", type=int, default=100,
                    help="root-finding step cap (default 100); a solve stopped by it exits with status 3")
     p.add_argument("--rtol", type=float, default=None,
@@ -116,7 +120,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(same forms); the input's max_interval column per page, the smaller applies")
     add_host_arguments(p)
     p.add_argument("--urlfrontier", help="also write a URLFrontier JSON Lines file (one KnownURLItem per page, "
-                   "refetchable_from_date in epoch seconds); see docs/io.md")
+                   "refetchable_from_date in epoch seconds)")
     p.add_argument("--nutch", help="also write an Apache Nutch injector seed list "
                    "(url<TAB>nutch.fetchInterval=<seconds>)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
