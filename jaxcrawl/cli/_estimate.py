@@ -82,7 +82,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=0.05, help="confidence level 1-delta of the half-widths (default 0.05)")
     p.add_argument("--min-rate", type=float, default=1e-9, help="lower clip of the estimates (default 1e-9)")
     p.add_argument("--max-rate", type=float, default=25.0, help="upper clip of the estimates (default 25)")
-    p.add_argument("--smoothing", type=float, default=0.5, help="imaginary interval length for mle-smoothed (default 0.5)")
+    p.add_argument("--smoothing", type=float, default=0.5,
+                   help="mle-smoothed's prior: the length of its imaginary changed and unchanged intervals, in "
+                        "the histories' time unit (default 0.5)")
     p.add_argument("--window", type=float, default=None,
                    help="mle-smoothed only: use the history suffix of this length (time units) before each page's last crawl")
     p.add_argument("--columns", choices=("full", "problem"), default="full",

@@ -103,9 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--epsilon", type=float, default=None,
                    help="with --objective binary-epsilon only: the floor fraction (every page gets >= "
                         "epsilon*R/n; default 0.4)")
-    p.add_argument("--host-caps", help="CSV host_id,cap of per-host crawl-rate caps (crawls per unit time; inf = uncapped); pages map "
-                   "to hosts by a '# pages: FILE' line (page_id,host_id) before the header, else by their URL's "
-                   "host")
+    p.add_argument("--host-caps", help="CSV host_id,cap of per-host crawl-rate caps (crawls per unit time; "
+                   "inf = uncapped); pages map to hosts by a '# pages: FILE' line (page_id,host_id) before "
+                   "the header, else by their URL's host")
     p.add_argument("--max-steps", type=int, default=100,
                    help="root-finding step cap (default 100); a solve stopped by it exits with status 3")
     p.add_argument("--rtol", type=float, default=None,
