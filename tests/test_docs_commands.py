@@ -27,6 +27,23 @@ def _documented_commands():
     return cmds
 
 
+_OUTPUT_FLAGS = ("-o", "--output", "--urlfrontier", "--nutch", "--figure", "--out")
+
+
+def test_documented_commands_leave_no_untracked_file_in_the_checkout():
+    """What a documented command writes, run from the checkout as written, is a root-level
+    file the checkout's .gitignore names (the tests run them in a temporary directory)."""
+    ignored = set()
+    for line in open(os.path.join(ROOT, ".gitignore")).read().splitlines():
+        if line.startswith("/") and "*" not in line:
+            ignored.add(line[1:])
+    outputs = set()
+    for _, line in _documented_commands():
+        args = shlex.split(line)
+        outputs.update(args[i + 1] for i, a in enumerate(args[:-1]) if a in _OUTPUT_FLAGS)
+    assert outputs and outputs <= ignored, sorted(outputs - ignored)
+
+
 @pytest.mark.long
 def test_documented_commands_run_on_the_example_files(tmp_path, monkeypatch, capsys):
     shutil.copytree(os.path.join(ROOT, "examples"), tmp_path / "examples")
