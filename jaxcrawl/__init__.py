@@ -17,6 +17,7 @@ from . import debug as debug
 from . import estimators as estimators
 from . import io as io
 from . import learners as learners
+from . import optim as optim
 from . import parallel as parallel
 from . import policy_eval as policy_eval
 from . import simulate as simulate
@@ -69,7 +70,8 @@ __all__ = [
     "lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl", "uniform_interval_crawl",
     "accumulated_delay_crawl", "uniform_crawl", "change_rate_crawl",
     # subpackages
-    "parallel", "estimators", "simulate", "learners", "sync_bandits", "policy_eval", "timetable", "io", "debug",
+    "parallel", "estimators", "simulate", "learners", "optim", "sync_bandits", "policy_eval", "timetable", "io",
+    "debug",
 ]
 
 try:
