@@ -213,7 +213,11 @@ def test_writers_clamp_int_fields_and_refuse_dates_the_frontier_reads_otherwise(
     for bad, page in (([start, start, np.nan, start], 2), ([start, -5.0, start, start], 1)):
         with pytest.raises(ValueError, match=re.escape(f"page {str(url[page])!r}: next fetch")):
             jio.write_urlfrontier(tmp_path / "g.jsonl", url, rate, bad)
+    long_id = "page-" + "x" * 251  # no host: the id is its queue key, 256 characters
+    with pytest.raises(ValueError, match="longer than 255 characters"):
+        jio.write_urlfrontier(tmp_path / "g.jsonl", [long_id], [1.0], [start])
     assert not (tmp_path / "g.jsonl").exists()
+    assert jio.write_urlfrontier(tmp_path / "g.jsonl", [long_id[:-1]], [1.0], [start]) == (1, 0)
     out = jio.write_nutch_seeds(tmp_path / "s.txt", url, rate)
     assert out == (4, 2)
     assert list(parse_nutch(tmp_path / "s.txt").values()) == [JAVA_INT_MAX, JAVA_INT_MAX, 43200, 1]

@@ -49,6 +49,11 @@ MAX_REFETCH_DATE = 9_999_999_999
 MAX_FETCH_INTERVAL = 2**31 - 1
 
 
+#: The longest queue key (Java characters) the URLFrontier services accept; they skip an item
+#: with a longer one.
+MAX_KEY_LENGTH = 255
+
+
 class CrawlerFile(NamedTuple):
     """What a crawler-file writer wrote: ``num_urls`` lines, ``num_clamped`` of them with a
     date or interval clamped to the format's largest value."""
@@ -98,7 +103,8 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
 
     Raises:
       ValueError: a next fetch that is NaN or before 1970-01-01T00:00:01Z (``0`` means
-        "never refetch" to the frontier), naming the page; nothing is written.
+        "never refetch" to the frontier), or a queue key longer than ``MAX_KEY_LENGTH``,
+        naming the page; nothing is written.
     """
     r = np.asarray(rate, np.float64)
     t = np.asarray(next_epoch, np.float64)
@@ -121,13 +127,18 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
     tail = ("}," if not crawl_id else ',"crawlID":' + json.dumps(str(crawl_id)) + "},")
     unit_meta = ',"jaxcrawl.time_unit":' + _string_list(unit) + "}"
 
+    queue = [(keys[i] if keys is not None else "") or url_host(ids[i]) or ids[i] for i in keep.tolist()]
+    for i, k in zip(keep.tolist(), queue):
+        if len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
+            raise ValueError(f"page {ids[i]!r}: queue key {k[:40]!r}... is longer than {MAX_KEY_LENGTH} characters, "
+                             "which the URLFrontier services skip; give the pages' hosts (--hosts)")
+
     def blocks():
         for s in range(0, keep.size, chunk):
             out = []
             for j in range(s, min(s + chunk, keep.size)):
                 i = int(keep[j])
-                u = ids[i]
-                k = (keys[i] if keys is not None else "") or url_host(u) or u
+                u, k = ids[i], queue[j]
                 out.append(
                     '{"known":{"info":{"url":' + json.dumps(u) + (',"key":' + json.dumps(k) if k else "")
                     + ',"metadata":{"jaxcrawl.rate":' + _string_list(repr(float(r[i])))
