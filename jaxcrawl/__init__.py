@@ -44,6 +44,7 @@ from .core.objectives import uniform_interval_freshness as uniform_interval_fres
 from .core.problem import CrawlProblem as CrawlProblem
 from .core.problem import Policy as Policy
 from .core.problem import make_policy as make_policy
+from .core.problem import stack as stack
 from .core.solve import Allocation as Allocation
 from .core.solve import HostCaps as HostCaps
 from .core.solve import accumulated_delay_crawl as accumulated_delay_crawl
@@ -59,7 +60,7 @@ from .io.synthetic import synthetic as synthetic
 
 __all__ = [
     # the problem and the plan
-    "CrawlProblem", "Policy", "make_policy", "synthetic",
+    "CrawlProblem", "Policy", "make_policy", "stack", "synthetic",
     # objectives as values
     "Objective", "GapForm", "harmonic", "harmonic_approx", "binary", "delay", "uniform",
     "objective", "register_objective", "objective_names",

@@ -105,7 +105,7 @@ def plan_policy(problem: CrawlProblem, rate: Any, prob: Any) -> Policy:
     if rate.shape != np.shape(problem.change_rate) or prob.shape != rate.shape:
         raise ValueError(f"the plan has {rate.shape} rates for {np.shape(problem.change_rate)} pages")
     signal = prob > 0
-    comp = np.asarray(problem.complete)
+    comp = np.asarray(problem.complete) != 0
     if np.any(signal & ~comp):
         i = int(np.flatnonzero(signal & ~comp)[0])
         raise ValueError(f"the plan crawls page {i} on change signals (prob {prob[i]}) but the page table "

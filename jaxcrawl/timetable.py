@@ -757,7 +757,7 @@ def next_crawls(state: CrawlerState, rate: ArrayLike, phase: ArrayLike | str | N
 def _rate_signal(problem, rate):
     if isinstance(rate, Policy):
         return rate.rate, rate.on_signal
-    return jnp.asarray(rate), problem.complete
+    return jnp.asarray(rate), problem.complete.astype(bool)
 
 
 def periodic_binary_cost(problem: CrawlProblem, rate: ArrayLike | Policy, *,

@@ -31,7 +31,7 @@ def make(seed, n=12, complete_fraction=0.3, bw=0.3):
 def active_bounds(name, pol, p):
     rate = np.asarray(pol.rate)
     if name == "lambda_crawl":
-        return np.any(np.asarray(p.complete) & np.isclose(rate, np.asarray(p.change_rate), rtol=1e-12))
+        return np.any((np.asarray(p.complete) != 0) & np.isclose(rate, np.asarray(p.change_rate), rtol=1e-12))
     if name in ("binary_lambda_crawl", "uniform_interval_crawl"):
         return np.any(rate == 0)
     if name == "binary_lambda_crawl_eps":

@@ -437,7 +437,7 @@ def test_executed_policy_uses_probabilities_under_true_rates():
     est = p.change_rate * 1.7
     pol = jaxcrawl.lambda_crawl(p.replace(change_rate=est))
     ex = lc.executed_policy(p, pol)
-    comp = np.asarray(p.complete)
+    comp = np.asarray(p.complete) != 0
     assert np.allclose(np.asarray(ex.rate)[comp], np.asarray(pol.prob * p.change_rate)[comp])
     assert np.allclose(np.asarray(ex.rate)[~comp], np.asarray(pol.rate)[~comp])
     h = np.asarray(jaxcrawl.harmonic_cost(p, ex, per_page=True))

@@ -40,7 +40,7 @@ def limits(objective, problem):
     n, R = problem.num_pages, float(problem.bandwidth)
     rng = np.random.default_rng(1)
     pick = rng.random(n)
-    comp = np.asarray(problem.complete)
+    comp = np.asarray(problem.complete) != 0
     lower = np.where((pick < 0.1) & ~comp, 2.0 * R / n, 0.0)
     upper = np.where(pick > 0.9, 0.6 * R / n, np.inf)  # above the BLC-epsilon floors
     host = (np.arange(n) % (H + 1) - 1).astype(np.int32)  # -1: no host

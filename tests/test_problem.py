@@ -10,7 +10,7 @@ from jaxcrawl import CrawlProblem
 def test_valid_problem_defaults():
     p = CrawlProblem([1.0, 2.0], [0.5, 0.1], 1.0)
     assert p.num_pages == 2
-    assert p.complete.dtype == jnp.bool_ and not bool(p.complete.any())
+    assert p.complete.dtype == p.importance.dtype and not bool(p.complete.any())  # a float mask
     assert p.importance.dtype == p.change_rate.dtype
 
 

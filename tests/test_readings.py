@@ -31,7 +31,7 @@ def _fig2_ratio(sub):
 
 
 def _lc_share_and_fig2_ratio(problem):
-    comp = np.asarray(problem.complete)
+    comp = np.asarray(problem.complete) != 0
     sub = jaxcrawl.CrawlProblem(problem.importance[comp], problem.change_rate[comp],
                                 jnp.asarray(0.2 * comp.sum(), problem.dtype), jnp.ones(int(comp.sum()), bool))
     return _lc_share(problem), _fig2_ratio(sub)
@@ -60,7 +60,7 @@ def test_complete_subset_shifts_only_the_complete_pages():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     a, b = 1.3, -0.4
     shifted = jaxcrawl.synthetic(key, 2_000, complete_subset=(a, b))
-    comp = np.asarray(base.complete)
+    comp = np.asarray(base.complete) != 0
     assert comp.any() and (~comp).any()
     np.testing.assert_array_equal(np.asarray(shifted.complete), comp)
     imp0, imp1 = np.asarray(base.importance, np.float64), np.asarray(shifted.importance, np.float64)

@@ -209,7 +209,7 @@ def _log_ratio_pair(params, top_params):
 
 # ---------------------------------------------------------------- harmonic staleness
 def _mixed_params(problem):
-    return (problem.importance, problem.change_rate, problem.complete)
+    return (problem.importance, problem.change_rate, jnp.asarray(problem.complete).astype(bool))
 
 
 def _mixed_bounds(params, bandwidth, num_pages):
@@ -558,7 +558,7 @@ RateLike = jax.Array | Policy
 def _rate_and_signal(problem: CrawlProblem, rate: RateLike):
     if isinstance(rate, Policy):
         return rate.rate, rate.on_signal
-    return jnp.asarray(rate), problem.complete
+    return jnp.asarray(rate), problem.complete.astype(bool)
 
 
 def _reduce(per_page, per_page_flag, average):

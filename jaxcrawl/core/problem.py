@@ -6,20 +6,26 @@ One vocabulary is used throughout jaxcrawl (the papers' symbols in brackets):
   Kolobov et al. NeurIPS-19, w in Avrachenkov et al.);
 * ``change_rate`` -- Poisson rate of meaningful changes (ξ, λ, Δ);
 * ``bandwidth`` -- total crawl rate allowed (R, B);
-* ``complete`` -- bool mask of pages that send a signal on every change (W° vs W⁻);
+* ``complete`` -- 0/1 mask of pages that send a signal on every change (W° vs W⁻),
+  stored as floats of the problem's dtype so that every leaf is differentiable;
 * ``rate`` -- crawl rate of a page (ρ, p_i, r_k); for a complete page ``rate = prob *
   change_rate`` where ``prob`` is the probability of crawling on each change signal;
 * ``dual`` -- the Lagrange multiplier of the bandwidth constraint: the marginal
   *utility* of one more crawl per unit time, for the un-averaged utility the solver
   maximises.
 
-Both containers are pytrees, so they pass through ``jax.jit``, ``jax.vmap`` and
-``jax.grad``.  Validation happens once, at construction, when values are concrete;
+Both containers are pytrees, so they pass through ``jax.jit`` and ``jax.vmap``.  Every
+leaf of a :class:`CrawlProblem` is a float array, so ``jax.grad``, ``jax.jacfwd`` and
+``optax.apply_updates`` take a whole problem (the cotangent of ``complete`` is zero: it
+only selects a branch).  A :class:`Policy` is a solver's result and keeps its status
+leaves (``on_signal``, ``num_steps``, ``converged``) as bools and integers; differentiate
+through its ``rate``.  Validation happens once, at construction, when values are concrete;
 inside traced code (where leaves are tracers) it is skipped.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -29,7 +35,7 @@ from jax.typing import ArrayLike
 
 from .._src.checks import check_positive_finite, check_representable, is_concrete
 
-__all__ = ["CrawlProblem", "Policy", "make_policy"]
+__all__ = ["CrawlProblem", "Policy", "make_policy", "stack"]
 
 
 def _as_float_array(x, name):
@@ -61,8 +67,9 @@ class CrawlProblem:
       importance: ``(..., n)`` positive weights / request rates of the pages (ζ, μ).
       change_rate: ``(..., n)`` positive Poisson change rates (ξ, λ).
       bandwidth: positive total crawl rate R; scalar, or shape ``(...)`` for a batch.
-      complete: optional ``(..., n)`` bool mask of pages with complete change
-        observations (NeurIPS-19 W°).  Default: no complete pages.
+      complete: optional ``(..., n)`` mask of pages with complete change
+        observations (NeurIPS-19 W°): bools or 0/1 values, stored as 0./1. in the
+        dtype of ``importance``.  Default: no complete pages.
 
     Validation (eager, with concrete values): importance and change_rate are finite
     and > 0 and have the same shape; bandwidth is finite and > 0 and broadcasts
@@ -92,14 +99,14 @@ class CrawlProblem:
                 check_representable(np.asarray(bandwidth, np.float64), "bandwidth", importance.dtype)
             bandwidth = jnp.asarray(bandwidth, dtype=importance.dtype)
         if complete is None:
-            complete = jnp.zeros(jnp.shape(importance), dtype=bool)
-        elif not isinstance(complete, jax.core.Tracer):
+            complete = jnp.zeros(jnp.shape(importance), dtype=importance.dtype)
+        elif isinstance(complete, jax.core.Tracer):
+            complete = complete.astype(importance.dtype)
+        else:
             c = np.asarray(complete)
-            if c.dtype != np.bool_:
-                if not np.all((c == 0) | (c == 1)):
-                    raise ValueError("complete must be a boolean mask (or 0/1 values)")
-                c = c.astype(bool)
-            complete = jnp.asarray(c)
+            if c.dtype != np.bool_ and not np.all((c == 0) | (c == 1)):
+                raise ValueError("complete must be a boolean mask (or 0/1 values)")
+            complete = jnp.asarray(c, dtype=importance.dtype)
         object.__setattr__(self, "importance", importance)
         object.__setattr__(self, "change_rate", change_rate)
         object.__setattr__(self, "bandwidth", bandwidth)
@@ -133,7 +140,7 @@ class CrawlProblem:
             )
         if not np.all(np.isfinite(bw)) or np.any(bw <= 0):
             raise ValueError(f"bandwidth must be finite and > 0; got {bw}")
-        comp = np.asarray(self.complete)
+        comp = np.asarray(self.complete) != 0
         all_complete = comp.all(axis=-1)
         if np.any(all_complete):
             usable = np.where(comp, np.asarray(lam), 0).sum(axis=-1)
@@ -235,8 +242,40 @@ class Policy(NamedTuple):
 
 def raw_problem(importance: ArrayLike, change_rate: ArrayLike, bandwidth: ArrayLike,
                 complete: ArrayLike) -> CrawlProblem:
-    """A :class:`CrawlProblem` from already-validated (or traced) arrays, without checks."""
+    """A :class:`CrawlProblem` from already-validated (or traced) arrays, without checks
+    (a bool ``complete`` becomes the float mask)."""
+    complete = jnp.asarray(complete)
+    if not jnp.issubdtype(complete.dtype, jnp.floating):
+        complete = complete.astype(jnp.result_type(importance))
     return _unflatten(None, (importance, change_rate, bandwidth, complete))
+
+
+def stack(problems: Sequence[CrawlProblem]) -> CrawlProblem:
+    """Stack same-shaped problems into one batched :class:`CrawlProblem` (a new leading axis).
+
+    Each problem's bandwidth is broadcast to its batch shape first, so the result has
+    ``importance.shape == (len(problems),) + problems[0].importance.shape`` and a bandwidth
+    of shape ``(len(problems),) + batch``; every solver, objective and learner takes it as a
+    batch (``jax.vmap`` over its leading axis).  Works under ``jit`` (shapes are static).
+
+    Raises ``ValueError`` for an empty sequence or problems whose shapes differ, and
+    ``TypeError`` for anything that is not a :class:`CrawlProblem`.
+    """
+    problems = list(problems)
+    if not problems:
+        raise ValueError("stack needs at least one CrawlProblem")
+    for i, p in enumerate(problems):
+        if not isinstance(p, CrawlProblem):
+            raise TypeError(f"stack takes CrawlProblems; problems[{i}] is a {type(p).__name__}")
+    shape = problems[0].importance.shape
+    for i, p in enumerate(problems[1:], start=1):
+        if p.importance.shape != shape:
+            raise ValueError(f"stack needs problems of one shape: problems[0] has pages of shape {shape}, "
+                             f"problems[{i}] has {p.importance.shape}")
+    batch = shape[:-1]
+    dtype = jnp.result_type(*(p.importance.dtype for p in problems))
+    fields = [[p.importance, p.change_rate, jnp.broadcast_to(p.bandwidth, batch), p.complete] for p in problems]
+    return raw_problem(*(jnp.stack([f[k] for f in fields]).astype(dtype) for k in range(4)))
 
 
 def make_policy(problem: CrawlProblem, rate: ArrayLike, dual: ArrayLike, residual: ArrayLike | None = None,
@@ -244,10 +283,10 @@ def make_policy(problem: CrawlProblem, rate: ArrayLike, dual: ArrayLike, residua
                 converged: ArrayLike = True) -> Policy:
     """Assemble a :class:`Policy` from rates (computes ``prob`` and the residual).
 
-    ``on_signal`` defaults to ``problem.complete``.
+    ``on_signal`` defaults to ``problem.complete`` (as a bool mask).
     """
     comp = problem.complete if on_signal is None else on_signal
-    comp = jnp.broadcast_to(comp, jnp.shape(rate))
+    comp = jnp.broadcast_to(jnp.asarray(comp).astype(bool), jnp.shape(rate))
     # rate <= change_rate for signal-crawled pages (their bound); a scaled-back solve may
     # land one ulp above it, which must not become a probability above 1
     prob = jnp.where(comp, jnp.minimum(rate / problem.change_rate, 1.0), jnp.zeros_like(rate))

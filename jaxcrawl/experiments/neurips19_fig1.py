@@ -83,7 +83,7 @@ def evaluate(name, problem):
     policy = jax.jit(_solver(name))(problem)
     h, b = _costs_jit(problem, policy)
     rate = np.asarray(policy.rate)
-    comp = np.asarray(problem.complete)
+    comp = np.asarray(problem.complete) != 0
     return dict(harmonic=float(h), binary=float(b), dual=float(policy.dual),
                 starved_pages=int(np.sum(rate <= 0)),
                 bandwidth_on_complete=float(rate[comp].sum() / max(float(problem.bandwidth), 1e-30)),

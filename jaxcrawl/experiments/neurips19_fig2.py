@@ -98,7 +98,7 @@ def _claims(h, b):
 
 
 def _complete_subproblem(full):
-    comp = np.asarray(full.complete)
+    comp = np.asarray(full.complete) != 0
     n_c = int(comp.sum())
     if n_c < 2:
         raise ValueError(f"only {n_c} complete-observation pages: Fig. 2 needs at least 2")

@@ -57,6 +57,7 @@ from jaxcrawl.core.objectives import (
     harmonic_approx,
     harmonic_cost,
     objective,
+    objective_names,
 )
 from jaxcrawl.core.problem import CrawlProblem, Policy
 from jaxcrawl.core.solve import solve
@@ -210,6 +211,7 @@ def suffix_estimate(hist: CrawlHistory, complete: ArrayLike, epoch: ArrayLike, s
         s = np.asarray(smoothing, dtype=float)
         if not (np.all(np.isfinite(s)) and np.all(s > 0)):
             raise ValueError(f"smoothing must be finite and > 0 (the imaginary observations' length); got {smoothing!r}")
+    complete = jnp.asarray(complete).astype(bool)  # a bool mask or a problem's 0/1 floats
     if half_life is not None:
         out = _discounted_suffix_estimate(hist, complete, epoch, suffix_epochs, smoothing, epoch_length, previous,
                                           half_life, min_rate=min_rate, max_rate=max_rate,
@@ -289,8 +291,15 @@ class LLCParams(NamedTuple):
         ``history_epochs`` kept; K19 Prop. 8 needs the whole history asymptotically).
       smoothing: length of the imaginary intervals / count (K19 Alg. 4: 0.5).
       initial_rate: the initial change-rate estimate (K19 Experiment 3: 1 per day).
-      solver: for a learner built with several inner solvers, the index of the one to
-        use (so one compiled program sweeps LLC, LLCA and BLLCε); ignored otherwise.
+      solver: for a learner built with several inner solvers, the one to use: its name
+        or :class:`~jaxcrawl.Objective` (e.g. ``"harmonic-approx"``; static, resolved
+        by the learner to its position, ``ValueError`` if it is not one of them), or
+        a number: a position in ``solver_names`` when they are given, else in the
+        learner's tuple (an array, so one compiled program sweeps LLC, LLCA and
+        BLLCε).  A learner with one inner solver accepts its own name (or any number).
+      solver_names: the labels of a numeric ``solver`` (static): ``solver = k`` picks
+        ``solver_names[k]``.  :func:`~jaxcrawl.learners.grid_product` fills it for an
+        axis of names, ``grid_product(LLCParams, solver=["harmonic", "binary-epsilon"])``.
       half_life: the forgetting option's half-life in time units (exponential discount
         of older epochs, :func:`suffix_estimate`); read only by a learner built with
         ``forgetting=True`` (``inf``: no discount).
@@ -305,9 +314,64 @@ class LLCParams(NamedTuple):
     suffix_epochs: float = float("inf")
     smoothing: float = 0.5
     initial_rate: float = 1.0
-    solver: float = 0.0
+    solver: float | str | Objective = 0.0
     half_life: float = float("inf")
     complete_interval: float = 0.5
+    solver_names: tuple = ()
+
+
+def _solver_label(solver):
+    """A static solver choice (a name or an Objective; a registered Objective by its name,
+    so that sweep fingerprints stay stable), or ``None`` for a number."""
+    if isinstance(solver, str):
+        return solver
+    if isinstance(solver, Objective):
+        return solver.name if solver.name in objective_names() and objective(solver.name) == solver else solver
+    return None
+
+
+def _flatten_llc(p: LLCParams):
+    label = _solver_label(p.solver)
+    names = tuple(_solver_label(n) if _solver_label(n) is not None else n for n in p.solver_names)
+    children = tuple(None if f == "solver" and label is not None else v
+                     for f, v in zip(LLCParams._fields[:-1], p[:-1]))
+    return children, (label, names)
+
+
+def _unflatten_llc(aux, children):
+    label, names = aux
+    fields = list(children)
+    if label is not None:
+        fields[LLCParams._fields.index("solver")] = label
+    return LLCParams(*fields, names)
+
+
+jax.tree_util.register_pytree_node(LLCParams, _flatten_llc, _unflatten_llc)
+
+
+def _solver_position(utilities: tuple, solver) -> int:
+    """The position of a named inner solver among a learner's ``utilities``."""
+    try:
+        u = inner_utility(solver)
+    except ValueError:
+        u = None
+    if u is None or u not in utilities:
+        raise ValueError(f"params.solver {solver!r} is not one of this learner's inner solvers "
+                         f"{[x.name for x in utilities]}")
+    return utilities.index(u)
+
+
+def _solver_index(utilities: tuple, params: LLCParams) -> Any:
+    """``params.solver`` as a position in the learner's ``utilities`` (a Python int for a
+    name; an int32 array for a number, looked up in ``params.solver_names`` when given)."""
+    label = _solver_label(params.solver)
+    if label is not None:
+        return _solver_position(utilities, label)
+    if not params.solver_names:
+        return params.solver
+    table = jnp.asarray([_solver_position(utilities, n) for n in params.solver_names], jnp.int32)
+    k = jnp.clip(jnp.asarray(params.solver).astype(jnp.int32), 0, len(params.solver_names) - 1)
+    return table[k]
 
 
 class LLCState(NamedTuple):
@@ -370,6 +434,16 @@ def _params(params, cls, dtype):
     if params is None:
         params = cls()
     return cls(*(jnp.asarray(v, dtype) for v in params))
+
+
+def _llc_params(params, dtype) -> LLCParams:
+    """Every numeric field as an array of ``dtype``; a named solver and the labels stay static."""
+    p = LLCParams() if params is None else params
+    if not isinstance(p, LLCParams):
+        raise TypeError(f"params must be a jaxcrawl.learners.LLCParams; got {type(p).__name__}")
+    static = _solver_label(p.solver) is not None
+    return LLCParams(*(v if f == "solver" and static else jnp.asarray(v, dtype)
+                       for f, v in zip(LLCParams._fields[:-1], p[:-1])), tuple(p.solver_names))
 
 
 def _check_llc_params(p: LLCParams):
@@ -445,11 +519,11 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
 
     def init(problem: CrawlProblem, params: LLCParams | None = None) -> LLCState:
         dtype = problem.change_rate.dtype
-        prm = _params(params, LLCParams, dtype)
+        prm = _llc_params(params, dtype)
         _check_llc_params(prm)
         n = problem.change_rate.shape[-1]
         estimate = jnp.broadcast_to(prm.initial_rate, (n,)).astype(dtype)
-        policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
+        policy = inner_solve(utilities, problem, estimate, prm.epsilon, _solver_index(utilities, prm))
         sim = init_state(problem)
         hist = empty_history(n, history_capacity, history_epochs, dtype)
         return LLCState(estimate, policy, sim, hist, jnp.zeros((), jnp.int32), prm)
@@ -469,7 +543,7 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
             state.estimate, min_rate=min_rate, max_rate=max_rate,
             half_life=prm.half_life if forgetting else None, complete_interval=prm.complete_interval,
             return_converged=True)
-        policy = inner_solve(utilities, problem, estimate, prm.epsilon, prm.solver)
+        policy = inner_solve(utilities, problem, estimate, prm.epsilon, _solver_index(utilities, prm))
         harm, binc = policy_costs(problem, policy)
         err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
         new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
@@ -534,7 +608,7 @@ def llc_settings(problem: CrawlProblem, solver: Solver | tuple = "harmonic", *,
     pilot_rates = _pilot_rates(utilities, flat, jnp.stack([init_est, flat.change_rate]),
                                jnp.asarray(epsilon, flat.change_rate.dtype))
     pilots = list(np.asarray(pilot_rates, np.float64).reshape((-1,) + flat.change_rate.shape))
-    comp = np.asarray(flat.complete)
+    comp = np.asarray(flat.complete) != 0
     bw = np.broadcast_to(np.asarray(flat.bandwidth, np.float64), lam.shape[:-1])
     # per-page crawl-rate bound: safety x the pilots' rates (at least safety x R/n); a
     # page crawled on signals is crawled at most at its change rate

@@ -37,13 +37,17 @@ def sweep_key(key: jax.Array, problem_index: ArrayLike, seed: ArrayLike) -> jax.
     return jax.random.fold_in(jax.random.fold_in(key, problem_index), seed)
 
 
-def grid_product(cls: type, **axes: ArrayLike) -> Any:
+def grid_product(cls: type, **axes: Any) -> Any:
     """The Cartesian product of 1-D value lists as a ``cls`` NamedTuple of ``(G,)`` arrays.
 
     Fields not given take ``cls``'s defaults (broadcast to ``(G,)``).  Axes vary in the
-    order given, the last fastest (like ``itertools.product``).
+    order given, the last fastest (like ``itertools.product``).  An axis of names (a field
+    with a companion ``<field>_names``, e.g. ``LLCParams.solver``) is stored as the position
+    of each point's name in ``<field>_names``, so the grid stays arrays that ``jax.vmap``
+    sweeps and the learner maps each name to its own inner solver.
 
-    Example: ``grid_product(LLCParams, suffix_epochs=[3, 7, 21], smoothing=[0.25, 0.5])``.
+    Example: ``grid_product(LLCParams, suffix_epochs=[3, 7, 21], smoothing=[0.25, 0.5])``;
+    ``grid_product(LLCParams, solver=["harmonic", "harmonic-approx", "binary-epsilon"])``.
     """
     if not axes:
         raise ValueError("grid_product needs at least one axis")
@@ -51,7 +55,17 @@ def grid_product(cls: type, **axes: ArrayLike) -> Any:
     unknown = [n for n in names if n not in cls._fields]
     if unknown:
         raise ValueError(f"unknown fields {unknown} for {cls.__name__}; fields are {cls._fields}")
-    values = [np.asarray(axes[n], dtype=float).ravel() for n in names]
+    labels = {}
+    values = []
+    for n in names:
+        raw = list(axes[n]) if isinstance(axes[n], list | tuple) else None
+        if raw and all(not isinstance(v, int | float | np.number) for v in raw):  # an axis of names
+            if f"{n}_names" not in cls._fields:
+                raise ValueError(f"{cls.__name__}.{n} takes numbers; got {axes[n]!r}")
+            labels[n] = tuple(dict.fromkeys(raw))
+            values.append(np.asarray([labels[n].index(v) for v in raw], dtype=float))
+        else:
+            values.append(np.asarray(axes[n], dtype=float).ravel())
     if any(v.size == 0 for v in values):
         raise ValueError("every grid axis needs at least one value")
     mesh = np.meshgrid(*values, indexing="ij")
@@ -60,6 +74,9 @@ def grid_product(cls: type, **axes: ArrayLike) -> Any:
     defaults = cls()
     fields = {}
     for f in cls._fields:
+        if f.endswith("_names") and f[:-len("_names")] in cls._fields:  # static labels, not an axis
+            fields[f] = labels.get(f[:-len("_names")], getattr(defaults, f))
+            continue
         v = flat[f] if f in flat else np.full(size, np.asarray(getattr(defaults, f), float))
         fields[f] = jnp.asarray(v)
     return cls(**fields)

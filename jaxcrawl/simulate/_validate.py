@@ -26,7 +26,7 @@ def check_schedule(problem: CrawlProblem, schedule: Schedule) -> None:
     if not np.all(np.isin(kind, (POISSON, PERIODIC, SIGNAL))):
         raise ValueError("schedule.kind must be POISSON (0), PERIODIC (1) or SIGNAL (2)")
     kind = np.broadcast_to(kind, n_shape)
-    comp = np.asarray(problem.complete)
+    comp = np.asarray(problem.complete) != 0
     if np.any((kind == SIGNAL) & ~comp):
         raise ValueError(
             "schedule.kind is SIGNAL for a page that is not complete: only pages with "

@@ -45,7 +45,7 @@ n = problem.num_pages
 host = (np.arange(n) % 7 - 1).astype(np.int32)
 free = np.asarray(jaxcrawl.lambda_crawl(problem).rate)
 cap = 0.5 * np.bincount(host[host >= 0], weights=free[host >= 0], minlength=6)
-lower = np.where((np.arange(n) % 11 == 0) & ~np.asarray(problem.complete) & (host < 0), 1.5 * free, 0.0)
+lower = np.where((np.arange(n) % 11 == 0) & (np.asarray(problem.complete) == 0) & (host < 0), 1.5 * free, 0.0)
 upper = np.where(np.arange(n) % 13 == 0, 0.5 * free, np.inf)
 
 
