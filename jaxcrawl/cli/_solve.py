@@ -355,9 +355,9 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
         hidx = np.asarray(caps.host_id, np.int64)
         cap = np.asarray(caps.cap, np.float64)
         on = hidx >= 0
-        load = np.bincount(hidx[on], weights=rate[on], minlength=cap.size)
+        host_load = np.bincount(hidx[on], weights=rate[on], minlength=cap.size)
         slack = max(1e-6, 4 * eps ** 0.75)  # the default root-finding tolerance of the dtype
-        binding = np.flatnonzero(np.isfinite(cap) & (load >= cap * (1 - slack)))
+        binding = np.flatnonzero(np.isfinite(cap) & (host_load >= cap * (1 - slack)))
         out["num_capped_hosts"] = int(np.sum(np.isfinite(cap)))
         out["num_binding_hosts"] = int(binding.size)
     x0 = None
@@ -372,8 +372,8 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
     if caps is None:
         return out
     kappa = np.zeros(cap.size) if policy.host_dual is None else np.asarray(policy.host_dual, np.float64)
-    free = np.bincount(hidx[on], weights=x0[on], minlength=cap.size) if x0 is not None else load
-    held = free - load
+    free = np.bincount(hidx[on], weights=x0[on], minlength=cap.size) if x0 is not None else host_load
+    held = free - host_load
     out["bandwidth_held_back_by_host_caps"] = float(np.sum(held[binding]))
     binding = binding[np.argsort(-held[binding], kind="stable")]
     first = np.full(cap.size, n, np.int64)
@@ -386,7 +386,7 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
         delay = None
         if gaps is not None and gaps[0][first[h]] >= 0:
             delay = float(gaps[1][gaps[0][first[h]]])
-        hosts.append({"host": name, "cap": float(cap[h]), "crawl_delay": delay, "load": float(load[h]),
+        hosts.append({"host": name, "cap": float(cap[h]), "crawl_delay": delay, "load": float(host_load[h]),
                       "multiplier": float(kappa[h]), "unconstrained_load": float(free[h]),
                       "held_back": float(held[h]), "num_pages": int(count[h])})
     out["binding_hosts"] = hosts
