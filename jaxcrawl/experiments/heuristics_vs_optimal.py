@@ -1,28 +1,26 @@
-"""What crawlers run today, measured: production revisit heuristics vs LambdaCrawl and
-LambdaLearnAndCrawl, on stationary and on drifting pages, at the same crawl volume.
+"""Open-source crawlers' adaptive revisit rules vs LambdaCrawl and LambdaLearnAndCrawl, at
+the same crawl volume, over many independent page draws.
 
-Pages: the NeurIPS-19-shaped synthetic generator (:func:`jaxcrawl.synthetic`),
-all pages with incomplete change observations (the heuristics cannot use change signals,
-so neither does the optimum here).  Heuristics (:func:`jaxcrawl.learners.heuristic`, the
-crawlers' own defaults): Nutch DefaultFetchSchedule and AdaptiveFetchSchedule,
-StormCrawler AdaptiveScheduler, Heritrix WaitEvaluator, each **budget-matched**
-(:func:`~jaxcrawl.learners.match_budget`) so that its long-run crawl volume
-equals the bandwidth R; their raw volumes are reported too.
+Pages: the NeurIPS-19-shaped synthetic generator (:func:`jaxcrawl.synthetic`), all pages
+with incomplete change observations (the rules cannot use change signals, so neither does
+the optimum here), ``draws`` independent page sets.  Rules
+(:func:`jaxcrawl.learners.heuristic`): Nutch DefaultFetchSchedule (Nutch's default) and
+AdaptiveFetchSchedule (opt-in), StormCrawler AdaptiveScheduler (opt-in; its default is a
+fixed interval) and Heritrix 1.x WaitEvaluator (historical).  Each rule is matched to every
+bandwidth R by :func:`jaxcrawl.learners.match_in_range`: its best cost over a grid of its
+documented settings, and its cost at its defaults with only the interval settings scaled;
+a bandwidth no documented setting reaches is reported as such.  Long-run figures from
+:func:`jaxcrawl.learners.long_run` (every page's fetch chain; conditional-expectation costs).
 
-(a, b) Stationary pages, R from 5% to 50% of the pages: the harmonic (NeurIPS-19 eq. 8)
-and binary (supplement eq. 12-13) costs of each matched heuristic (exact event-driven
-Monte Carlo, standard errors across seeds) against the optimum at the same volume
-(LambdaCrawl, Alg. 3; BinaryLambdaCrawl) and LambdaLearnAndCrawl (Alg. 4, which must also
-learn the rates) without and with forgetting (half-life 10 days,
-:func:`jaxcrawl.estimators.discounted_mle`).
-(c) Drifting pages (run at every bandwidth, drawn at R = 20%): at the switch day every
-page's rate is multiplied by 8 or 1/8 (half the pages each,
-:func:`jaxcrawl.simulate.regime_switch`); the cost per day of the heuristics (with the
-scales matched on the stationary pages), of LLC without and with forgetting and of the
-oracle optimum for each day's true rates.
+(a, b) Harmonic (NeurIPS-19 eq. 8) and binary (supplement eq. 12-13) cost of each rule
+over the optimum at the same volume (LambdaCrawl, Alg. 3; BinaryLambdaCrawl), per draw;
+mean and 95% t-interval over the draws.  Rankings are claimed only where intervals separate.
+(c) LambdaLearnAndCrawl (Alg. 4) learning the rates, without and with forgetting
+(half-life 10 days, :func:`jaxcrawl.estimators.discounted_mle`), on drifting pages at
+R = 20% (first draw): at the switch day every page's rate is multiplied by 8 or 1/8 (half
+the pages each, :func:`jaxcrawl.simulate.regime_switch`); the oracle optimum per day.
 (d) The estimates' error per day on the pages the post-switch optimum crawls at least
-every 5 days; the claim compares it over the first three half-lives after the switch (the
-same horizon at every run size).
+every 5 days, over the first three half-lives after the switch.
 """
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
-from jaxcrawl import learners as H
 from jaxcrawl import learners as LC
 from jaxcrawl import simulate as S
 
@@ -39,33 +36,33 @@ from . import _common
 from ._common import claim
 
 NAME = "heuristics_vs_optimal"
-DESCRIPTION = ("Production revisit heuristics (Nutch, StormCrawler, Heritrix), budget-matched, vs LambdaCrawl "
-               "and LambdaLearnAndCrawl (with and without forgetting) on stationary and drifting pages")
+DESCRIPTION = ("Crawlers' revisit rules (Nutch, StormCrawler, Heritrix 1.x) matched to the bandwidth inside their "
+               "documented ranges, over many page draws, vs LambdaCrawl and LambdaLearnAndCrawl")
 __all__: list[str] = []  # run by `jaxcrawl reproduce` (NAME, DESCRIPTION, run), not imported
 
 HEURISTIC_NAMES = ("nutch-default", "nutch-adaptive", "stormcrawler-adaptive", "heritrix-wait")
-LABELS = {"nutch-default": "Nutch default", "nutch-adaptive": "Nutch adaptive",
-          "stormcrawler-adaptive": "StormCrawler", "heritrix-wait": "Heritrix"}
-EPOCH = 5.0        # heuristics' epoch length (days) in the stationary runs
+LABELS = {"nutch-default": "Nutch default (fixed)", "nutch-adaptive": "Nutch adaptive",
+          "stormcrawler-adaptive": "StormCrawler adaptive", "heritrix-wait": "Heritrix 1.x WaitEvaluator"}
 HALF_LIFE = 10.0   # LLC-forget's half-life (days)
 FACTOR = 8.0       # the regime switch multiplies each page's rate by FACTOR or 1 / FACTOR
 Z = 4.0
-MATCH_FROM = 0.2   # bandwidth fractions from which the matched volume is checked
 WINDOW_HALF_LIVES = 3.0  # forgetting's error is compared over this many half-lives after the switch
+# two-sided 95% Student t quantiles by degrees of freedom
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 20: 2.086, 30: 2.042}
 
 
-def _heuristic(name, epoch):
-    """The crawler's rule with its defaults, except Nutch adaptive's initial interval: 1 day
-    (``db.fetch.interval.default=86400``, as StormCrawler's and Heritrix's defaults) instead
-    of 30 days, so that the long-run volume is reached within the simulated burn-in."""
-    if name == "nutch-adaptive":
-        return H.heuristic("nutch-adaptive", interval_default=86400.0, epoch_length=epoch)
-    return H.heuristic(name, epoch_length=epoch)
+def _ci(x):
+    """Mean and 95% t-interval half-width over the last axis."""
+    x = np.asarray(x, np.float64)
+    k = x.shape[-1]
+    t = _T975.get(k - 1, 1.96 if k > 31 else _T975[max(d for d in _T975 if d <= k - 1)])
+    return x.mean(-1), t * x.std(-1, ddof=1) / np.sqrt(k)
 
 
-def _problem(ctx, n, fraction):
+def _problem(ctx, n, fraction, draw):
     pr = jax.jit(jaxcrawl.synthetic, static_argnums=1, static_argnames="complete_fraction")(
-        ctx.key("pages"), n, complete_fraction=0.0)
+        ctx.key("pages", draw), n, complete_fraction=0.0)
     return pr.replace(bandwidth=jnp.asarray(fraction * n, pr.dtype))
 
 
@@ -76,37 +73,37 @@ def _optimum(problem):
                 converged=bool(h.converged & b.converged))
 
 
-def _heuristic_costs(key, learner, problem, params, burn, measure, seeds):
-    @jax.jit
-    def run(keys):
-        def one(k):
-            _, info = H.run_on_path(k, learner, problem,
-                                    jnp.broadcast_to(problem.change_rate, (burn + measure,) + problem.change_rate.shape),
-                                    params)
-            sl = slice(burn, None)
-            return (jnp.mean(info.harmonic_cost[sl]), jnp.mean(info.binary_cost[sl]),
-                    jnp.mean(info.num_crawls[sl].astype(problem.dtype)) / EPOCH, jnp.all(info.converged))
-        return jax.vmap(one)(keys)
-
-    h, b, v, ok = (np.asarray(x, np.float64) for x in run(jax.random.split(key, seeds)))
-    se = np.sqrt(seeds)
-    return dict(harmonic=h.mean(), harmonic_se=h.std(ddof=1) / se, binary=b.mean(), binary_se=b.std(ddof=1) / se,
-                crawl_rate=v.mean(), crawl_rate_se=v.std(ddof=1) / se, converged=bool(ok.all()))
+@jax.jit
+def _optima(lam, mu, bandwidths):
+    """``(D, F)`` optimal harmonic and binary costs of every draw at every bandwidth."""
+    def one(l, m, bw):
+        pr = jaxcrawl.CrawlProblem(m, l, bw)
+        h, b = jaxcrawl.solve(pr, "harmonic"), jaxcrawl.solve(pr, "binary")
+        return jaxcrawl.harmonic_cost(pr, h), jaxcrawl.binary_cost(pr, b), h.converged & b.converged
+    per_bw = jax.vmap(one, (None, None, 0))
+    return jax.vmap(per_bw, (0, 0, None))(lam, mu, bandwidths)
 
 
-def stationary_point(ctx, n, fraction, sizes):
-    problem = _problem(ctx, n, fraction)
-    out = dict(fraction=fraction, bandwidth=fraction * n, optimum=_optimum(problem), heuristics={})
-    burn, measure, seeds = sizes["burn"], sizes["measure"], sizes["seeds"]
+def stationary(ctx, n, fractions, sizes):
+    """Every rule matched at every bandwidth on every draw; the optimum per draw."""
+    draws = sizes["draws"]
+    pages = [_problem(ctx, n, 1.0, d) for d in range(draws)]
+    lam = jnp.stack([p.change_rate for p in pages])
+    mu = jnp.stack([jnp.broadcast_to(p.importance, p.change_rate.shape) for p in pages])
+    bw = np.asarray(fractions, np.float64) * n
+    oh, ob, ok = (np.asarray(a) for a in _optima(lam, mu, jnp.asarray(bw, lam.dtype)))
+    stack = jaxcrawl.CrawlProblem(mu, lam, float(bw[0]))
+    out = dict(fractions=list(fractions), bandwidths=bw, optimum=dict(harmonic=oh, binary=ob,
+                                                                         converged=bool(ok.all())), rules={})
     for name in HEURISTIC_NAMES:
-        learner = _heuristic(name, EPOCH)
-        m = H.match_budget(ctx.key("match", name, fraction), learner, problem, burn_in=burn, num_epochs=measure,
-                           num_seeds=seeds, num_bisections=sizes["bisections"])
-        costs = _heuristic_costs(ctx.key("run", name, fraction), learner, problem, m.params, burn, measure, seeds)
-        costs.update(budget_scale=float(m.budget_scale), raw_crawl_rate=float(m.raw_crawl_rate),
-                     raw_crawl_rate_se=float(m.raw_crawl_rate_se), match_crawl_rate=float(m.crawl_rate),
-                     match_crawl_rate_se=float(m.crawl_rate_se))
-        out["heuristics"][name] = costs
+        m = LC.match_in_range(ctx.key("match", name), name, stack, bw, shrink_points=sizes["shrink_points"],
+                              scale_points=sizes["scale_points"], burn_in_fetches=sizes["burn_fetches"],
+                              num_fetches=sizes["fetches"])
+        out["rules"][name] = dict(
+            reached=m.reached, harmonic=m.harmonic_cost, binary=m.binary_cost, crawl_rate=m.crawl_rate,
+            settings=m.settings, ranges=m.ranges, scaled_reached=m.scaled_reached,
+            scaled_harmonic=m.scaled_harmonic_cost, scaled_binary=m.scaled_binary_cost,
+            scaled_crawl_rate=m.scaled_crawl_rate, interval_scale=m.interval_scale)
     return out
 
 
@@ -117,10 +114,10 @@ def _llc(problem, days):
     return LC.lambda_learn_and_crawl(**settings, forgetting=True)
 
 
-def drift_point(ctx, n, fraction, sizes, matched):
+def drift_point(ctx, n, fraction, sizes):
     """LLC without and with forgetting on stationary and on drifting pages at bandwidth
-    ``fraction * n``, the matched heuristics on the drifting pages, and the oracle."""
-    problem = _problem(ctx, n, fraction)
+    ``fraction * n`` (the first page draw), and the oracle."""
+    problem = _problem(ctx, n, fraction, 0)
     days, switch, seeds = sizes["drift_days"], sizes["switch"], sizes["seeds"]
     learner = _llc(problem, days)
     rng = np.random.default_rng(ctx.seed)
@@ -161,17 +158,6 @@ def drift_point(ctx, n, fraction, sizes, matched):
                           converged=bool(ok))
     oracle = jax.jit(jax.vmap(lambda lam: jaxcrawl.harmonic_cost(
         problem.replace(change_rate=lam), jaxcrawl.solve(problem.replace(change_rate=lam), "harmonic"))))(drift)
-    # the heuristics on the drifting pages, with the budget scales matched on the stationary pages
-    heur = {}
-    burn = sizes["burn"]
-    step = int(EPOCH)
-    path = jnp.concatenate([jnp.broadcast_to(problem.change_rate, (burn,) + drift.shape[1:]), drift[::step]])
-    for name in HEURISTIC_NAMES:
-        learner_h = _heuristic(name, EPOCH)
-        params = H.HeuristicParams(budget_scale=jnp.asarray(matched[name], jnp.float32))
-        fn = jax.jit(jax.vmap(lambda k, lh=learner_h, p=params: H.run_on_path(k, lh, problem, path, p)[1]))
-        info = fn(jax.random.split(ctx.key("drift", name, fraction), seeds))
-        heur[name] = np.repeat(np.asarray(info.harmonic_cost, np.float64)[:, burn:].mean(0), step)
     tail = slice(switch + sizes["settle"], None)
     # the estimates' error over the first WINDOW_HALF_LIVES half-lives after the switch
     # (the same horizon at every run size)
@@ -195,81 +181,124 @@ def drift_point(ctx, n, fraction, sizes, matched):
         llc_stationary=stationary(runs["still"]), llc_forget_stationary=stationary(runs["still_forget"]),
         optimum=_optimum(problem),
         curves=dict(llc=runs["plain"]["harmonic"].mean(0), llc_forget=runs["forget"]["harmonic"].mean(0),
-                    oracle=np.asarray(oracle, np.float64), **heur),
+                    oracle=np.asarray(oracle, np.float64)),
         error_curves=dict(llc=runs["plain"]["error"].mean(0), llc_forget=runs["forget"]["error"].mean(0)),
         watched_error_curves=dict(llc=runs["plain"]["watched_error"].mean(0),
                                   llc_forget=runs["forget"]["watched_error"].mean(0)),
         post_switch=dict(llc=post(runs["plain"]), llc_forget=post(runs["forget"]),
-                         oracle=float(np.asarray(oracle)[tail].mean()),
-                         **{k: float(v[tail].mean()) for k, v in heur.items()}),
+                         oracle=float(np.asarray(oracle)[tail].mean())),
         converged=all(r["converged"] for r in runs.values()),
     )
 
 
+_IN_RANGE = {
+    "nutch-adaptive": lambda s: (0 < s["inc_rate"]) & (s["inc_rate"] <= 0.5) & (0 < s["dec_rate"]) & (s["dec_rate"] <= 0.5),
+    "stormcrawler-adaptive": lambda s: ((0 < s["rate_incr"]) & (s["rate_incr"] <= 1) & (0 < s["rate_decr"])
+                                        & (s["rate_decr"] <= 1)),
+    "heritrix-wait": lambda s: (s["unchanged_factor"] >= 1) & (s["changed_factor"] >= 1),
+    "nutch-default": lambda s: s["interval_scale"] > 0,
+}
+
+
+def _ratios(st):
+    """Per rule: ``(D, F)`` ratios to the optimum (best in range, scaled defaults) and their
+    mean and 95% interval over the draws ``(F,)``."""
+    out = {}
+    for name, r in st["rules"].items():
+        row = {}
+        for obj in ("harmonic", "binary"):
+            opt = st["optimum"][obj]
+            for kind, key in (("best", obj), ("scaled", "scaled_" + obj)):
+                ratio = np.asarray(r[key], np.float64) / opt                        # (D, F)
+                mean, half = _ci(ratio.T)
+                row[f"{kind}_{obj}"] = dict(per_draw=ratio, mean=mean, ci=half)
+        row["reached"] = np.asarray(r["reached"]).sum(0)
+        row["scaled_reached"] = np.asarray(r["scaled_reached"]).sum(0)
+        out[name] = row
+    return out
+
+
+def _separated(st, i):
+    """At bandwidth ``i``: pairs of rules whose paired (same draws) difference of best
+    harmonic ratios has a 95% interval excluding 0, as ``(lower, higher)``."""
+    opt = st["optimum"]["harmonic"][:, i]
+    ratio = {k: np.asarray(r["harmonic"], np.float64)[:, i] / opt for k, r in st["rules"].items()}
+    pairs = []
+    names = list(ratio)
+    for a_ in range(len(names)):
+        for b_ in range(a_ + 1, len(names)):
+            d = ratio[names[a_]] - ratio[names[b_]]
+            mean, half = _ci(d)
+            if abs(mean) > half:
+                pairs.append((names[a_], names[b_]) if mean < 0 else (names[b_], names[a_]))
+    return pairs
+
+
 def run(ctx):
-    n = ctx.size(200, 5000)
-    fractions = ctx.size((0.2, 0.5), (0.05, 0.1, 0.2, 0.35, 0.5))
-    sizes = dict(burn=ctx.size(12, 30), measure=ctx.size(8, 24), seeds=ctx.size(3, 4),
-                 bisections=ctx.size(9, 22), drift_days=ctx.size(60, 120), switch=ctx.size(30, 60),
-                 settle=ctx.size(15, 30), measure_llc=ctx.size(10, 30))
-    chunks = {f"stationary_f{f}_n{n}": (lambda f=f: stationary_point(ctx, n, f, sizes)) for f in fractions}
-    done = ctx.run_chunks("bandwidths", chunks)
-    points = [done[f"stationary_f{f}_n{n}"] for f in fractions]
-    chunks = {f"drift_f{f}_n{n}": (lambda p=p: drift_point(
-        ctx, n, p["fraction"], sizes, {k: c["budget_scale"] for k, c in p["heuristics"].items()}))
-        for f, p in zip(fractions, points)}
-    done = ctx.run_chunks("learners and drift", chunks)
-    drifts = [done[f"drift_f{f}_n{n}"] for f in fractions]
-    i20 = next(i for i, p in enumerate(points) if abs(p["fraction"] - 0.2) < 1e-9)
-    p20, drift = points[i20], drifts[i20]
+    n = ctx.size(300, 2000)
+    fractions = ctx.size((0.05, 0.2, 0.5), (0.05, 0.1, 0.2, 0.35, 0.5))
+    sizes = dict(draws=8, burn_fetches=32, fetches=ctx.size(96, 160), shrink_points=ctx.size(6, 8),
+                 scale_points=ctx.size(14, 22), drift_days=ctx.size(60, 120), switch=ctx.size(30, 60),
+                 settle=ctx.size(15, 30), measure_llc=ctx.size(10, 30), seeds=ctx.size(3, 4))
+    st = ctx.run_chunks("rules over draws", {f"stationary_n{n}": lambda: stationary(ctx, n, fractions, sizes)})
+    st = st[f"stationary_n{n}"]
+    drift = ctx.run_chunks("learners and drift", {f"drift_n{n}": lambda: drift_point(ctx, n, 0.2, sizes)})
+    drift = drift[f"drift_n{n}"]
+    ratios = _ratios(st)
+    i20 = next(i for i, f in enumerate(fractions) if abs(f - 0.2) < 1e-9)
+    draws = sizes["draws"]
 
     # ------------------------------------------------------------------ claims
-    beats, ratios, matched, llc_beats = [], {}, [], []
-    for p, d in zip(points, drifts):
-        opt = p["optimum"]
-        llc = d["llc_stationary"]
-        for name, c in p["heuristics"].items():
-            beats.append(opt["harmonic"] < c["harmonic"] - Z * c["harmonic_se"]
-                         and opt["binary"] < c["binary"] - Z * c["binary_se"])
-            llc_beats.append(llc["harmonic"] < c["harmonic"] - Z * np.hypot(c["harmonic_se"], llc["harmonic_se"]))
-            if p["fraction"] >= MATCH_FROM:
-                matched.append(abs(c["crawl_rate"] - p["bandwidth"])
-                               <= 0.02 * p["bandwidth"] + Z * c["crawl_rate_se"])
-            ratios.setdefault(name, []).append(c["harmonic"] / opt["harmonic"])
-        ratios.setdefault("llc", []).append(llc["harmonic"] / opt["harmonic"])
-        ratios.setdefault("llc_forget", []).append(d["llc_forget_stationary"]["harmonic"] / opt["harmonic"])
-    best = min(p20["heuristics"].values(), key=lambda c: c["harmonic"])
-    best_name = min(p20["heuristics"], key=lambda k: p20["heuristics"][k]["harmonic"])
-    gain = best["harmonic"] / p20["optimum"]["harmonic"]
-    llc_ratio = drift["llc_stationary"]["harmonic"] / drift["optimum"]["harmonic"]
+    beats = []
+    for name, row in ratios.items():
+        reach = np.asarray(st["rules"][name]["reached"])
+        for obj in ("harmonic", "binary"):
+            per = row[f"best_{obj}"]["per_draw"]
+            mean, half = row[f"best_{obj}"]["mean"], row[f"best_{obj}"]["ci"]
+            beats.append(bool(np.all(mean - half > 1.0)) and bool(np.all(per[reach] > 1.0)))
+    in_range = all(bool(np.all(_IN_RANGE[k](r["settings"]))) for k, r in st["rules"].items())
+    unreached = {k: [fractions[i] for i in range(len(fractions)) if ratios[k]["reached"][i] < draws]
+                 for k in HEURISTIC_NAMES}
+    best20 = {k: (ratios[k]["best_harmonic"]["mean"][i20], ratios[k]["best_harmonic"]["ci"][i20])
+              for k in HEURISTIC_NAMES}
+    lowest = min(best20, key=lambda k: best20[k][0])
+    gain_lo = best20[lowest][0] - best20[lowest][1]
+    pairs20 = _separated(st, i20)
+    llc_opt = drift["optimum"]["harmonic"]
+    llc_ratio = drift["llc_stationary"]["harmonic"] / llc_opt
+    llc_beats = all(drift["llc_stationary"]["harmonic"] < float(st["rules"][k]["harmonic"][0, i20])
+                    for k in HEURISTIC_NAMES)
     post = drift["post_switch"]
     pl, pf = post["llc"], post["llc_forget"]
     first, last = drift["follow_days"]
+    ci_txt = ", ".join(f"{LABELS[k]} {m:.2f} ± {h:.2f}" for k, (m, h) in best20.items())
     claims = [
-        claim("optimum_beats_every_matched_heuristic", all(beats),
-              description="at every bandwidth, LambdaCrawl's harmonic and BinaryLambdaCrawl's binary cost are below "
-                          "every budget-matched heuristic's (beyond 4 SE)",
-              tolerance="opt < heuristic - 4 SE, both objectives, every bandwidth and heuristic",
+        claim("optimum_beats_every_matched_rule", all(beats),
+              description=f"over {draws} page draws, every rule's best documented setting at every bandwidth costs "
+                          "more than the optimum at the same volume, harmonic and binary: the 95% interval of the "
+                          "ratio lies above 1",
+              tolerance="mean - 95% t-interval > 1, every rule, bandwidth and objective",
               paper="NeurIPS-19 Alg. 3 / Azar et al. are optimal for their objectives at a given volume"),
-        claim("budget_matching_hits_the_volume", all(matched),
-              description=f"at every bandwidth from {MATCH_FROM:.0%} of the pages, every matched heuristic's "
-                          "measured crawl volume (fresh key) is within 2% of the bandwidth plus 4 SE",
-              tolerance="|volume - R| <= 0.02 R + 4 SE, R >= 20% of the pages",
-              note="below 20% the matched intervals (weeks to months) are long against the simulated "
-                   "horizon, so the long-run volume is not reached; the measured volumes are in the results"),
-        claim("optimum_gains_over_best_heuristic_at_20pct", gain >= 1.25,
-              description=f"at R = 20% the best matched heuristic ({best_name}) has {gain:.2f}x LambdaCrawl's "
-                          "harmonic cost",
-              tolerance="ratio >= 1.25", ratio=gain),
+        claim("matching_inside_documented_ranges", in_range,
+              description="every setting used is inside the crawler's documented range (Nutch inc_rate, dec_rate "
+                          "<= 0.5; StormCrawler rates in (0, 1]; Heritrix factors >= 1; intervals > 0); bandwidths "
+                          "no documented setting reaches on some draw: "
+                          + ("; ".join(f"{LABELS[k]}: {', '.join(f'{f:.0%}' for f in v)}"
+                                       for k, v in unreached.items() if v) or "none"),
+              tolerance="every chosen value inside its range"),
+        claim("optimum_gains_over_every_rule_at_20pct", gain_lo >= 1.2,
+              description=f"at R = 20% the lowest mean ratio of a rule's best documented setting to the optimum is "
+                          f"{best20[lowest][0]:.2f} ± {best20[lowest][1]:.2f} ({LABELS[lowest]}); all: {ci_txt}",
+              tolerance="lower end of the 95% interval >= 1.2", ratio=float(best20[lowest][0])),
         claim("llc_learns_to_near_optimal", llc_ratio <= 1.05,
               description=f"on stationary pages LambdaLearnAndCrawl reaches {llc_ratio:.3f}x the optimal harmonic "
-                          "cost at R = 20% (learning the rates from 1/day)",
+                          "cost at R = 20% (first draw; learning the rates from 1/day)",
               tolerance="ratio <= 1.05 over the last measured epochs",
               paper="NeurIPS-19 Fig. 3: LLC approaches LC's cost", ratio=llc_ratio),
-        claim("llc_beats_every_matched_heuristic", all(llc_beats),
-              description="at every bandwidth, LambdaLearnAndCrawl's harmonic cost on stationary pages (learning the "
-                          "rates it is not given) is below every budget-matched heuristic's (beyond 4 SE)",
-              tolerance="llc < heuristic - 4 SE (combined), every bandwidth and heuristic"),
+        claim("llc_beats_every_matched_rule", llc_beats,
+              description="at R = 20% on the first draw, LambdaLearnAndCrawl's harmonic cost (learning the rates it is "
+                          "not given) is below every rule's best documented setting",
+              tolerance="llc < rule, first draw"),
         claim("forgetting_follows_drift", pf["watched_error"] < pl["watched_error"],
               description=f"over days {first}-{last} ({WINDOW_HALF_LIVES:g} half-lives after the regime switch), "
                           f"LLC's mean |log(estimate / rate)| over the {drift['watched_pages']} pages the new "
@@ -290,35 +319,33 @@ def run(ctx):
 
     # ------------------------------------------------------------------ figure
     fig, axes = _common.new_figure(1, 4, width=4.4, height=3.7,
-                                   title=f"Production revisit heuristics vs the optimum — {n:,} synthetic pages")
-    x = np.array([p["fraction"] for p in points])
-    for j, (obj, label) in enumerate((("harmonic", "harmonic cost $J_h$"), ("binary", "binary cost $J_b$"))):
+                                   title=f"Crawlers' revisit rules vs the optimum — {draws} draws of {n:,} pages")
+    x = np.asarray(fractions)
+    for j, obj in enumerate(("harmonic", "binary")):
         ax = axes[0, j]
-        ax.plot(x, [p["optimum"][obj] for p in points], "k-o", label="optimum (LC / BLC)")
-        for name in HEURISTIC_NAMES:
-            ax.errorbar(x, [p["heuristics"][name][obj] for p in points],
-                        yerr=[Z * p["heuristics"][name][obj + "_se"] for p in points], marker="s", ms=3,
-                        label=LABELS[name] + " (matched)")
-        ax.plot(x, [d["llc_stationary"][obj] for d in drifts], "b--*", ms=7, label="LLC (learned)")
-        ax.plot(x, [d["llc_forget_stationary"][obj] for d in drifts], "c:*", ms=5,
-                label=f"LLC, half-life {HALF_LIFE:g} d")
+        for k, name in enumerate(HEURISTIC_NAMES):
+            row = ratios[name]
+            line = ax.errorbar(x * (1 + 0.02 * k), row[f"best_{obj}"]["mean"], yerr=row[f"best_{obj}"]["ci"],
+                               marker="s", ms=3, capsize=2, label=LABELS[name] + ", best documented")
+            if name != "nutch-default":
+                ok = row["scaled_reached"] == draws
+                ax.plot(x[ok], row[f"scaled_{obj}"]["mean"][ok], ":", color=line[0].get_color(), lw=1)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xscale("log")
         ax.set_xlabel("bandwidth R / pages")
-        ax.set_ylabel(label + " per page")
-        ax.set_yscale("log")
+        ax.set_ylabel(f"{obj} cost / optimum")
         ax.grid(alpha=0.3)
-        ax.set_title(f"({'ab'[j]}) stationary, {label.split()[0]}")
+        ax.set_title(f"({'ab'[j]}) {obj}: mean, 95% interval (dotted: scaled defaults)", fontsize=9)
     axes[0, 0].legend(fontsize=7)
     ax = axes[0, 2]
     days = np.arange(1, drift["days"] + 1)
     for key_, label in (("oracle", "oracle optimum"), ("llc", "LLC"), ("llc_forget", f"LLC, half-life {HALF_LIFE:g} d")):
         ax.plot(days, drift["curves"][key_], label=label)
-    for name in HEURISTIC_NAMES:
-        ax.plot(days, drift["curves"][name], ":", label=LABELS[name])
     ax.axvline(drift["switch"], color="gray", lw=0.8)
     ax.set_yscale("log")
     ax.set_xlabel("day")
     ax.set_ylabel("harmonic cost $J_h$ per page")
-    ax.set_title(f"(c) drifting pages, R = 20%: rates x{FACTOR:g} or x1/{FACTOR:g} at the line")
+    ax.set_title(f"(c) drifting pages, R = 20%: rates x{FACTOR:g} or x1/{FACTOR:g} at the line", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     ax = axes[0, 3]
@@ -328,19 +355,21 @@ def run(ctx):
     ax.axvspan(first - 1, last, color="gray", alpha=0.1, lw=0)
     ax.set_xlabel("day")
     ax.set_ylabel(r"mean $|\log(\hat\lambda/\lambda)|$")
-    ax.set_title(f"(d) estimate error, {drift['watched_pages']} watched pages, R = 20%")
+    ax.set_title(f"(d) estimate error, {drift['watched_pages']} watched pages, R = 20%", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     ctx.savefig(fig)
     return dict(
-        params=dict(num_pages=n, fractions=list(fractions), sizes=sizes, epoch=EPOCH, half_life=HALF_LIFE,
-                    window_half_lives=WINDOW_HALF_LIVES,
-                    complete_fraction=0.0, dtype="float32"),
-        results=dict(stationary=points, drift=drift, drift_by_bandwidth=drifts, harmonic_ratio_to_optimum=ratios,
-                     best_heuristic_at_20pct=best_name),
+        params=dict(num_pages=n, fractions=list(fractions), sizes=sizes, half_life=HALF_LIFE,
+                    window_half_lives=WINDOW_HALF_LIVES, complete_fraction=0.0, dtype="float32"),
+        results=dict(stationary=st, ratios=ratios, separated_at_20pct=pairs20, drift=drift,
+                     lowest_mean_ratio_at_20pct=lowest),
         claims=claims,
-        notes=["heuristics ignore change signals, so all pages are generated with incomplete observations",
-               "adaptive heuristics are scale-free: budget matching raises their growth factor to a power "
-               "(jaxcrawl.learners.heuristic)"],
+        notes=["the rules ignore change signals, so all pages are generated with incomplete observations",
+               "ratios are per draw (each draw's rule cost over its optimum), mean and 95% t-interval over the draws; "
+               "rankings are stated only for pairs whose paired difference has a 95% interval excluding 0 "
+               "(separated_at_20pct)",
+               "every rule's long-run figures come from jaxcrawl.learners.long_run; the older growth-power knob "
+               "(match_budget, outside the documented ranges) is not used"],
     )

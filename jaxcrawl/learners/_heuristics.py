@@ -827,9 +827,8 @@ class RangeMatch(NamedTuple):
       bandwidth: ``(B,)`` the bandwidths.
       reached: some documented setting reaches the bandwidth (else the figures are at the
         grid point whose volume is closest to it, and ``crawl_rate`` says where).
-      harmonic_cost, binary_cost: the lowest cost over the documented grid at the
-        bandwidth, per objective (log-log interpolation between the two grid settings whose
-        volumes bracket it).
+      harmonic_cost, binary_cost: the lowest cost over the documented settings at the
+        bandwidth, each objective's own best (module docstring of :func:`match_in_range`).
       crawl_rate: the volume of the harmonic-best setting (the bandwidth when reached).
       settings: the harmonic-best setting in the crawler's own names and units (``dict`` of
         arrays; the shrink knob interpolated), every value inside the documented ranges.
@@ -916,8 +915,8 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     line of the grid (the shrink knob, or the scale) the volume falls; the bandwidth is
     bracketed, the bracket's log-interpolated setting is run once more (same random
     numbers) and the figures are log-log interpolated in the half-bracket that holds the
-    bandwidth.  The best is the lowest harmonic cost over the grid's lines and the scaled
-    defaults; its binary cost is reported with it.  ``"nutch-default"`` has one knob, its
+    bandwidth.  The best is the lowest cost over the grid's lines and the scaled defaults,
+    for each objective (``settings``: the harmonic-best).  ``"nutch-default"`` has one knob, its
     interval: its best is its scaled default.
 
     Args:
@@ -988,31 +987,33 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
         vg, hg, bg = (np.moveaxis(np.asarray(a, np.float64).reshape(L, shrink_points, -1), -1, 0)
                       for a in run[:3])                                                # (P, L, S)
         rg, jg, wg, ng = _bracket(vg, bw)                                              # (P, L, B)
-        h_line = np.where(rg, _lerp(_at(hg, jg), _at(hg, jg + 1), wg), np.inf)
         miss = np.abs(np.log(_at(vg, ng) / bw))
-        best = np.where(rg.any(-2), np.argmin(h_line, -2), np.argmin(miss, -2))          # (P, B)
-        pick = lambda a: np.take_along_axis(a, best[..., None, :], -2)[..., 0, :]  # noqa: E731
-        jb, wb, nb, rb = pick(jg), pick(wg), pick(ng), rg.any(-2)
-        gl, cl, fl = (np.take_along_axis(np.broadcast_to(a[..., 0].reshape(-1)[None, :, None],
-                                                         (best.shape[0], L, bw.size)), best[..., None, :], -2)[:, 0]
-                      for a in (G, C, F))
-        rows = np.arange(best.shape[0])[:, None]
+        rows = np.arange(vg.shape[0])[:, None]
         xg_all = np.broadcast_to(S.reshape(L, shrink_points)[None], vg.shape)
-        curves = [a[rows, best] for a in (xg_all, vg, hg, bg)]                          # (P, B, S)
-        ends_g = [tuple(np.take_along_axis(a, (jb + i)[..., None], -1)[..., 0] for a in curves) for i in (0, 1)]
-        x_mid = np.where(rb, _lerp(ends_g[0][0], ends_g[1][0], wb),
-                         np.take_along_axis(curves[0], nb[..., None], -1)[..., 0])
-        grow_m, shrink_m = _knobs(crawler, gl, x_mid)
-        cand.append(HeuristicParams(grow=grow_m, shrink=shrink_m, min_interval=fl,
-                                    max_interval=base.max_interval * cl,
-                                    fetch_interval_max=base.fetch_interval_max * cl))
+        lines = []
+        for cost in (hg, bg):   # the best line for each objective
+            c_line = np.where(rg, _lerp(_at(cost, jg), _at(cost, jg + 1), wg), np.inf)
+            best = np.where(rg.any(-2), np.argmin(c_line, -2), np.argmin(miss, -2))          # (P, B)
+            pick = lambda a, best=best: np.take_along_axis(a, best[..., None, :], -2)[..., 0, :]  # noqa: E731
+            jb, wb, nb = pick(jg), pick(wg), pick(ng)
+            gl, cl, fl = (a[..., 0].reshape(-1)[best] for a in (G, C, F))
+            curves = [a[rows, best] for a in (xg_all, vg, hg, bg)]                      # (P, B, S)
+            ends = [tuple(np.take_along_axis(a, (jb + i)[..., None], -1)[..., 0] for a in curves) for i in (0, 1)]
+            nearest = tuple(np.take_along_axis(a, nb[..., None], -1)[..., 0] for a in curves)
+            x_mid = np.where(rg.any(-2), _lerp(ends[0][0], ends[1][0], wb), nearest[0])
+            grow_m, shrink_m = _knobs(crawler, gl, x_mid)
+            cand.append(HeuristicParams(grow=grow_m, shrink=shrink_m, min_interval=fl,
+                                        max_interval=base.max_interval * cl,
+                                        fetch_interval_max=base.fetch_interval_max * cl))
+            lines.append((ends, nearest, x_mid, gl, cl, fl))
+        rb = rg.any(-2)
     # ---- the bracket's midpoints, run once more on the same random numbers
     full = [_full_params(p, base, dtype) for p in cand]
     both = HeuristicParams(*(jnp.concatenate([jnp.broadcast_to(getattr(p, f), (lam.shape[0], bw.size))
                                               for p in full], -1) for f in HeuristicParams._fields))
     # the page sets' keys of the grids (the same random numbers as the brackets' ends)
     keys = jnp.concatenate([jnp.repeat(jax.random.split(k, lam.shape[0])[:, None], bw.size, 1)
-                            for k in (k_scaled, k_grid)[:len(full)]], 1)
+                            for k in (k_scaled, k_grid, k_grid)[:len(full)]], 1)
     mid = _long_run_paired(keys, rule, both, lam, mu, burn=int(burn_in_fetches), num=int(num_fetches))
     mid = [np.asarray(a, np.float64) for a in mid[:3]]                                  # (P, K * B)
     nb_s = tuple(_at(a, ns) for a in (np.broadcast_to(c, vs.shape), vs, hs, bs))
@@ -1024,11 +1025,15 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
         rs_, h_, b_, v_, x_ = (shape(a) for a in out_s)
         return RangeMatch(bw, rs_, h_, b_, v_, {"interval_scale": x_}, rs_, h_, b_, v_, x_,
                           "interval_default > 0 (one knob: the scaled default is the best)")
-    gn = tuple(np.take_along_axis(a, nb[..., None], -1)[..., 0] for a in curves)
-    gr = _refined(bw, ends_g, (x_mid,) + tuple(m[:, bw.size:] for m in mid))
-    gr = tuple(np.where(rb, a, z) for a, z in zip(gr, gn))
+    refined = []
+    for i, (ends, nearest, x_mid, _, _, _) in enumerate(lines):
+        r = _refined(bw, ends, (x_mid,) + tuple(m[:, (i + 1) * bw.size:(i + 2) * bw.size] for m in mid))
+        refined.append(tuple(np.where(rb, a, z) for a, z in zip(r, nearest)))
+    gr, grb = refined
+    _, _, _, gl, cl, fl = lines[0]
     use = rs & (~rb | (sc[2] < gr[2]))
     reached = rs | rb
+    best_binary = np.where(rs & (~rb | (sc[3] < grb[3])), sc[3], grb[3])
     min_name, max_name = {"nutch-adaptive": ("min_interval", "max_interval"),
                           "stormcrawler-adaptive": ("fetch_interval_min", "fetch_interval_max"),
                           "heritrix-wait": ("min_wait_interval_seconds", "max_wait_interval_seconds")}[crawler]
@@ -1041,7 +1046,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     if crawler == "nutch-adaptive":
         chosen["fetch_interval_max"] = np.where(use, sc[0], cl) * float(base.fetch_interval_max) * tu
     shape = lambda a: np.reshape(a, lead + (bw.size,))  # noqa: E731
-    return RangeMatch(bw, shape(reached), shape(np.where(use, sc[2], gr[2])), shape(np.where(use, sc[3], gr[3])),
+    return RangeMatch(bw, shape(reached), shape(np.where(use, sc[2], gr[2])), shape(best_binary),
                       shape(np.where(use, sc[1], gr[1])), {k: shape(v) for k, v in chosen.items()},
                       *(shape(a) for a in out_s), g["ranges"])
 
