@@ -387,3 +387,34 @@ def test_help_names_the_interval_columns_and_no_file_of_the_checkout():
     for name in ("",) + cli.COMMANDS:  # a pip install has no docs/ directory
         text = _help(*([name] if name else []))
         assert "docs/" not in text and ".md" not in text, name
+
+
+def test_a_sigint_inside_a_gc_callback_is_raised_after_the_collection(monkeypatch):
+    """Raised inside a garbage-collector callback (JAX registers one), a KeyboardInterrupt is
+    unraisable: printed as a traceback and lost.  The command's handler delivers it again."""
+    import gc
+    import signal
+    import sys
+    import time
+
+    from jaxcrawl._src import interrupts
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(interrupts, "GRACE_SECONDS", 600.0)  # a lost signal fails the test, not the run
+
+    def in_collection(phase, info):
+        if phase == "start":
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # the handler runs between these bytecodes, inside the callback
+
+    with interrupts.handlers():
+        gc.callbacks.append(in_collection)
+        try:
+            gc.collect()
+        finally:
+            gc.callbacks.remove(in_collection)
+        with pytest.raises(KeyboardInterrupt):
+            time.sleep(2)
+        assert interrupts.received() == signal.SIGINT
+    assert unraisable == []

@@ -27,6 +27,7 @@ before JAX.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -102,7 +103,9 @@ def handlers() -> Iterator[list[int]]:
     :class:`Terminated` in the main thread, after recording the signal (the context yields
     the list of signals received).  Only the first signal raises: a second one while the
     first unwinds (removing a temporary file, say) is recorded and ignored, so the clean-up
-    finishes.  A signal recorded by :func:`install_early` stays recorded (the command calls
+    finishes.  One that arrives inside a garbage-collector callback, where its exception
+    would be unraisable, is delivered again once the collection is over.  A signal recorded
+    by :func:`install_early` stays recorded (the command calls
     :func:`raise_if_received` before it starts).  The handlers in
     place before the command -- before :func:`install_early`'s, if it ran -- are restored on
     exit.  Outside the main thread (where handlers cannot be installed) nothing changes."""
@@ -115,10 +118,17 @@ def handlers() -> Iterator[list[int]]:
     pending = list(_received)
     del _received[:]
 
+    raised: list[int] = []
+
     def handler(signum, frame):
         _received.append(signum)
-        if len(_received) == 1:
-            raise _interrupt_for(signum)
+        if raised:
+            return
+        if _in_gc_callback(frame):  # raised here it would be unraisable (printed and lost)
+            threading.Timer(0.01, _again, (signum, raised)).start()  # after the collection
+            return
+        raised.append(signum)
+        raise _interrupt_for(signum)
 
     previous = {}
     for sig in _SIGNALS:
@@ -139,6 +149,22 @@ def handlers() -> Iterator[list[int]]:
             signal.signal(sig, old)
         del _received[:]
         _armed = False
+
+
+def _again(signum: int, raised: list[int]) -> None:
+    """Deliver ``signum`` again while the handlers that deferred it are in place."""
+    if _armed and not raised:
+        os.kill(os.getpid(), signum)
+
+
+def _in_gc_callback(frame) -> bool:
+    """Whether ``frame`` runs inside a garbage-collector callback (JAX registers one)."""
+    codes = {getattr(getattr(cb, "__func__", cb), "__code__", None) for cb in gc.callbacks}
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def rearm() -> None:
