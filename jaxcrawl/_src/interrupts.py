@@ -118,7 +118,7 @@ def handlers() -> Iterator[list[int]]:
     pending = list(_received)
     del _received[:]
 
-    raised: list[int] = []
+    raised = list(pending)  # a signal received while importing is raised by the command's first check
 
     def handler(signum, frame):
         _received.append(signum)
