@@ -419,7 +419,9 @@ _PAGE_HOSTS = Schema("page -> host mapping", (Column("page_id"), Column("host_id
 def _report_constraints(summary: dict, unit: str) -> None:
     """The report's lines on the binding host caps and revisit bounds (:func:`_explain`)."""
 
-    if "num_binding_hosts" in summary:
+    if summary.get("num_binding_hosts") == 0:
+        print(f"host caps    none of the {summary['num_capped_hosts']} capped hosts at its cap")
+    elif "num_binding_hosts" in summary:
         print(f"host caps    {summary['num_binding_hosts']} of {summary['num_capped_hosts']} capped hosts at their "
               f"cap; they hold back {summary['bandwidth_held_back_by_host_caps']:.4g} crawls per {unit} of the "
               "unconstrained plan (no caps, no bounds)")
