@@ -505,3 +505,58 @@ def test_multiprocess_solve_refuses_options_it_does_not_implement():
         args = build_parser().parse_args(base + extra)
         with pytest.raises(ValueError, match=flag):
             run_solve(args)
+
+
+def _launch_cli(n, *args, env=None):
+    cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", str(n), "--timeout", str(TIMEOUT), "--", *args]
+    return subprocess.run(cmd, env=env or _env(), capture_output=True, text=True, timeout=TIMEOUT + 30)
+
+
+@pytest.mark.long
+def test_multiprocess_solve_checks_ids_across_processes_and_applies_interval_columns(tmp_path):
+    """A page id repeated in two processes' rows is an error on every process (status 2), and
+    the table's min_interval/max_interval columns bound the multi-process plan as they bound
+    the single-process one."""
+    n = 60
+    rng = np.random.default_rng(1)
+    imp, lam = rng.uniform(0.5, 2, n), rng.uniform(0.1, 3, n)
+    ids = np.asarray([f"p{i}" for i in range(n)], object)
+    ids[-1] = ids[0]  # the first and the last row: different processes
+    write_problem(str(tmp_path / "dup.csv"), ids, imp, lam)
+    proc = _launch_cli(2, "solve", "--input", str(tmp_path / "dup.csv"), "--bandwidth", "10")
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "duplicate page_id 'p0': rows 1 and 60" in proc.stdout + proc.stderr
+    lo_iv = np.where(np.arange(n) % 3 == 0, 4.0, 0.0)
+    write_problem(str(tmp_path / "t.csv"), np.arange(n), imp, lam, min_interval=lo_iv)
+    args = ["solve", "--input", str(tmp_path / "t.csv"), "--bandwidth", "30", "--x64"]
+    proc = _launch_cli(2, *args, "--output", str(tmp_path / "plan.csv"), "--gather-output")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert jaxcrawl.cli.main([*args, "--output", str(tmp_path / "ref.csv")]) == 0
+    got = np.genfromtxt(tmp_path / "plan.csv", delimiter=",", names=True)
+    ref = np.genfromtxt(tmp_path / "ref.csv", delimiter=",", names=True)
+    assert np.all(got["rate"][lo_iv > 0] <= 0.25 * (1 + 1e-9))
+    np.testing.assert_allclose(got["rate"], ref["rate"], rtol=1e-7)
+
+
+@pytest.mark.long
+def test_sigterm_to_one_worker_stops_it_with_143(tmp_path):
+    """SIGTERM to one process of a job is not swallowed (JAX's preemption notifier is off):
+    that process ends with 143, and the job with it."""
+    env = dict(_env(), JAXCRAWL_SIGNAL_GRACE="2")
+    cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", "2", "--timeout", str(TIMEOUT), "--", "sweep",
+           "--steps", "400000", "--seeds", "64", "--instances", "4", "--learning-rates", "0.1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        children = []
+        deadline = time.time() + 120
+        while len(children) < 2 and time.time() < deadline:
+            time.sleep(0.5)
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as fh:
+                children = [int(x) for x in fh.read().split()]
+        assert len(children) == 2
+        time.sleep(15)  # joined the job and inside the sweep
+        os.kill(children[1], signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, out[-3000:]

@@ -278,6 +278,20 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path):
     expect_error(["evaluate", "--policy", "harmonic", "--num-pages", str(10**15)], "--num-pages", "the limit here is")
     (tmp_path / "plan.csv").write_text("page_id,rate,prob\na,1,0\nb,2,0\n")
     expect_error(["schedule", "--plan", tmp_path / "plan.csv", "--horizon", "1e15"], "--horizon", "the limit here is")
+    (tmp_path / "p.csv").write_text(PAGES)
+    evaluate = ["evaluate", "--input", tmp_path / "p.csv", "--policy", "harmonic"]
+    expect_error([*evaluate, "--seeds", str(10**15)], "--seeds", "the limit here is")
+    for value in ("nan", "inf", "1e400"):
+        expect_error([*evaluate, "--horizon", value], "--horizon must be a finite number")
+    expect_error([*evaluate, "--burn-in=-inf"], "--burn-in must be a finite number")
+
+
+def test_a_truncated_npy_array_is_named(tmp_path):
+    d = npy_table(tmp_path / "t", [1.0, 2.0], [1.0, 1.0])
+    with open(os.path.join(d, "change_rate.npy"), "r+b") as fh:
+        fh.truncate(60)
+    expect_error(["stream", "--table", d], "change_rate.npy: not a readable .npy array")
+    expect_error(["solve", "--input", d], "change_rate.npy: not a readable .npy array")
 
 
 def test_neurips19_url_id_beyond_int64_is_a_row_error(tmp_path):

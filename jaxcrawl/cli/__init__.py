@@ -50,6 +50,7 @@ import jax
 
 import jaxcrawl
 from jaxcrawl import NonConvergenceError
+from jaxcrawl._src import fileio as _fileio
 from jaxcrawl._src import interrupts as _interrupts
 
 from ._launch import launch as launch
@@ -145,6 +146,14 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     return status
 
 
+#: The options that name what a command writes (every other path it is given is an input).
+_OUTPUT_OPTIONS = ("output", "urlfrontier", "nutch", "figure", "out", "out_dir")
+
+
+def _outputs(args: argparse.Namespace) -> list:
+    return [getattr(args, name, None) for name in _OUTPUT_OPTIONS]
+
+
 def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[int]) -> int:
     """:func:`main` under the interrupt handlers: parse, run, map errors to exit statuses."""
 
@@ -164,7 +173,9 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
         check = bool(getattr(args, "check", False))
         with (jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext(),
               jax.debug_nans(True) if check and command != "solve" else contextlib.nullcontext()):
-            status = int(args.func(args) or 0)
+            inputs = _fileio.command_inputs(v for k, v in vars(args).items() if k not in _OUTPUT_OPTIONS)
+            with _fileio.command_outputs(inputs, _outputs(args)):
+                status = int(args.func(args) or 0)  # every output renamed together at the end
         _interrupts.raise_if_received()  # a signal whose exception was lost (module documentation)
         if status == EXIT_INTERRUPTED and fired and fired[0] == signal.SIGTERM:
             status = EXIT_TERMINATED  # a command that handles the interrupt itself (reproduce)

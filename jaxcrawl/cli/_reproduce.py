@@ -224,8 +224,7 @@ def _run_one(module: ModuleType, args: argparse.Namespace) -> dict[str, Any]:
         figure=ctx.figure_path.name,
     )
     payload = json.dumps(to_jsonable(record), indent=1, allow_nan=False) + "\n"
-    with immediate():  # a finished experiment's record is kept when a later one fails or is interrupted
-        write_file(out / f"{module.NAME}.json", lambda fh: fh.write(payload))  # atomic, normal permissions
+    write_file(out / f"{module.NAME}.json", lambda fh: fh.write(payload))  # atomic, normal permissions
     record["_claims"] = claims
     return record
 
@@ -263,7 +262,8 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"== {name} ({size}): {module.DESCRIPTION}\n")
             out.flush()
             try:
-                record = _run_one(module, args)
+                with immediate():  # an experiment's outputs are kept when a later one fails or is interrupted
+                    record = _run_one(module, args)
             except KeyboardInterrupt:
                 raise
             except Exception as err:  # one broken experiment must not hide the others' results

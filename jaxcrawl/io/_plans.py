@@ -32,7 +32,7 @@ PLAN = Schema(
 #: ``time,epoch_seconds,page_id`` (``time`` ISO 8601 UTC), one crawl a row.
 TIMETABLE = Schema(
     "timetable",
-    (Column("time"),
+    (Column("time", strip=True),
      Column("epoch_seconds", "number", required=False, default=float("nan")),
      Column("page_id")),
     rows="crawls",

@@ -10,7 +10,7 @@ from jax.typing import ArrayLike
 
 from .._src.fileio import write_file
 from ._formats import write_table
-from ._schema import Column, PathLike, Schema
+from ._schema import Column, PathLike, Schema, TableError
 from ._tables import read_table
 
 #: Page table: ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]``,
@@ -59,7 +59,10 @@ class PageTable:
             path = os.path.join(directory, name + ".npy")
             if not os.path.exists(path):
                 raise ValueError(f"{directory}: missing {name}.npy (a page table needs {', '.join(_NPY)})")
-            arrays[name] = np.load(path, mmap_mode="r")
+            try:
+                arrays[name] = np.load(path, mmap_mode="r")
+            except (ValueError, OSError, EOFError) as err:  # truncated or not a .npy file: named
+                raise ValueError(f"{path}: not a readable .npy array ({err})") from None
         n = arrays["importance"].shape
         for name, a in arrays.items():
             if a.ndim != 1 or a.shape != n:
@@ -105,6 +108,17 @@ class PageTable:
             stop = min(start + chunk_size, self.num_pages)
             yield (start, np.asarray(self.importance[start:stop]), np.asarray(self.change_rate[start:stop]),
                    np.asarray(self.complete[start:stop]).astype(bool))
+
+    def check_rows(self, start: int = 0, stop: int | None = None) -> None:
+        """Check rows ``start:stop`` (default all; a chunk at a time) by :data:`PAGE_TABLE`'s
+        rules, and that the table has a page: :class:`~jaxcrawl.io.TableError` naming the
+        table and the row (what :func:`read_problem` checks in a file)."""
+        where = self.directory or "page table"
+        if self.num_pages < 1:
+            raise TableError(where, None, "no pages in the table (every array has length 0)")
+        sl = slice(start, self.num_pages if stop is None else stop)
+        PAGE_TABLE.check_arrays(where, {"importance": self.importance[sl], "change_rate": self.change_rate[sl],
+                                        "complete": self.complete[sl]}, first_row=start + 1)
 
     def rate_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """``(min_rate, max_rate) = (1/max_interval, 1/min_interval)`` per page."""

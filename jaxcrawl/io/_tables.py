@@ -86,7 +86,7 @@ def _open_csv(path: str, comments: bool) -> Source:
             if not row or (len(row) == 1 and not row[0].strip()):
                 src.blank_lines += 1
                 continue
-            if comments and row[0].lstrip().startswith("#"):
+            if comments and src.header is None and row[0].lstrip().startswith("#"):  # before the header only
                 src.comments.append((line, ",".join(row).strip()[1:].strip()))
                 continue
             yield line, row
