@@ -4,9 +4,12 @@ the optimum at the same crawl volume (the library behind ``jaxcrawl evaluate``).
 :func:`evaluate_policy` takes a :class:`~jaxcrawl.CrawlProblem` (true or estimated rates)
 and a policy -- a plan's :class:`~jaxcrawl.Policy` (e.g. read from a plan file), an
 optimal objective by registry name (:func:`jaxcrawl.objective_names`, solved at the
-problem's bandwidth), a production heuristic (:data:`jaxcrawl.learners.HEURISTICS`;
-``"<name>@matched"``: budget-matched to the bandwidth by
-:func:`~jaxcrawl.learners.match_budget`) or a learner (``"llc"``,
+problem's bandwidth), a crawler's revisit rule (:data:`jaxcrawl.learners.HEURISTICS`,
+with the crawler's defaults; ``"<name>@matched"``: matched to the bandwidth with the best
+setting inside the crawler's documented ranges, :func:`~jaxcrawl.learners.match_in_range`,
+its settings and whether the bandwidth was reached in ``notes``; ``"<name>@growth"``: the
+growth factor raised to a power by :func:`~jaxcrawl.learners.match_budget`, **outside the
+documented ranges** for the adaptive rules) or a learner (``"llc"``,
 ``"llc-forget"``: LambdaLearnAndCrawl, NeurIPS-19 Alg. 4, without and with forgetting) --
 and returns a :class:`PolicyReport`:
 
@@ -46,6 +49,7 @@ from .learners import (
     lambda_learn_and_crawl,
     llc_settings,
     match_budget,
+    match_in_range,
     run_learner,
 )
 from .simulate import evaluate as simulate_evaluate
@@ -69,7 +73,8 @@ class PolicyReport(NamedTuple):
       harmonic_gap, binary_gap: cost minus optimum (absolute).
       monte_carlo: for a closed-form row with ``monte_carlo=True``, the simulator's
         ``dict`` of the same figures with standard errors; else ``None``.
-      notes: extra facts (e.g. a heuristic's budget scale, its raw volume).
+      notes: extra facts (a matched heuristic's settings, whether they are inside the
+        crawler's documented ranges and reach the bandwidth).
     """
 
     policy: str
@@ -91,7 +96,8 @@ class PolicyReport(NamedTuple):
 
 
 def _policy_names() -> tuple[str, ...]:
-    """Every policy name :func:`evaluate_policy` accepts (``"<heuristic>@matched"`` too)."""
+    """Every policy name :func:`evaluate_policy` accepts (``"<heuristic>@matched"`` and
+    ``"@growth"`` too)."""
     return tuple(objective_names()) + tuple(HEURISTICS) + _LEARNERS
 
 
@@ -229,9 +235,10 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
 
     Args:
       problem: the pages (concrete values); its bandwidth is used to solve the named
-        optimal objectives, to budget-match ``"<heuristic>@matched"`` and by the learners.
+        optimal objectives, to match ``"<heuristic>@matched"`` / ``"@growth"`` and by the
+        learners.
       policy: a :class:`~jaxcrawl.Policy` (e.g. :func:`plan_policy`) or a name of
-        the names of the module docstring (or ``"<heuristic>@matched"``).
+        the names of the module docstring (or ``"<heuristic>@matched"``, ``"@growth"``).
       key: PRNG key of the Monte Carlo (default ``PRNGKey(0)``).
       horizon: measured time per seed (Monte Carlo; whole days).
       burn_in: simulated time before the measurement for heuristics and learners (Nutch
@@ -271,8 +278,8 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
         if not bool(np.all(np.asarray(pol.converged))):
                     raise NonConvergenceError(f"the {base!r} solve did not converge")
         return _stationary(problem, pol, name or policy, key, days, num_seeds, monte_carlo, c, page_id)
-    if base in HEURISTICS and suffix in ("", "matched"):
-        rep = _heuristic(problem, base, suffix == "matched", name or policy, key, days, warm, num_seeds, c)
+    if base in HEURISTICS and suffix in ("", "matched", "growth"):
+        rep = _heuristic(problem, base, suffix, name or policy, key, days, warm, num_seeds, c)
     elif base in _LEARNERS and not suffix:
         rep = _learner(problem, base, name or policy, key, days, warm, num_seeds, half_life, c)
     else:
@@ -283,7 +290,7 @@ def evaluate_policy(problem: CrawlProblem, policy: str | Policy, *, key: jax.Arr
                                                                         "per-page rates); the optimum is constrained"))
         return rep
     raise ValueError(f"unknown policy {policy!r}; use one of {', '.join(_policy_names())} "
-                     "(a heuristic may end in '@matched')")
+                     "(a heuristic may end in '@matched' or '@growth')")
 
 
 def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo, c=None, page_id=None) -> PolicyReport:
@@ -299,15 +306,26 @@ def _stationary(problem, policy, name, key, days, num_seeds, monte_carlo, c=None
     return _report(name, "closed form", h, None, b, None, fr, None, vol, None, problem, mc, notes, c)
 
 
-def _heuristic(problem, base, matched, name, key, days, warm, num_seeds, c=None) -> PolicyReport:
-    learner = heuristic(base)
+def _heuristic(problem, base, mode, name, key, days, warm, num_seeds, c=None) -> PolicyReport:
+    settings: dict = {}
     params = HeuristicParams()
     notes = {}
     key_match, key_run = jax.random.split(key)
-    if matched:
+    if mode == "matched":
+        bw = float(np.asarray(problem.bandwidth))
+        m = match_in_range(key_match, base, problem, [bw], shrink_points=6, scale_points=16, burn_in_fetches=32,
+                           num_fetches=128)
+        settings = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in m.settings.items()}
+        notes = dict(matching="documented range", in_range=True, reached=bool(np.asarray(m.reached)[0]),
+                     ranges=m.ranges, **settings,
+                     scaled_defaults_reached=bool(np.asarray(m.scaled_reached)[0]),
+                     scaled_defaults_interval_scale=float(np.asarray(m.interval_scale)[0]))
+    learner = heuristic(base, **settings)
+    if mode == "growth":
         m = match_budget(key_match, learner, problem, burn_in=warm, num_epochs=days, num_seeds=num_seeds)
         params = m.params
-        notes = dict(budget_scale=float(m.budget_scale), raw_crawl_rate=float(m.raw_crawl_rate),
+        notes = dict(matching="growth power (outside the documented range)", in_range=base == "nutch-default",
+                     budget_scale=float(m.budget_scale), raw_crawl_rate=float(m.raw_crawl_rate),
                      raw_crawl_rate_se=float(m.raw_crawl_rate_se), matched=bool(m.converged))
 
     @jax.jit

@@ -5,7 +5,8 @@ Reads ``page_id,importance,change_rate[,complete]`` (:func:`jaxcrawl.io.read_pro
 or draws the synthetic default (:func:`jaxcrawl.synthetic`), and evaluates a
 plan file (``--plan``, as ``jaxcrawl solve --output`` writes it; :func:`jaxcrawl.io.read_plan`)
 and/or named policies (``--policy NAME``, ``--compare a,b,c``: optimal objectives,
-production heuristics, learners) with
+crawlers' revisit rules -- ``NAME@matched`` inside their documented ranges, with the
+settings used in the notes --, learners) with
 :func:`jaxcrawl.policy_eval.evaluate_policy`.  Prints a table (harmonic cost, binary
 cost, fraction of requests served fresh, crawls used, the optima at the same volume and
 the gaps; ``±`` a standard error for Monte-Carlo figures) and, last, one JSON line.
@@ -22,6 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
+from jaxcrawl._src.fileio import write_file
+from jaxcrawl._src.limits import check_size
 from jaxcrawl.core.bounds import check_rate_bounds
 from jaxcrawl.io import read_host_caps, read_plan, read_problem
 from jaxcrawl.io.synthetic import synthetic
@@ -43,8 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Evaluate crawl policies on a page table (CSV page_id,importance,change_rate[,complete]; "
             "without --input, a seeded synthetic problem shaped like the NeurIPS-19 data set). Policies: "
             "--plan (a plan CSV page_id,rate,prob) and/or --policy/--compare names: an optimal objective "
-            "(harmonic, binary, ...), a production heuristic (nutch-default, nutch-adaptive, "
-            "stormcrawler-adaptive, heritrix-wait; NAME@matched: budget-matched to the bandwidth) or a "
+            "(harmonic, binary, ...), a crawler's revisit rule (nutch-default, nutch-adaptive, "
+            "stormcrawler-adaptive, heritrix-wait, at the crawler's defaults; NAME@matched: matched to the "
+            "bandwidth with the best setting inside the crawler's documented ranges, its settings and whether "
+            "it reaches the bandwidth in the notes; NAME@growth: the growth factor raised to a power, outside "
+            "the documented ranges) or a "
             "learner (llc, llc-forget). Reports harmonic cost, binary cost, fraction of requests served "
             "fresh, crawls used and the gap to the optimum at the same crawl volume: closed forms where "
             "they exist, Monte Carlo with standard errors otherwise. The last line printed is one JSON object."
@@ -89,6 +95,7 @@ def _load(args):
     n = args.num_pages
     if n < 1:
         raise ValueError(f"--num-pages must be >= 1; got {n}")
+    check_size("--num-pages", n, 64, "pages")  # before anything is allocated
     syn = jax.jit(synthetic, static_argnums=1)(jax.random.key(args.seed), n)
     return (np.arange(n), np.asarray(syn.importance), np.asarray(syn.change_rate), np.asarray(syn.complete),
             f"synthetic(seed={args.seed}, num_pages={n})", None)
@@ -149,7 +156,7 @@ def _figure(path, problem, reports, n):
     axes[0].legend(fontsize=7)
     fig.suptitle(f"{n} pages, bandwidth {float(jnp.asarray(problem.bandwidth)):g}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_file(path, lambda fh: fig.savefig(fh, dpi=110, format="png"), binary=True)  # the output rule
     plt.close(fig)
 
 
@@ -162,8 +169,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give --plan and/or --policy NAME / --compare a,b,c")
     if args.seeds < 2:
         raise ValueError(f"--seeds must be >= 2 (standard errors need two); got {args.seeds}")
+    for flag, v in (("--horizon", args.horizon), ("--burn-in", args.burn_in)):
+        if not (math.isfinite(v) and v >= 0):
+            raise ValueError(f"{flag} must be a finite number of time units >= 0; got {v}")
     page_id, imp, lam, comp, source, bounds = _load(args)
     n = len(page_id)
+    check_size("--seeds", float(args.seeds) * n, 64, "simulated pages (seeds x pages)")
 
     bandwidth = bandwidth_from_args(args, n)
     constraints = Constraints()

@@ -196,7 +196,7 @@ _IN_RANGE = {
     "stormcrawler-adaptive": lambda s: ((0 < s["rate_incr"]) & (s["rate_incr"] <= 1) & (0 < s["rate_decr"])
                                         & (s["rate_decr"] <= 1)),
     "heritrix-wait": lambda s: (s["unchanged_factor"] >= 1) & (s["changed_factor"] >= 1),
-    "nutch-default": lambda s: s["interval_scale"] > 0,
+    "nutch-default": lambda s: s["interval_default"] > 0,
 }
 
 

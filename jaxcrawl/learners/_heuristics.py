@@ -830,8 +830,9 @@ class RangeMatch(NamedTuple):
       harmonic_cost, binary_cost: the lowest cost over the documented settings at the
         bandwidth, each objective's own best (module docstring of :func:`match_in_range`).
       crawl_rate: the volume of the harmonic-best setting (the bandwidth when reached).
-      settings: the harmonic-best setting in the crawler's own names and units (``dict`` of
-        arrays; the shrink knob interpolated), every value inside the documented ranges.
+      settings: the harmonic-best setting as :func:`heuristic`'s keyword arguments (the
+        crawler's own names and units; ``dict`` of arrays, the shrink knob interpolated),
+        every value inside the documented ranges.
       scaled_reached, scaled_harmonic_cost, scaled_binary_cost, scaled_crawl_rate: the same
         at the crawler's defaults with only the interval settings (initial, minimum,
         maximum; Nutch's ``db.fetch.interval.max`` too) multiplied by one factor.
@@ -1023,7 +1024,8 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     if g is None:
         shape = lambda a: a.reshape(lead + (bw.size,))  # noqa: E731
         rs_, h_, b_, v_, x_ = (shape(a) for a in out_s)
-        return RangeMatch(bw, rs_, h_, b_, v_, {"interval_scale": x_}, rs_, h_, b_, v_, x_,
+        return RangeMatch(bw, rs_, h_, b_, v_, {"interval_default": x_ * float(base.initial_interval) * tu},
+                          rs_, h_, b_, v_, x_,
                           "interval_default > 0 (one knob: the scaled default is the best)")
     refined = []
     for i, (ends, nearest, x_mid, _, _, _) in enumerate(lines):
@@ -1034,15 +1036,17 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     use = rs & (~rb | (sc[2] < gr[2]))
     reached = rs | rb
     best_binary = np.where(rs & (~rb | (sc[3] < grb[3])), sc[3], grb[3])
-    min_name, max_name = {"nutch-adaptive": ("min_interval", "max_interval"),
-                          "stormcrawler-adaptive": ("fetch_interval_min", "fetch_interval_max"),
-                          "heritrix-wait": ("min_wait_interval_seconds", "max_wait_interval_seconds")}[crawler]
+    init_name, min_name, max_name = {
+        "nutch-adaptive": ("interval_default", "min_interval", "max_interval"),
+        "stormcrawler-adaptive": ("fetch_interval_default", "fetch_interval_min", "fetch_interval_max"),
+        "heritrix-wait": ("initial_wait_interval_seconds", "min_wait_interval_seconds", "max_wait_interval_seconds"),
+    }[crawler]
     unit = tu / (60.0 if crawler == "stormcrawler-adaptive" else 1.0)
     dflt_g, dflt_s = _defaults_in_units(crawler, base)
     chosen = {gname: np.where(use, dflt_g, gl), sname: np.where(use, dflt_s, gr[0]),
               min_name: np.where(use, float(base.min_interval) * sc[0], fl) * unit,
               max_name: np.where(use, float(base.max_interval) * sc[0], float(base.max_interval) * cl) * unit,
-              "interval_default_scale": np.where(use, sc[0], 1.0)}
+              init_name: np.where(use, sc[0], 1.0) * float(base.initial_interval) * unit}
     if crawler == "nutch-adaptive":
         chosen["fetch_interval_max"] = np.where(use, sc[0], cl) * float(base.fetch_interval_max) * tu
     shape = lambda a: np.reshape(a, lead + (bw.size,))  # noqa: E731
