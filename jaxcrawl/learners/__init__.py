@@ -63,7 +63,7 @@ __all__ = [
     # LambdaLearnAndCrawl (NeurIPS-19) and online re-solving (Avrachenkov et al.)
     "lambda_learn_and_crawl", "llc_settings", "LLCParams", "executed_policy",
     "online_learn_and_crawl", "online_settings", "OnlineParams",
-    # production heuristics
+    # crawlers' revisit rules
     "heuristic", "HEURISTICS", "HeuristicParams", "match_budget", "run_on_path", "long_run",
     "match_in_range",
     # synchronization bandits (ICML-20)

@@ -517,7 +517,7 @@ def _rule_settings(crawler: str, /, **settings: Any) -> tuple[int, HeuristicPara
 
 
 def heuristic(crawler: str, /, **settings: Any) -> Learner:
-    """A production crawler's revisit heuristic as a :class:`~jaxcrawl.learners.Learner`.
+    """An open-source crawler's revisit rule as a :class:`~jaxcrawl.learners.Learner`.
 
     Args:
       crawler: one of :data:`HEURISTICS` (module docstring for each rule):
