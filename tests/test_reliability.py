@@ -250,14 +250,25 @@ def test_stream_on_a_full_disk_is_an_error_and_keeps_the_old_output(tmp_path, mo
 
 
 @pytest.mark.long
-def test_a_failing_later_output_of_solve_keeps_the_plan(tmp_path):
+def test_a_failing_later_output_of_solve_keeps_the_plan(tmp_path, monkeypatch):
+    """The plan is written first, the seed list fails (a full disk, say): the plan stays as it was."""
+    import jaxcrawl.cli._solve as solve_cli
+
+    def full_disk(path, *args, **kwargs):
+        def fill(fh):
+            fh.write("partial")
+            raise OSError(errno.ENOSPC, f"{path}: no space left on device")
+
+        fileio.write_file(path, fill)
+
+    monkeypatch.setattr(solve_cli, "write_nutch_seeds", full_disk)
     (tmp_path / "p.csv").write_text("page_id,importance,change_rate\nhttp://a.example/x,1,1\nhttp://b.example/y,2,1\n")
     (tmp_path / "plan.csv").write_text("old plan\n")
     code, out, err = run(["solve", "--input", tmp_path / "p.csv", "--output", tmp_path / "plan.csv",
-                          "--bandwidth", "1", "--nutch", tmp_path / "missing" / "seeds.txt"])
-    assert code == 2 and "Traceback" not in err
+                          "--bandwidth", "1", "--nutch", tmp_path / "seeds.txt"])
+    assert code == 2 and "no space left" in err and "Traceback" not in err
     assert (tmp_path / "plan.csv").read_text() == "old plan\n"
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp_")]
+    assert sorted(os.listdir(tmp_path)) == ["p.csv", "plan.csv"]
 
 
 # -------------------------------------------------------- errors, not tracebacks
@@ -284,6 +295,21 @@ def test_absurd_sizes_are_refused_before_anything_is_allocated(tmp_path):
     for value in ("nan", "inf", "1e400"):
         expect_error([*evaluate, "--horizon", value], "--horizon must be a finite number")
     expect_error([*evaluate, "--burn-in=-inf"], "--burn-in must be a finite number")
+
+
+def test_values_a_float32_stream_cannot_hold_are_refused(tmp_path):
+    d = npy_table(tmp_path / "t", [1.0, 1e-300], [1.0, 1.0])
+    expect_error(["stream", "--table", d, "--bandwidth", "1"], "row 2: importance 1e-300 is not a finite number > 0 "
+                 "in float32")
+
+
+def test_errors_name_the_output_and_the_file_not_a_temporary(tmp_path):
+    (tmp_path / "p.csv").write_text(PAGES)
+    err = expect_error(["solve", "--input", tmp_path / "p.csv", "--output", tmp_path / "nodir" / "plan.csv"],
+                       "plan.csv: cannot write the output (no such directory")
+    assert ".tmp_" not in err
+    expect_error(["solve", "--input", tmp_path / "p.csv", "--host-caps", tmp_path], "is a directory")
+    expect_error(["solve", "--input", tmp_path / "p.csv", "--host-caps", tmp_path / "no.csv"], "no.csv: no such file")
 
 
 def test_a_truncated_npy_array_is_named(tmp_path):

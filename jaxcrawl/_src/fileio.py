@@ -127,16 +127,22 @@ def _active() -> _Outputs | None:
 
 
 @contextlib.contextmanager
-def command_outputs(inputs: Iterable[PathLike | None] = (), outputs: Iterable[PathLike | None] = ()
-                    ) -> Iterator[None]:
-    """The output rule of one command (module docstring): ``outputs`` (the paths the
-    command was told to write) are checked against ``inputs`` at once; inside the context,
+def command_outputs(inputs: Iterable[PathLike | None] = (), outputs: Iterable[PathLike | None] = (),
+                    directories: Iterable[PathLike | None] = ()) -> Iterator[None]:
+    """The output rule of one command (module docstring): ``outputs`` (the files the
+    command was told to write: their directory must exist) and ``directories`` (output
+    directories it may create) are checked against ``inputs`` at once; inside the context,
     every :func:`atomic_write` (and :func:`stage`) refuses a destination that is, or lies
     inside, one of ``inputs`` (or of the inputs added by :func:`add_input`) and keeps its
     finished temporary; on a normal exit they are all renamed over their destinations
     (after a last check for a received interrupt), on an exception all are removed."""
     inputs = [p for p in inputs if p is not None]
     for out in _flat(outputs):
+        check_not_input(out, inputs)
+        parent = os.path.dirname(os.fspath(out))
+        if parent and not os.path.isdir(parent):
+            raise ValueError(f"{os.fspath(out)}: cannot write the output (no such directory: {parent})")
+    for out in _flat(directories):
         check_not_input(out, inputs)
     outs = _Outputs(inputs)
     _ACTIVE.append(outs)
@@ -247,7 +253,13 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
     _check_output(path, inputs)
     d = os.path.dirname(path) or "."
     mode = _new_file_mode(path)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+    except OSError as err:  # named by the output, not by the temporary's random name
+        why = "no such directory" if not os.path.isdir(d) else os.strerror(err.errno or 0)
+        failure = OSError(f"{path}: cannot write the output ({why}: {d})")
+        failure.errno = err.errno
+        raise failure from None
     os.close(fd)
     _TEMPORARIES.add(tmp)
     staged = False

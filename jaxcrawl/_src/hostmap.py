@@ -25,6 +25,9 @@ def caps_pages_path(path: str | os.PathLike) -> str | None:
     """The page -> host mapping a host-caps CSV names in a ``# pages: FILE`` comment before
     its header (relative to the caps file's directory), or None."""
     path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: {'is a directory' if os.path.isdir(path) else 'no such file'} "
+                         "(expected a host caps file host_id,cap)")
     found = None
     with open_read(path, text=True) as fh:
         for line in fh:

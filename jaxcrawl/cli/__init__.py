@@ -146,12 +146,15 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     return status
 
 
-#: The options that name what a command writes (every other path it is given is an input).
-_OUTPUT_OPTIONS = ("output", "urlfrontier", "nutch", "figure", "out", "out_dir")
+#: The options that name what a command writes, files then directories (every other path
+#: it is given is an input).
+_OUTPUT_FILES = ("output", "urlfrontier", "nutch", "figure")
+_OUTPUT_DIRECTORIES = ("out", "out_dir")
+_OUTPUT_OPTIONS = _OUTPUT_FILES + _OUTPUT_DIRECTORIES
 
 
-def _outputs(args: argparse.Namespace) -> list:
-    return [getattr(args, name, None) for name in _OUTPUT_OPTIONS]
+def _outputs(args: argparse.Namespace, names: tuple[str, ...]) -> list:
+    return [getattr(args, name, None) for name in names]
 
 
 def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[int]) -> int:
@@ -174,7 +177,7 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
         with (jax.enable_x64(True) if getattr(args, "x64", False) else contextlib.nullcontext(),
               jax.debug_nans(True) if check and command != "solve" else contextlib.nullcontext()):
             inputs = _fileio.command_inputs(v for k, v in vars(args).items() if k not in _OUTPUT_OPTIONS)
-            with _fileio.command_outputs(inputs, _outputs(args)):
+            with _fileio.command_outputs(inputs, _outputs(args, _OUTPUT_FILES), _outputs(args, _OUTPUT_DIRECTORIES)):
                 status = int(args.func(args) or 0)  # every output renamed together at the end
         _interrupts.raise_if_received()  # a signal whose exception was lost (module documentation)
         if status == EXIT_INTERRUPTED and fired and fired[0] == signal.SIGTERM:

@@ -69,10 +69,29 @@ class StreamedTable(_pipeline.PageSource):
         error = None
         try:  # the page table's rules on this process's rows (a chunk at a time), before any output
             self.table.check_rows(self.start, self.stop)
+            self._check_representable()
         except ValueError as err:
             error = str(err)
         _proc.raise_together(error)
         self.num_passes = 0
+
+    def _check_representable(self, chunk: int = 1 << 22) -> None:
+        """``ValueError`` for a value that is valid but not a finite number > 0 in the
+        computation dtype (e.g. 1e-300 in float32, which would be read as 0)."""
+        if self.dtype == jnp.float64:
+            return
+        for name in ("importance", "change_rate"):
+            col = getattr(self.table, name)
+            for start in range(self.start, self.stop, chunk):
+                v = np.asarray(col[start:min(start + chunk, self.stop)])
+                with np.errstate(over="ignore", under="ignore"):
+                    cast = v.astype(self.dtype)
+                bad = ~(np.isfinite(cast) & (cast > 0))
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    raise ValueError(f"{self.table.directory}: row {start + i + 1}: {name} {float(v[i])!r} is not a "
+                                     f"finite number > 0 in {jnp.dtype(self.dtype).name}; solve in float64 "
+                                     "(--x64, with jax_enable_x64)")
 
     @property
     def num_pages(self) -> int:
