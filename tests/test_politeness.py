@@ -477,12 +477,13 @@ def test_cli_solve_with_host_caps(tmp_path, capsys):
     S = host_totals(rate, host, H)
     assert np.all(S <= cap * (1 + 1e-9))
     np.testing.assert_allclose(rate.sum(), R, rtol=1e-9)
-    ref = host_capped(p, host, cap).policy
+    capped = host_capped(p, host, cap)
+    ref = capped.policy
     np.testing.assert_allclose(rate, np.asarray(ref.rate), rtol=1e-9)
     np.testing.assert_allclose(summary["dual"], float(ref.dual), rtol=1e-9)
     # the plan explains itself: exactly the hosts at their cap are listed, by name, with their
     # multiplier (KKT-checked above) and the load they would take in the unconstrained plan
-    kappa = np.asarray(host_capped(p, host, cap).host_dual)
+    kappa = np.asarray(capped.host_dual)
     binding = np.flatnonzero(S >= cap * (1 - 1e-9))
     assert 0 < binding.size < H and np.all(kappa[binding] > 0)
     free = host_totals(jaxcrawl.solve(p, "harmonic").rate, host, H)
