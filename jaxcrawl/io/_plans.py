@@ -109,10 +109,10 @@ def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
     except ValueError:
         bad = next(i for i, x in enumerate(text) if not _is_number(x))
         raise TableError(path, bad + 1, "column 'time' must be a number (or give epoch_seconds); "
-                         f"got {text[bad]!r}", unit="row") from None
+                         f"got {str(text[bad])!r}", unit="row") from None
     if not np.isfinite(time).all():
         bad = int(np.flatnonzero(~np.isfinite(time))[0])
-        raise TableError(path, bad + 1, f"column 'time' must be finite; got {text[bad]!r}", unit="row")
+        raise TableError(path, bad + 1, f"column 'time' must be finite; got {str(text[bad])!r}", unit="row")
     return time, t["page_id"], False
 
 
