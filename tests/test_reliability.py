@@ -423,3 +423,34 @@ def test_a_signal_is_honoured_inside_compiled_code(tmp_path):
         proc.kill()
     assert code == 128 + signal.SIGTERM, proc.stderr.read()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_blanks_around_ids_are_judged_alike_by_the_columnar_and_the_exact_reader(tmp_path, monkeypatch, suffix):
+    """Python's ``str.isspace`` blanks (tab, NBSP, ideographic space, U+001C...) around an id
+    are refused by both readers; other characters (U+200B is not a blank) are kept by both."""
+    import jaxcrawl.io._tables as tables
+
+    chars = ["", " ", "\t", "\x1c", "\x1f", "\xa0", "\u2003", "\u200b", "\u3000", "\x85", "x"]
+    ids = [f"{a}p{i}{b}" for i, (a, b) in enumerate((a, b) for a in chars for b in chars)]
+    jio.write_table(tmp_path / f"t{suffix}", {"page_id": np.asarray(ids, object), "importance": np.ones(len(ids)),
+                                              "change_rate": np.ones(len(ids))})
+
+    def read():
+        t = jio.read_table(tmp_path / f"t{suffix}", _page_schema(), errors="skip")
+        return t["page_id"].tolist(), t.report.skipped_by_reason
+
+    columnar = read()
+    from jaxcrawl.io._formats import read_arrow
+    from jaxcrawl.io._schema import RowLog
+
+    assert read_arrow(str(tmp_path / f"t{suffix}"), _page_schema(), RowLog(tmp_path, "skip")) is not None
+    monkeypatch.setattr(tables, "read_arrow", lambda *a, **k: None)
+    exact = read()
+    assert columnar == exact
+    assert columnar[0] == [x for x in ids if x == x.strip()]
+
+
+def _page_schema():
+    return jio.Schema("page table", (jio.Column("page_id"), jio.Column("importance", "number"),
+                                     jio.Column("change_rate", "number")), key="page_id")
