@@ -213,6 +213,10 @@ def test_writers_clamp_int_fields_and_refuse_dates_the_frontier_reads_otherwise(
     for bad, page in (([start, start, np.nan, start], 2), ([start, -5.0, start, start], 1)):
         with pytest.raises(ValueError, match=re.escape(f"page {str(url[page])!r}: next fetch")):
             jio.write_urlfrontier(tmp_path / "g.jsonl", url, rate, bad)
+    for writer, extra in ((jio.write_urlfrontier, ([start] * 4,)), (jio.write_nutch_seeds, ())):
+        for r in (np.nan, -1.0, np.inf):
+            with pytest.raises(ValueError, match=re.escape(f"page {str(url[2])!r} has")):
+                writer(tmp_path / "g.jsonl", url, [1.0, 1.0, r, 1.0], *extra)
     long_id = "page-" + "x" * 251  # no host: the id is its queue key, 256 characters
     with pytest.raises(ValueError, match="longer than 255 characters"):
         jio.write_urlfrontier(tmp_path / "g.jsonl", [long_id], [1.0], [start])

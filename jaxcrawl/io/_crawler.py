@@ -76,6 +76,16 @@ def _text_ids(ids: ArrayLike) -> list[str]:
     return [str(x) for x in np.asarray(ids).tolist()]
 
 
+def _check_rates(rate: np.ndarray, ids: list[str]) -> None:
+    """Rates must be finite and >= 0, one per page (``ValueError`` naming the first bad page)."""
+    if rate.shape != (len(ids),):
+        raise ValueError(f"rate must have one value per URL, shape ({len(ids)},); got {rate.shape}")
+    bad = np.flatnonzero(~(np.isfinite(rate) & (rate >= 0)))
+    if bad.size:
+        raise ValueError(f"rate must be finite and >= 0; page {ids[bad[0]]!r} has {float(rate[bad[0]])!r} "
+                         f"({bad.size} such pages)")
+
+
 def _string_list(value: str) -> str:
     return '{"values":[' + json.dumps(value) + "]}"
 
@@ -102,13 +112,14 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
       a ``CrawlerFile`` ``(num_urls, num_clamped)``.
 
     Raises:
-      ValueError: a next fetch that is NaN or before 1970-01-01T00:00:01Z (``0`` means
-        "never refetch" to the frontier), or a queue key longer than ``MAX_KEY_LENGTH``,
-        naming the page; nothing is written.
+      ValueError: a rate that is not finite and >= 0, a next fetch that is NaN or before
+        1970-01-01T00:00:01Z (``0`` means "never refetch" to the frontier), or a queue key
+        longer than ``MAX_KEY_LENGTH``, naming the page; nothing is written.
     """
     r = np.asarray(rate, np.float64)
     t = np.asarray(next_epoch, np.float64)
     ids = _text_ids(url)
+    _check_rates(r, ids)
     keep = np.flatnonzero(r > 0)
     keys = _text_ids(key) if key is not None else None
     tk = t[keep]
@@ -116,7 +127,7 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
         bad = np.flatnonzero(~(np.ceil(tk - 1e-6) >= 1))
     if bad.size:
         i = int(keep[bad[0]])
-        when = "NaN" if np.isnan(t[i]) else f"{t[i]!r} s ({iso_utc(np.asarray([t[i]]))[0]})"
+        when = f"{t[i]!r} s" + (f" ({iso_utc(np.asarray([t[i]]))[0]})" if abs(t[i]) < 1e11 else "")
         raise ValueError(f"page {ids[i]!r}: next fetch {when} is not a URLFrontier refetchable_from_date "
                          f"(whole seconds >= 1 since 1970-01-01 UTC; 0 means never) -- {bad.size} such pages; "
                          "give a later --start")
@@ -129,7 +140,7 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
 
     queue = [(keys[i] if keys is not None else "") or url_host(ids[i]) or ids[i] for i in keep.tolist()]
     for i, k in zip(keep.tolist(), queue):
-        if len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
+        if len(k) > MAX_KEY_LENGTH // 2 and len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
             raise ValueError(f"page {ids[i]!r}: queue key {k[:40]!r}... is longer than {MAX_KEY_LENGTH} characters, "
                              "which the URLFrontier services skip; give the pages' hosts (--hosts)")
 
@@ -161,12 +172,14 @@ def write_nutch_seeds(path: PathLike, url: ArrayLike, rate: ArrayLike, *, unit: 
     for every page with rate > 0, atomically; ``S`` is clamped to ``[1, MAX_FETCH_INTERVAL]``.
 
     Returns a ``CrawlerFile`` ``(num_urls, num_clamped)`` (``num_clamped``: intervals
-    longer than ``MAX_FETCH_INTERVAL``).  A URL the injector would read differently --
-    holding a tab or a line break, empty, starting with ``#`` or with leading or trailing
-    whitespace (the injector trims it) -- is a ``ValueError`` naming it.
+    longer than ``MAX_FETCH_INTERVAL``).  A rate that is not finite and >= 0, or a URL the
+    injector would read differently -- holding a tab or a line break, empty, starting with
+    ``#`` or with leading or trailing whitespace (the injector trims it) -- is a
+    ``ValueError`` naming the page.
     """
     r = np.asarray(rate, np.float64)
     ids = _text_ids(url)
+    _check_rates(r, ids)
     keep = np.flatnonzero(r > 0)
     with np.errstate(divide="ignore", over="ignore"):
         exact = np.rint(unit_seconds(unit) / r[keep])
