@@ -454,3 +454,14 @@ def test_blanks_around_ids_are_judged_alike_by_the_columnar_and_the_exact_reader
 def _page_schema():
     return jio.Schema("page table", (jio.Column("page_id"), jio.Column("importance", "number"),
                                      jio.Column("change_rate", "number")), key="page_id")
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8e12 bytes")])
+def test_running_out_of_memory_is_an_error_not_a_traceback(monkeypatch, exc):
+    import jaxcrawl.cli._sweep as sweep
+
+    def exhausted(args):
+        raise exc
+
+    monkeypatch.setattr(sweep, "run", exhausted)
+    expect_error(["sweep"], "out of", "memory")

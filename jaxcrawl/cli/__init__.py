@@ -193,6 +193,16 @@ def _main(argv: Sequence[str] | None, compile_cache: bool | None, fired: list[in
     except (ValueError, OSError) as err:
         print(f"jaxcrawl {command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError:  # a size no check foresaw: said plainly, no output written
+        print(f"jaxcrawl {command}: error: out of memory (the problem is too large for this machine; "
+              "lower the sizes, or use jaxcrawl stream)", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as err:
+        if "RESOURCE_EXHAUSTED" not in str(err):
+            raise
+        print(f"jaxcrawl {command}: error: out of device memory ({str(err).splitlines()[0][:200]}); lower the "
+              "sizes, or use jaxcrawl stream", file=sys.stderr)
+        return EXIT_USAGE
     except Terminated:
         print(f"jaxcrawl {command}: terminated (SIGTERM)", file=sys.stderr)
         return EXIT_TERMINATED
