@@ -134,7 +134,8 @@ def test_schedule_writes_urlfrontier_items_and_nutch_seeds_the_crawlers_parse(tm
     prob = np.zeros(13)
     prob[3] = 0.5  # crawled on change signals: left out of the queue
     jio.write_plan(str(tmp_path / "plan.csv"), np.asarray(ids, object), rate, prob)
-    # h0's delay (15 min) is below its pages' rates (9 an hour): crawls moved and deferred
+    # h0's delay (15 min: 4 crawls an hour) is below its pages' rates (8.75 an hour): crawls moved and
+    # deferred; h2 has no delay (its URLs' host is still its queue key)
     (tmp_path / "delays.csv").write_text("host,crawl_delay\nh0.example,900\nh1.example,1\n")
     front, seeds, table = tmp_path / "f.jsonl.gz", tmp_path / "seeds.txt", tmp_path / "t.csv"
     assert main(["schedule", "--plan", str(tmp_path / "plan.csv"), "--time-unit", "hours", "--horizon", "2",
