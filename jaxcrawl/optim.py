@@ -133,18 +133,19 @@ def _barrier_solve(theta, total, lo, hi):
         return nu + (sw * sw / rest - d_min * sw) / sw2
 
     def cond(st):
-        nu, steps, done = st
+        nu, steps, done, failed = st
         return ~done & (steps < _MAX_NEWTON)
 
     def body(st):
-        nu, steps, _ = st
+        nu, steps, _, _ = st
         new = jnp.minimum(newton(nu), c)
-        done = ~(new > nu)  # no further progress (also stops on NaN)
-        return jnp.where(done, nu, new), steps + 1, done
+        done = ~(new > nu)  # no further progress: the root to machine precision (or a NaN step)
+        return jnp.where(done, nu, new), steps + 1, done, jnp.isnan(new)
 
     nu0 = jnp.where(at_end, c, a)
-    nu, steps, done = jax.lax.while_loop(cond, body, (nu0, jnp.zeros((), jnp.int32), ~any_free))
-    converged = done & jnp.isfinite(nu) & _feasible(total, lo, hi)
+    no = jnp.zeros((), bool)
+    nu, steps, done, failed = jax.lax.while_loop(cond, body, (nu0, jnp.zeros((), jnp.int32), ~any_free, no))
+    converged = done & ~failed & jnp.isfinite(nu) & _feasible(total, lo, hi)
     return nu, steps.astype(theta.dtype), converged
 
 
@@ -369,7 +370,7 @@ def _check_set(name, bandwidth, lower, upper, positive_lower):
     except ValueError:
         raise ValueError(f"{name}: lower {lo.shape} and upper {hi.shape} must broadcast together") from None
     lo, hi = np.broadcast_to(lo, shape), np.broadcast_to(hi, shape)
-    if max(np.ndim(lower), np.ndim(upper)) == 0:
+    if max(np.ndim(lower), np.ndim(upper)) == 0:  # K unknown: every finite bandwidth passes here
         t = np.clip(t, np.sum(lo, -1), np.sum(hi, -1)) if np.all(np.isfinite(t)) else t
     _check_values(name, "params", np.zeros(shape), t, lo, hi, positive_lower, "bandwidth")
 

@@ -236,7 +236,7 @@ def test_transformations_in_a_scanned_optax_chain_reach_the_optimum(name):
     rounding of apply_updates) and converge to the closed-form argmin of Σ a_k/x_k."""
     a = jnp.asarray([0.2, 1.0, 3.0, 0.05, 0.6, 2.0, 0.4])
     total, lo, hi = 3.0, 0.1, 1.0
-    eta = optax.exponential_decay(0.02 if name == "mirror_descent" else 0.01, 100, 0.9)
+    eta = optax.exponential_decay(0.1 if name == "mirror_descent" else 0.01, 100, 0.9)
     tx = optax.chain(optax.clip_by_global_norm(50.0), getattr(optim, name)(eta, total, lo, hi))
     loss = lambda x: jnp.sum(a / x)  # noqa: E731
 
@@ -259,7 +259,7 @@ def test_transformations_in_a_scanned_optax_chain_reach_the_optimum(name):
     assert isinstance(proj_state, optim.ProjectionState) and int(proj_state.count) == 400
     assert bool(proj_state.converged)
     ref = _reciprocal_optimum(np.asarray(a, np.float64), total, lo, hi)
-    np.testing.assert_allclose(np.asarray(x, np.float64), ref, atol=max(1e-6, 2000 * eps))
+    np.testing.assert_allclose(np.asarray(x, np.float64), ref, atol=max(1e-7, 100 * eps))
 
 
 def test_pytree_params_and_schedule_count():
