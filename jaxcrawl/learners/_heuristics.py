@@ -632,7 +632,9 @@ def match_budget(key: jax.Array, learner: Learner, problem: CrawlProblem, bandwi
                  params: HeuristicParams | None = None, burn_in: int = 60, num_epochs: int = 60,
                  num_seeds: int = 4, num_bisections: int = 28, scale_range: tuple[float, float] = (1e-3, 1e3),
                  rtol: float = 0.02) -> BudgetMatch:
-    r"""The ``budget_scale`` that makes a heuristic's long-run crawl volume equal ``bandwidth``.
+    r"""The ``budget_scale`` that makes a heuristic's long-run crawl volume equal ``bandwidth``
+    -- for the adaptive rules a growth factor raised to a power, **outside the crawlers'
+    documented ranges** (module docstring); :func:`match_in_range` stays inside them.
 
     Bisection on :math:`\log c` over ``scale_range`` of the Monte-Carlo volume
     (:func:`crawl_volume`, the same key at every step: common random numbers make the
