@@ -230,3 +230,33 @@ def test_writers_clamp_int_fields_and_refuse_dates_the_frontier_reads_otherwise(
         with pytest.raises(ValueError, match="cannot be a Nutch seed URL"):
             jio.write_nutch_seeds(tmp_path / "t.txt", [u], [1.0])
     assert not (tmp_path / "t.txt").exists()
+
+
+def test_queue_keys_are_the_url_hosts():
+    """The writer's queue key (a regular expression for plain URLs) is ``url_host`` of the URL
+    (``urllib.parse.urlsplit``'s host name, lower-cased), else the URL itself."""
+    from jaxcrawl._src.hostmap import url_host
+
+    tricky = ["https://WWW.Site.example/a", "http://h.example", "http://h.example:8080/x", "http://h.example:/x",
+              "https://u:p@h.example/x", "http://[::1]:80/x", "http://h.example:80abc/", "https:///x", "h.example/x",
+              "ftp://h.example?q", "http://h.example#f", " http://h.example/", "http://h.exa\tmple/", "x://-a.b-/",
+              "http://h_e.example/", "HTTP://É.example/", "1http://h.example/", "http://h.example\\x/", "p17", ""]
+    rng = np.random.default_rng(5)
+    parts = (["http", "HTTPS", "ftp", "1x", "h-t+p", "", " http"], ["://", ":/", "//"],
+             None, ["", ":", ":80", ":8a", "@h"], ["", "/", "/x", "?q", "#f", "\\x", " /", "\t", "/é"])
+    plain, odd = list("aZ09.-"), list("aZ09.-_é@[]: ")
+    for k in range(3000):
+        host = "".join(rng.choice(plain if k % 2 else odd, rng.integers(0, 7)))
+        tricky.append("".join(str(rng.choice(p)) if p is not None else host for p in parts))
+    refused = 0
+    for u in tricky:
+        try:
+            want = url_host(u) or u
+        except ValueError:  # not a URL urlsplit accepts: refused, naming it
+            refused += 1
+            with pytest.raises(ValueError, match=re.escape(f"page {u!r} is not a valid URL")):
+                _crawler._queue_key(u)
+            continue
+        assert _crawler._queue_key(u) == want, u
+    fast = sum(_crawler._PLAIN_URL.match(u) is not None and " " not in u and "\t" not in u for u in tricky)
+    assert 0 < refused < len(tricky) // 2 and fast > 100  # both paths exercised

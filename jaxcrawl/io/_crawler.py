@@ -27,6 +27,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -87,7 +88,27 @@ def _check_rates(rate: np.ndarray, ids: list[str]) -> None:
 
 
 def _string_list(value: str) -> str:
-    return '{"values":[' + json.dumps(value) + "]}"
+    return '{"values":[' + _quote(value) + "]}"
+
+
+_quote = json.encoder.encode_basestring_ascii  # json.dumps of one string, without the call's overhead
+
+# a URL whose host ``urllib.parse.urlsplit`` reads as written: scheme://host[:port] then /, ?, #
+# or the end, the host of letters, digits, dots and dashes, no whitespace anywhere
+_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([A-Za-z0-9.-]+)(?::[0-9]*)?(?:[/?#]|\Z)")
+_SPACE = re.compile(r"[\x00-\x20]")
+
+
+def _queue_key(url: str) -> str:
+    """The URL's lower-cased host name (``url_host``, without ``urlsplit`` for plain URLs), or
+    the URL itself when it has none; ``ValueError`` naming a URL ``urlsplit`` refuses."""
+    m = _PLAIN_URL.match(url)
+    if m is not None and _SPACE.search(url) is None:
+        return m.group(1).lower()
+    try:
+        return url_host(url) or url
+    except ValueError as err:  # urlsplit: e.g. an unclosed IPv6 bracket
+        raise ValueError(f"page {url!r} is not a valid URL ({err}); give its queue key (--hosts)") from None
 
 
 def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoch: ArrayLike, *,
@@ -138,7 +159,7 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
     tail = ("}," if not crawl_id else ',"crawlID":' + json.dumps(str(crawl_id)) + "},")
     unit_meta = ',"jaxcrawl.time_unit":' + _string_list(unit) + "}"
 
-    queue = [(keys[i] if keys is not None else "") or url_host(ids[i]) or ids[i] for i in keep.tolist()]
+    queue = [(keys[i] if keys is not None else "") or _queue_key(ids[i]) for i in keep.tolist()]
     for i, k in zip(keep.tolist(), queue):
         if len(k) > MAX_KEY_LENGTH // 2 and len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
             raise ValueError(f"page {ids[i]!r}: queue key {k[:40]!r}... is longer than {MAX_KEY_LENGTH} characters, "
@@ -151,7 +172,7 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
                 i = int(keep[j])
                 u, k = ids[i], queue[j]
                 out.append(
-                    '{"known":{"info":{"url":' + json.dumps(u) + (',"key":' + json.dumps(k) if k else "")
+                    '{"known":{"info":{"url":' + _quote(u) + (',"key":' + _quote(k) if k else "")
                     + ',"metadata":{"jaxcrawl.rate":' + _string_list(repr(float(r[i])))
                     + ',"jaxcrawl.interval_seconds":' + _string_list(repr(float(interval[j])))
                     + unit_meta + tail + '"refetchableFromDate":"' + str(int(due[j])) + '"}}\n')
