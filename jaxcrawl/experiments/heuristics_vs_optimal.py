@@ -332,6 +332,8 @@ def run(ctx):
                 ax.plot(x[ok], row[f"scaled_{obj}"]["mean"][ok], ":", color=line[0].get_color(), lw=1)
         ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xscale("log")
+        ax.set_xticks(x, [f"{f:.0%}" for f in x])
+        ax.minorticks_off()
         ax.set_xlabel("bandwidth R / pages")
         ax.set_ylabel(f"{obj} cost / optimum")
         ax.grid(alpha=0.3)
