@@ -104,6 +104,7 @@ def test_id_hashes_see_an_id_as_its_text():
     np.testing.assert_array_equal(a, b)
     c = _id_hashes(np.asarray(["ab", "ba", "a", "b", "\u00e9", "aa"], object))
     assert len({tuple(r) for r in c.tolist()}) == 6
+    np.testing.assert_array_equal(_id_hashes(np.asarray(["ab", "ba", "a", "b", "\u00e9", "aa"], object), chunk=4), c)
 
 
 def test_parquet_uint64_ids_are_never_wrapped(tmp_path):

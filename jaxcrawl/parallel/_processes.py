@@ -358,38 +358,52 @@ def _tighter(bounds, table_bounds):
             np.minimum(*hi) if len(hi) == 2 else (hi[0] if hi else None))
 
 
-def _id_hashes(ids: np.ndarray) -> np.ndarray:
+def _id_hashes(ids: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
     """``(n, 2)`` uint64: two 64-bit polynomial hashes of each id's text (int64 ids as their
-    decimal text, so ``17`` and ``"17"`` agree), vectorised over the ids' UTF-8 bytes."""
+    decimal text, so ``17`` and ``"17"`` agree), vectorised over the ids' UTF-8 bytes,
+    ``chunk`` ids at a time (memory O(chunk))."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     n = ids.shape[0]
-    if n == 0:
-        return np.zeros((0, 2), np.uint64)
-    arr = pa.array(ids) if ids.dtype != object else pa.array([str(x) for x in ids.tolist()], pa.large_string())
-    text = pc.cast(arr, pa.large_string()).combine_chunks() if isinstance(arr, pa.ChunkedArray) else \
-        pc.cast(arr, pa.large_string())
-    offs = np.frombuffer(text.buffers()[1], np.int64, n + 1, text.offset)
+    out = np.empty((n, 2), np.uint64)
+    for s in range(0, n, chunk):
+        part = ids[s:s + chunk]
+        if part.dtype != object:
+            arr = pa.array(part)
+        else:
+            try:  # object arrays of str, converted by Arrow (no Python loop)
+                arr = pa.array(part, pa.large_string())
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                arr = pa.array([str(x) for x in part.tolist()], pa.large_string())
+        out[s:s + chunk] = _text_hashes(pc.cast(arr, pa.large_string()))
+    return out
+
+
+def _text_hashes(text) -> np.ndarray:
+    m = len(text)
+    offs = np.frombuffer(text.buffers()[1], np.int64, m + 1, text.offset)
     data = np.frombuffer(text.buffers()[2], np.uint8)[offs[0]:offs[-1]].astype(np.uint64) + np.uint64(1)
     offs = offs - offs[0]
     length = np.diff(offs)
     pos = np.arange(data.size) - np.repeat(offs[:-1], length)
-    out = np.empty((n, 2), np.uint64)
+    nz = length > 0
+    out = np.empty((m, 2), np.uint64)
     with np.errstate(over="ignore"):
         for j, base in enumerate((np.uint64(0x100000001B3), np.uint64(0x9E3779B97F4A7C15))):
-            powers = np.cumprod(np.full(max(int(length.max()), 1), base, np.uint64)) if data.size else np.ones(1)
-            h = np.zeros(n, np.uint64)
-            nz = length > 0
-            h[nz] = np.add.reduceat(data * powers[pos], offs[:-1][nz]) if data.size else 0
+            powers = np.cumprod(np.full(max(int(length.max(initial=0)), 1), base, np.uint64))
+            h = np.zeros(m, np.uint64)
+            if data.size:
+                h[nz] = np.add.reduceat(data * powers[pos], offs[:-1][nz])
             out[:, j] = h ^ (length.astype(np.uint64) * np.uint64(0xBF58476D1CE4E5B9))
     return out
 
 
 def _repeated_id(page_id: np.ndarray, counts: np.ndarray) -> str | None:
     """This process's message for a page id that is also on another row (of any process),
-    else None.  The ids' hashes are gathered (16 bytes a page); a repeated hash is confirmed
-    on the ids themselves."""
+    else None.  The ids' two 64-bit hashes are gathered (16 bytes a page) and sorted; a
+    repeated pair names the later row's id (two different ids of this process that share
+    both hashes are told apart by their text)."""
     h = _id_hashes(page_id)
     size = int(counts.max()) if counts.size else 0
     padded = np.zeros((size, 2), np.uint64)
