@@ -94,6 +94,11 @@ def test_process_rows_refuse_a_repeated_page_id():
     ProcessRows(np.ones(4), np.ones(4), np.zeros(4, bool), 1.0, page_id=np.asarray(["a", "b", "c", "bb"], object))
 
 
+def test_process_rows_without_pages_say_so():
+    with pytest.raises(ValueError, match="no pages"):
+        ProcessRows(np.zeros(0), np.zeros(0), np.zeros(0, bool), 0.0)
+
+
 def test_id_hashes_see_an_id_as_its_text():
     """Two processes may hold one id as int64 (all their ids numeric) and as text: the
     cross-process check compares ids as text."""
@@ -114,6 +119,11 @@ def test_parquet_uint64_ids_are_never_wrapped(tmp_path):
     for ids in (jio.read_problem(tmp_path / "u.parquet").page_id,
                 jio.read_local_rows(str(tmp_path / "u.parquet"), 0, 1).page_id):
         assert [str(x) for x in ids.tolist()] == ["1", str(big)]
+    pq.write_table(pa.table({"page_id": pa.array([b"a", b"b"], pa.binary()), "importance": [1.0, 2.0],
+                             "change_rate": [1.0, 1.0]}), tmp_path / "b.parquet")  # bytes are not text ids
+    for read in (jio.read_problem, lambda p: jio.read_local_rows(str(p), 0, 1)):
+        with pytest.raises(jio.TableError, match="page_id must be text or an integer, got b'a'"):
+            read(tmp_path / "b.parquet")
 
 
 def test_jsonl_ids_beyond_int64_keep_every_id_as_written(tmp_path):
@@ -184,6 +194,8 @@ def test_stream_output_inside_the_table_directory_is_refused(tmp_path):
     before = {n: (tmp_path / "t" / n).read_bytes() for n in os.listdir(d)}
     for out in (os.path.join(d, "importance.npy"), os.path.join(d, "rates.npy")):
         expect_error(["stream", "--table", d, "--output", out], "inside the input directory")
+    os.symlink(d, tmp_path / "link")  # the table's directory under another name
+    expect_error(["stream", "--table", d, "--output", tmp_path / "link" / "rates.npy"], "inside the input directory")
     assert {n: (tmp_path / "t" / n).read_bytes() for n in os.listdir(d)} == before
 
 

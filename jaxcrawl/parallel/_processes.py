@@ -277,8 +277,6 @@ class ProcessRows(_pipeline.PageSource):
                  dtype: Any = None, mesh: Mesh | None = None, page_id: Any = None, min_interval: Any = None,
                  max_interval: Any = None):
         bandwidth = float(bandwidth)
-        if not np.isfinite(bandwidth) or bandwidth <= 0:
-            raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
         self.dtype = np.dtype(dtype or (np.float64 if jax.config.jax_enable_x64 else np.float32))
         self.importance = np.asarray(importance, self.dtype)
         self.change_rate = np.asarray(change_rate, self.dtype)
@@ -289,6 +287,10 @@ class ProcessRows(_pipeline.PageSource):
         self.block, counts = _block(k)
         self.start = int(counts[: jax.process_index()].sum())
         self.num_pages = int(counts.sum())
+        if self.num_pages == 0:
+            raise ValueError("no pages: every process's rows are empty")
+        if not np.isfinite(bandwidth) or bandwidth <= 0:
+            raise ValueError(f"bandwidth must be finite and > 0; got {bandwidth}")
         self.page_id = None if page_id is None else np.asarray(page_id)
         if self.page_id is not None:
             raise_together(None if self.page_id.shape == (k,) else
