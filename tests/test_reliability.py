@@ -478,3 +478,27 @@ def test_running_out_of_memory_is_an_error_not_a_traceback(monkeypatch, exc):
 
     monkeypatch.setattr(sweep, "run", exhausted)
     expect_error(["sweep"], "out of", "memory")
+
+
+@pytest.mark.long
+def test_sigint_while_the_console_script_starts_is_recorded(tmp_path):
+    """The console script (a file named ``jaxcrawl`` run by the interpreter) records a SIGINT
+    that arrives while it imports JAX, and exits 130 without writing its output."""
+    script = tmp_path / "bin" / "jaxcrawl"
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom jaxcrawl.cli import main\nsys.exit(main())\n")
+    (tmp_path / "p.csv").write_text(PAGES)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(jaxcrawl.__file__))))
+    proc = subprocess.Popen([sys.executable, str(script), "solve", "--input", str(tmp_path / "p.csv"), "--output",
+                             str(tmp_path / "plan.csv")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:  # wait until jaxcrawl is being imported (its handlers recorded)
+        with open(f"/proc/{proc.pid}/maps") as fh:
+            if "jaxlib" in fh.read() or proc.poll() is not None:
+                break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert not (tmp_path / "plan.csv").exists()
