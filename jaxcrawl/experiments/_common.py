@@ -49,6 +49,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxcrawl._src.fileio import write_file  # noqa: E402
 from jaxcrawl.io import CheckpointStore  # noqa: E402  (re-exported: experiments' chunk store)
 
 __all__ = [
@@ -322,7 +323,7 @@ class Context:
         self.out.mkdir(parents=True, exist_ok=True)
         kwargs.setdefault("dpi", 110)
         kwargs.setdefault("bbox_inches", "tight")
-        fig.savefig(self.figure_path, **kwargs)
+        write_file(self.figure_path, lambda fh: fig.savefig(fh, format="png", **kwargs), binary=True)  # atomic
         plt.close(fig)
         self._figure_saved = True
         return self.figure_path
