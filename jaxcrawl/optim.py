@@ -7,8 +7,9 @@ The feasible set of every allocation in jaxcrawl is
 
 * :func:`project_simplex`: the Euclidean projection :math:`\arg\min_{x\in\mathcal C}\|x-y\|^2`,
   :math:`x_k = \mathrm{clip}(y_k - \nu, \ell_k, u_k)`, by a finite algorithm: the dual
-  :math:`\nu` lies between two of the 2K breakpoints (sorted, found by binary search on
-  :math:`\sum_k x_k(\nu)`), where :math:`\sum_k x_k` is affine and :math:`\nu` has a closed form.
+  :math:`\nu` lies between two adjacent ones of the 2K breakpoints (found from
+  :math:`\sum_k x_k` tabulated at every breakpoint for K <= 256, by binary search over the
+  sorted breakpoints beyond), where :math:`\sum_k x_k` is affine and :math:`\nu` has a closed form.
 * :func:`project_simplex_log_barrier`: the Bregman projection for the log barrier
   :math:`\psi(x) = -\sum_k\log x_k` (the potential of MirrorSync, Kolobov, Bubeck & Zimmert,
   ICML 2020, Alg. 1 lines 42-47), :math:`\arg\min_{x\in\mathcal C}\psi(x) - \langle\theta, x\rangle`,
@@ -46,6 +47,7 @@ __all__ = ["project_simplex", "project_simplex_log_barrier", "mirror_descent", "
            "ProjectionState"]
 
 _MAX_NEWTON = 100
+_DENSE_BREAKS = 512  # up to this many breakpoints (2K), Σx is tabulated at all of them at once
 
 
 # ------------------------------------------------------------------ per-arm maps x_k(ν)
@@ -73,22 +75,35 @@ def _active_interval(x_fn, breaks, z, total, lo, hi):
     between them) and the arms free, at the lower and at the upper bound on ``(a, b)``;
     ``at_end`` when the root is the last breakpoint (every arm at its lower bound)."""
     first, second = breaks(z, lo, hi)
-    b = jnp.sort(jnp.concatenate([first, second]))
+    b = jnp.concatenate([first, second])
     n = b.shape[0]
 
     def total_at(nu):
         return jnp.sum(x_fn(nu, z, lo, hi))
 
-    def halve(_, ij):  # invariant: total_at(b[i]) >= total (b[0]: every arm at its upper bound)
-        i, j = ij
-        mid = (i + j) // 2
-        ok = total_at(b[mid]) >= total
-        return jnp.where(ok, mid, i), jnp.where(ok, j, mid)
+    if n <= _DENSE_BREAKS:
+        # Σx at every breakpoint at once (an n x K table): the last breakpoint with
+        # Σx >= total and the first one after it.
+        sums = jnp.sum(x_fn(b[:, None], z, lo, hi), axis=-1)
+        above = sums >= total
+        a = jnp.max(jnp.where(above, b, -jnp.inf))
+        c = jnp.min(jnp.where(above, jnp.inf, b))
+        at_end = ~jnp.any(~above)
+        c = jnp.where(at_end, jnp.max(b), c)
+        a = jnp.where(at_end, c, a)
+    else:
+        b = jnp.sort(b)
 
-    num_halvings = max(1, math.ceil(math.log2(max(n - 1, 1))))
-    i, j = jax.lax.fori_loop(0, num_halvings, halve, (jnp.asarray(0), jnp.asarray(n - 1)))
-    at_end = total_at(b[j]) >= total
-    a, c = b[i], b[j]
+        def halve(_, ij):  # invariant: total_at(b[i]) >= total (b[0]: every arm at its upper bound)
+            i, j = ij
+            mid = (i + j) // 2
+            ok = total_at(b[mid]) >= total
+            return jnp.where(ok, mid, i), jnp.where(ok, j, mid)
+
+        num_halvings = max(1, math.ceil(math.log2(max(n - 1, 1))))
+        i, j = jax.lax.fori_loop(0, num_halvings, halve, (jnp.asarray(0), jnp.asarray(n - 1)))
+        at_end = total_at(b[j]) >= total
+        a, c = b[i], b[j]
     at_lower = second <= a
     at_upper = ~at_lower & (first >= c)
     free = ~at_lower & ~at_upper
@@ -265,9 +280,10 @@ def project_simplex(y: ArrayLike, total: ArrayLike, lower: ArrayLike = 0.0,
     .. math:: x = \arg\min_{\sum_k x_k = R,\ \ell \le x \le u} \|x - y\|_2^2,
               \qquad x_k = \mathrm{clip}(y_k - \nu, \ell_k, u_k).
 
-    Exact by a finite algorithm: the 2K breakpoints :math:`y_k - u_k`, :math:`y_k - \ell_k`
-    are sorted, a binary search on :math:`\sum_k x_k(\nu)` finds the two that bracket the root,
-    and between them :math:`\nu = (\sum_{\rm free} y_k - R + \sum_{\rm bound}x_k)/|\mathrm{free}|`.
+    Exact by a finite algorithm: of the 2K breakpoints :math:`y_k - u_k`, :math:`y_k - \ell_k`,
+    the two adjacent ones around the root are found from :math:`\sum_k x_k(\nu)` at every
+    breakpoint (an O(K²) table for K <= 256; a binary search over the sorted breakpoints,
+    O(K log K), beyond), and between them :math:`\nu = (\sum_{\rm free} y_k - R + \sum_{\rm bound}x_k)/|\mathrm{free}|`.
     With the defaults (``lower=0``, ``upper=inf``) and ``total=1`` this is the projection onto
     the probability simplex.  Arms with ``lower == upper`` are held there.
 
@@ -307,8 +323,8 @@ def project_simplex_log_barrier(theta: ArrayLike, total: ArrayLike, lower: Array
     :math:`\nabla\psi`'s range :math:`(-\infty, 0)`; ``theta = 0`` gives the log-barrier
     minimiser over the set (ICML-20 Alg. 1 line 3).
 
-    The breakpoints :math:`\theta_k + 1/u_k`, :math:`\theta_k + 1/\ell_k` are sorted and
-    searched as in :func:`project_simplex`; between the two around the root,
+    The breakpoints :math:`\theta_k + 1/u_k`, :math:`\theta_k + 1/\ell_k` are searched as in
+    :func:`project_simplex`; between the two around the root,
     :math:`1/\sum_{\rm free}x_k(\nu)` is concave and increasing, and Newton's method on it,
     started at the left breakpoint, increases monotonically to the root (exact in one
     step when one arm is free).  It stops when an iterate no longer moves (machine

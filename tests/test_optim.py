@@ -132,6 +132,24 @@ def test_kkt_cases_cover_every_active_set():
         np.testing.assert_allclose(np.asarray(fn(z, np.sum(hi), lo, hi).x), hi, rtol=1e-15)
 
 
+@pytest.mark.x64
+def test_many_arms_take_the_sorted_breakpoint_search():
+    """Beyond 256 arms the breakpoints are sorted and binary-searched instead of tabulated:
+    the same KKT conditions and NumPy bisection agreement at K = 300."""
+    rng = np.random.RandomState(5)
+    k = 300
+    lo = rng.uniform(0.02, 0.5, k)
+    hi = lo + rng.uniform(0.0, 3.0, k) * (rng.rand(k) > 0.1)
+    total = float(np.sum(lo) + 0.4 * (np.sum(hi) - np.sum(lo)))
+    for kind, fn, z in (("euclid", euclid, rng.normal(0.0, 2.0, k)),
+                        ("barrier", barrier, -1.0 / rng.uniform(0.05, 3.0, k) + rng.normal(0.0, 3.0, k))):
+        sol = fn(z, total, lo, hi)
+        x = np.asarray(sol.x)
+        assert bool(sol.converged)
+        num_free, num_bound = check_kkt(kind, z, total, lo, hi, x, float(sol.dual), 1e-10)
+        assert num_free > 0 and num_bound > 0
+        np.testing.assert_allclose(x, np_reference(kind, z, total, lo, hi)[0], rtol=1e-9, atol=1e-9 * total)
+
 def test_closed_forms_and_float32():
     """Closed forms in the default dtype: the probability simplex projection of a point
     already on it is the point; a uniform shift is removed; the log barrier's minimiser
