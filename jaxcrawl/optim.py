@@ -408,6 +408,8 @@ def _projected_step(name: str, point_fn: Callable, project: Callable, learning_r
         eta = learning_rate(state.count) if callable(learning_rate) else learning_rate
         leaves, treedef = jax.tree_util.tree_flatten(params)
         grad_leaves = treedef.flatten_up_to(grads)
+        if positive_lower and is_concrete(leaves) and any(np.any(np.asarray(p) <= 0) for p in leaves):
+            raise ValueError(f"{name}: params must be > 0 (the log barrier's domain)")
         sols = [project(point_fn(p, g, jnp.asarray(eta, jnp.result_type(p))), bandwidth, lower, upper)
                 for p, g in zip(leaves, grad_leaves)]
         updates = treedef.unflatten([s.x - p for s, p in zip(sols, leaves)])

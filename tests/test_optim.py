@@ -333,6 +333,9 @@ def test_empty_sets_and_bad_arguments_raise_named_errors():
     tx = optim.mirror_descent(1.0, 10.0, 0.1, 1.0)  # scalar bounds: checked when init sees K
     with pytest.raises(ValueError, match="bandwidth"):
         tx.init(jnp.full(K, 1.0))
+    with pytest.raises(ValueError, match="params must be > 0"):
+        tx = optim.mirror_descent(1.0, 1.0, 0.1)
+        tx.update(jnp.zeros(K), tx.init(jnp.zeros(K)), jnp.r_[0.0, jnp.ones(K - 1)])
     tx = optim.projected_sgd(1.0, 1.0)
     with pytest.raises(ValueError, match="params"):
         tx.update(jnp.zeros(K), tx.init(jnp.zeros(K)))
