@@ -7,7 +7,8 @@ optimal objective by registry name (:func:`jaxcrawl.objective_names`, solved at 
 problem's bandwidth), a crawler's revisit rule (:data:`jaxcrawl.learners.HEURISTICS`,
 with the crawler's defaults; ``"<name>@matched"``: matched to the bandwidth with the best
 setting inside the crawler's documented ranges, :func:`~jaxcrawl.learners.match_in_range`,
-its settings and whether the bandwidth was reached in ``notes``; ``"<name>@growth"``: the
+its settings and whether the bandwidth was reached in ``notes``, costed by the long run
+the match is made on, :func:`~jaxcrawl.learners.long_run`; ``"<name>@growth"``: the
 growth factor raised to a power by :func:`~jaxcrawl.learners.match_budget`, **outside the
 documented ranges** for the adaptive rules) or a learner (``"llc"``,
 ``"llc-forget"``: LambdaLearnAndCrawl, NeurIPS-19 Alg. 4, without and with forgetting) --
@@ -48,6 +49,7 @@ from .learners import (
     heuristic,
     lambda_learn_and_crawl,
     llc_settings,
+    long_run,
     match_budget,
     match_in_range,
     run_learner,
@@ -65,7 +67,8 @@ class PolicyReport(NamedTuple):
 
     Attributes:
       policy: the policy's name.
-      method: ``"closed form"`` or ``"monte carlo"``.
+      method: ``"closed form"``, ``"monte carlo"`` or ``"long run"`` (a matched
+        heuristic's fetch chains, :func:`~jaxcrawl.learners.long_run`).
       harmonic_cost, harmonic_cost_se, binary_cost, binary_cost_se, fresh_fraction,
         fresh_fraction_se: the costs (module docstring).
       crawl_rate, crawl_rate_se: crawls used per unit time.
@@ -320,6 +323,17 @@ def _heuristic(problem, base, mode, name, key, days, warm, num_seeds, c=None) ->
                      ranges=m.ranges, **settings,
                      scaled_defaults_reached=bool(np.asarray(m.scaled_reached)[0]),
                      scaled_defaults_interval_scale=float(np.asarray(m.interval_scale)[0]))
+    if mode == "matched":
+        # the long run the match was made on (fetch chains; num_seeds independent replicates)
+        lam = jnp.asarray(problem.change_rate)
+        reps = jnp.broadcast_to(lam, (num_seeds,) + lam.shape)
+        mu = jnp.broadcast_to(jnp.asarray(problem.importance, lam.dtype), reps.shape)
+        lr = long_run(key_run, base, CrawlProblem(mu, reps, problem.bandwidth), burn_in_fetches=64,
+                      num_fetches=128, **settings)
+        (h, hse), (b, bse), (fr, frse), (vol, volse) = (_mean_se(np.asarray(x)) for x in
+                                                         (lr.harmonic_cost, lr.binary_cost, lr.fresh_fraction,
+                                                          lr.crawl_rate))
+        return _report(name, "long run", h, hse, b, bse, fr, frse, vol, volse, problem, notes=notes, constraints=c)
     learner = heuristic(base, **settings)
     if mode == "growth":
         m = match_budget(key_match, learner, problem, burn_in=warm, num_epochs=days, num_seeds=num_seeds)

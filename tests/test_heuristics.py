@@ -316,7 +316,8 @@ def test_match_in_range_reaches_the_bandwidth_inside_the_documented_ranges():
     problem = CrawlProblem(jnp.ones(n), jnp.asarray(lam), 1.0)
     bw = np.array([0.1, 0.3]) * n
     for crawler in ("nutch-adaptive", "stormcrawler-adaptive", "heritrix-wait"):
-        m = match_in_range(jax.random.PRNGKey(1), crawler, problem, bw, shrink_points=6, scale_points=12,
+        m = match_in_range(jax.random.PRNGKey(1), crawler, problem, bw, shrink_points=3, floor_points=8,
+                           scale_points=12,
                            burn_in_fetches=64, num_fetches=128)
         assert np.all(m.reached)
         assert np.all(~m.scaled_reached | (m.harmonic_cost <= m.scaled_harmonic_cost * (1 + 1e-12)))
@@ -335,7 +336,8 @@ def test_match_in_range_reaches_the_bandwidth_inside_the_documented_ranges():
             out = long_run(jax.random.PRNGKey(99), crawler, problem, burn_in_fetches=64, num_fetches=128, **kw)
             assert abs(float(out.crawl_rate) / bw[b] - 1) <= 0.03, (crawler, b, kw, float(out.crawl_rate), bw[b])
         # a bandwidth no documented setting reaches (every page every 10 seconds) is reported as such
-        far = match_in_range(jax.random.PRNGKey(1), crawler, problem, [n * 8640.0], shrink_points=3, scale_points=3,
+        far = match_in_range(jax.random.PRNGKey(1), crawler, problem, [n * 8640.0], shrink_points=2, floor_points=2,
+                             scale_points=3,
                              scale_range=(0.5, 2.0), burn_in_fetches=4, num_fetches=8)
         assert not bool(far.reached[0]) and far.crawl_rate[0] < n * 8640.0
 

@@ -97,7 +97,8 @@ def stationary(ctx, n, fractions, sizes):
                                                                          converged=bool(ok.all())), rules={})
     for name in HEURISTIC_NAMES:
         m = LC.match_in_range(ctx.key("match", name), name, stack, bw, shrink_points=sizes["shrink_points"],
-                              scale_points=sizes["scale_points"], burn_in_fetches=sizes["burn_fetches"],
+                              floor_points=sizes["floor_points"], scale_points=sizes["scale_points"],
+                              burn_in_fetches=sizes["burn_fetches"],
                               num_fetches=sizes["fetches"])
         out["rules"][name] = dict(
             reached=m.reached, harmonic=m.harmonic_cost, binary=m.binary_cost, crawl_rate=m.crawl_rate,
@@ -237,7 +238,8 @@ def _separated(st, i):
 def run(ctx):
     n = ctx.size(300, 2000)
     fractions = ctx.size((0.05, 0.2, 0.5), (0.05, 0.1, 0.2, 0.35, 0.5))
-    sizes = dict(draws=8, burn_fetches=32, fetches=ctx.size(96, 160), shrink_points=ctx.size(6, 8),
+    sizes = dict(draws=8, burn_fetches=64, fetches=ctx.size(96, 160), shrink_points=ctx.size(4, 6),
+                 floor_points=ctx.size(8, 10),
                  scale_points=ctx.size(14, 22), drift_days=ctx.size(60, 120), switch=ctx.size(30, 60),
                  settle=ctx.size(15, 30), measure_llc=ctx.size(10, 30), seeds=ctx.size(3, 4))
     st = ctx.run_chunks("rules over draws", {f"stationary_n{n}": lambda: stationary(ctx, n, fractions, sizes)})

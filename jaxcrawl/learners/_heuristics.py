@@ -798,18 +798,20 @@ def _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches
 
 
 # ------------------------------------------------------- matching inside the ranges
-# Each adaptive rule's documented knobs, as a grid: growth values x shrink values (a line
-# per growth value and ceiling, the volume falling along it) x ceiling multipliers (on the
-# maximum interval settings) x floors (the minimum interval: the default, 1 or 4 days); the
-# interval settings' documented range is any positive value.
+# Each adaptive rule's documented knobs, as a grid: growth values x ceiling multipliers (on
+# the maximum interval settings) x shrink values, each a line over floors (the minimum
+# interval: the default, then 6 hours to 64 days; the volume falls along it); interval
+# settings are documented as any positive value.  The shrink knob stops at 0.05
+# (changed-factor 1.05): below it a page needs thousands of fetches to leave its initial
+# interval, so no chain of a few hundred fetches measures its long run.
 _GRIDS = {
-    "nutch-adaptive": dict(grow=("inc_rate", (0.1, 0.3, 0.5)), shrink=("dec_rate", (0.002, 0.5)),
+    "nutch-adaptive": dict(grow=("inc_rate", (0.1, 0.3, 0.5)), shrink=("dec_rate", (0.05, 0.5)),
                            ceilings=(1.0, 8.0), ranges="inc_rate, dec_rate <= 0.5 (nutch-default.xml); "
                            "min_interval, max_interval, db.fetch.interval.max > 0"),
-    "stormcrawler-adaptive": dict(grow=("rate_incr", (0.25, 0.5, 1.0)), shrink=("rate_decr", (0.002, 1.0)),
+    "stormcrawler-adaptive": dict(grow=("rate_incr", (0.25, 0.5, 1.0)), shrink=("rate_decr", (0.05, 1.0)),
                                   ceilings=(1.0, 8.0), ranges="0 < rate.incr, rate.decr <= 1; "
                                   "fetchInterval.min, fetchInterval.max > 0"),
-    "heritrix-wait": dict(grow=("unchanged_factor", (1.25, 1.5, 2.5)), shrink=("changed_factor", (1.002, 4.0)),
+    "heritrix-wait": dict(grow=("unchanged_factor", (1.25, 1.5, 2.5)), shrink=("changed_factor", (1.05, 4.0)),
                           ceilings=(1.0, 8.0), ranges="unchanged-factor, changed-factor >= 1; "
                           "min-wait-interval-seconds, max-wait-interval-seconds > 0"),
 }
@@ -902,7 +904,8 @@ def _long_run_paired(keys, rule, prm, lam, mu, *, burn, num):
 
 
 def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidths: ArrayLike, *,
-                   shrink_points: int = 10, scale_points: int = 25, scale_range: tuple[float, float] = (1 / 64, 4096.0),
+                   shrink_points: int = 6, floor_points: int = 10, scale_points: int = 25,
+                   scale_range: tuple[float, float] = (1 / 64, 4096.0),
                    burn_in_fetches: int = 64, num_fetches: int = 256, **settings: Any) -> RangeMatch:
     r"""Match a crawler's rule to bandwidths with settings inside its documented ranges.
 
@@ -910,12 +913,14 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     :func:`long_run` over a grid of settings serves every bandwidth: the documented grid
     (``"nutch-adaptive"``: ``inc_rate`` x ``dec_rate`` in (0, 0.5];
     ``"stormcrawler-adaptive"``: ``rate.incr`` x ``rate.decr`` in (0, 1];
-    ``"heritrix-wait"``: ``unchanged-factor`` x ``changed-factor`` >= 1; each x ceilings
-    (the maximum interval settings times 1 and 8) x floors (the minimum interval: the
-    default, 1 or 4 days) -- interval settings are documented as any positive value; the
-    shrink knob on ``shrink_points`` log-spaced values) and the defaults with the interval
-    settings scaled by ``scale_points`` log-spaced factors over ``scale_range``.  Along each
-    line of the grid (the shrink knob, or the scale) the volume falls; the bandwidth is
+    ``"heritrix-wait"``: ``unchanged-factor`` x ``changed-factor`` >= 1; the shrink knob on
+    ``shrink_points`` log-spaced values from 0.05, as slower shrinking needs thousands of
+    fetches to leave the initial interval; each x ceilings (the maximum interval settings
+    times 1 and 8) x floors (the minimum interval: the default, then ``floor_points - 1``
+    log-spaced values from 6 hours to 64 days) -- interval settings are documented as any
+    positive value) and the defaults with the interval settings scaled by ``scale_points``
+    log-spaced factors over ``scale_range``.  Along each line of the grid (the floor, or
+    the scale) the volume falls; the bandwidth is
     bracketed, the bracket's log-interpolated setting is run once more (same random
     numbers) and the figures are log-log interpolated in the half-bracket that holds the
     bandwidth.  The best is the lowest cost over the grid's lines and the scaled defaults,
@@ -927,7 +932,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
       crawler: one of :data:`HEURISTICS`.
       problem: the pages (leading axes: independent page sets, matched separately).
       bandwidths: crawls per unit time to match, ``(B,)``.
-      shrink_points, scale_points, scale_range: the grids.
+      shrink_points, floor_points, scale_points, scale_range: the grids.
       burn_in_fetches, num_fetches: :func:`long_run`'s Monte Carlo.
       **settings: the crawler's base settings (default: its documented defaults).
 
@@ -942,9 +947,8 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     bw = np.atleast_1d(np.asarray(bandwidths, np.float64))
     if bw.ndim != 1 or np.any(~np.isfinite(bw)) or np.any(bw <= 0):
         raise ValueError(f"bandwidths must be finite and > 0, got {bandwidths!r}")
-    if not (isinstance(shrink_points, int) and shrink_points >= 2 and isinstance(scale_points, int)
-            and scale_points >= 2):
-        raise ValueError("shrink_points and scale_points must be ints >= 2")
+    if not all(isinstance(v, int) and v >= 2 for v in (shrink_points, floor_points, scale_points)):
+        raise ValueError("shrink_points, floor_points and scale_points must be ints >= 2")
     lo, hi = (float(v) for v in scale_range)
     if not (0 < lo < hi and math.isfinite(hi)):
         raise ValueError(f"scale_range must be 0 < low < high < inf, got {scale_range!r}")
@@ -975,40 +979,43 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     if g is not None:
         # ---- the documented grid: lines (grow, ceiling, floor) over the shrink knob
         (gname, gvals), (sname, (s_lo, s_hi)) = g["grow"], g["shrink"]
-        if crawler == "heritrix-wait":   # changed-factor - 1 log-spaced; the volume falls along the line
+        if crawler == "heritrix-wait":   # changed-factor - 1, log-spaced
             shrink_k = 1.0 + np.geomspace(s_hi - 1.0, s_lo - 1.0, shrink_points)
         else:
             shrink_k = np.geomspace(s_hi, s_lo, shrink_points)
-        floor = [float(base.min_interval)] + [max(float(base.min_interval), d * 86400.0 / tu) for d in (1, 4)]
-        G, C, F, S = np.meshgrid(np.asarray(gvals, np.float64), np.asarray(g["ceilings"], np.float64),
-                                 np.asarray(floor), shrink_k, indexing="ij")
+        lo_i = float(base.min_interval)
+        floor = np.concatenate([[lo_i], np.maximum(np.geomspace(0.25, 64.0, floor_points - 1) * 86400.0 / tu, lo_i)])
+        # lines (grow, ceiling, shrink) along the floor, the minimum interval: the volume falls along each
+        G, C, S, F = np.meshgrid(np.asarray(gvals, np.float64), np.asarray(g["ceilings"], np.float64), shrink_k,
+                                 floor, indexing="ij")
         grow_f, shrink_f = _knobs(crawler, G, S)
-        grid = HeuristicParams(grow=grow_f, shrink=shrink_f, min_interval=F, max_interval=base.max_interval * C,
+        grid = HeuristicParams(grow=grow_f, shrink=shrink_f, min_interval=F,
+                               max_interval=np.maximum(float(base.max_interval) * C, F),   # a ceiling above its floor
                                fetch_interval_max=base.fetch_interval_max * C)
         run = _long_run_arrays(k_grid, crawler, lam, mu, grid, burn_in_fetches, num_fetches, settings)
         L = G[..., 0].size
-        vg, hg, bg = (np.moveaxis(np.asarray(a, np.float64).reshape(L, shrink_points, -1), -1, 0)
-                      for a in run[:3])                                                # (P, L, S)
+        vg, hg, bg = (np.moveaxis(np.asarray(a, np.float64).reshape(L, floor.size, -1), -1, 0)
+                      for a in run[:3])                                                # (P, L, K)
         rg, jg, wg, ng = _bracket(vg, bw)                                              # (P, L, B)
         miss = np.abs(np.log(_at(vg, ng) / bw))
         rows = np.arange(vg.shape[0])[:, None]
-        xg_all = np.broadcast_to(S.reshape(L, shrink_points)[None], vg.shape)
+        xg_all = np.broadcast_to(F.reshape(L, floor.size)[None], vg.shape)
         lines = []
         for cost in (hg, bg):   # the best line for each objective
             c_line = np.where(rg, _lerp(_at(cost, jg), _at(cost, jg + 1), wg), np.inf)
             best = np.where(rg.any(-2), np.argmin(c_line, -2), np.argmin(miss, -2))          # (P, B)
             pick = lambda a, best=best: np.take_along_axis(a, best[..., None, :], -2)[..., 0, :]  # noqa: E731
             jb, wb, nb = pick(jg), pick(wg), pick(ng)
-            gl, cl, fl = (a[..., 0].reshape(-1)[best] for a in (G, C, F))
-            curves = [a[rows, best] for a in (xg_all, vg, hg, bg)]                      # (P, B, S)
+            gl, cl, sl = (a[..., 0].reshape(-1)[best] for a in (G, C, S))
+            curves = [a[rows, best] for a in (xg_all, vg, hg, bg)]                      # (P, B, K)
             ends = [tuple(np.take_along_axis(a, (jb + i)[..., None], -1)[..., 0] for a in curves) for i in (0, 1)]
             nearest = tuple(np.take_along_axis(a, nb[..., None], -1)[..., 0] for a in curves)
             x_mid = np.where(rg.any(-2), _lerp(ends[0][0], ends[1][0], wb), nearest[0])
-            grow_m, shrink_m = _knobs(crawler, gl, x_mid)
-            cand.append(HeuristicParams(grow=grow_m, shrink=shrink_m, min_interval=fl,
-                                        max_interval=base.max_interval * cl,
+            grow_m, shrink_m = _knobs(crawler, gl, sl)
+            cand.append(HeuristicParams(grow=grow_m, shrink=shrink_m, min_interval=x_mid,
+                                        max_interval=np.maximum(float(base.max_interval) * cl, x_mid),
                                         fetch_interval_max=base.fetch_interval_max * cl))
-            lines.append((ends, nearest, x_mid, gl, cl, fl))
+            lines.append((ends, nearest, x_mid, gl, cl, sl))
         rb = rg.any(-2)
     # ---- the bracket's midpoints, run once more on the same random numbers
     full = [_full_params(p, base, dtype) for p in cand]
@@ -1034,7 +1041,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
         r = _refined(bw, ends, (x_mid,) + tuple(m[:, (i + 1) * bw.size:(i + 2) * bw.size] for m in mid))
         refined.append(tuple(np.where(rb, a, z) for a, z in zip(r, nearest)))
     gr, grb = refined
-    _, _, _, gl, cl, fl = lines[0]
+    _, _, _, gl, cl, sl = lines[0]
     use = rs & (~rb | (sc[2] < gr[2]))
     reached = rs | rb
     best_binary = np.where(rs & (~rb | (sc[3] < grb[3])), sc[3], grb[3])
@@ -1045,9 +1052,10 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     }[crawler]
     unit = tu / (60.0 if crawler == "stormcrawler-adaptive" else 1.0)
     dflt_g, dflt_s = _defaults_in_units(crawler, base)
-    chosen = {gname: np.where(use, dflt_g, gl), sname: np.where(use, dflt_s, gr[0]),
-              min_name: np.where(use, float(base.min_interval) * sc[0], fl) * unit,
-              max_name: np.where(use, float(base.max_interval) * sc[0], float(base.max_interval) * cl) * unit,
+    chosen = {gname: np.where(use, dflt_g, gl), sname: np.where(use, dflt_s, sl),
+              min_name: np.where(use, float(base.min_interval) * sc[0], gr[0]) * unit,
+              max_name: np.where(use, float(base.max_interval) * sc[0],
+                                 np.maximum(float(base.max_interval) * cl, gr[0])) * unit,
               init_name: np.where(use, sc[0], 1.0) * float(base.initial_interval) * unit}
     if crawler == "nutch-adaptive":
         chosen["fetch_interval_max"] = np.where(use, sc[0], cl) * float(base.fetch_interval_max) * tu
