@@ -384,7 +384,7 @@ def llc_runs():
     problems = jax.vmap(lambda k: jaxcrawl.synthetic(k, 2000))(keys)
     settings_ = lc.llc_settings(problems, FAMILY, events_per_window=48.0)
     learner = lc.lambda_learn_and_crawl(FAMILY, **settings_)
-    grid = sw.grid_product(lc.LLCParams, solver=[0, 1, 2])
+    grid = sw.grid_product(lc.LLCParams, solver=list(FAMILY))
     res = sw.run_sweep(jax.random.key(6), learner, problems, grid, num_seeds=1, num_steps=EPOCHS)
     info = jax.tree_util.tree_map(lambda x: np.swapaxes(x[:, :, 0], 0, 1), res.outputs)  # (P, G, epochs)
 

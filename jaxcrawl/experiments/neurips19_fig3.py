@@ -10,7 +10,7 @@ true rates: harmonic cost (eq. 8) and binary cost (supplement eq. 12-13).
 
 Data: the episodes are ``jaxcrawl.synthetic`` samples, or, with ``--data DIR``, the data set's pages (one episode per random sample
 of ``num_pages`` of them).  The three learners share one compiled program (the inner
-solver is a swept index) and the same simulated world per episode.
+solver is swept by name) and the same simulated world per episode.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def make_runner(problems):
     """One compiled program for every chunk: vmapped over episodes, the three solvers in turn."""
     settings = lc.llc_settings(problems, FAMILY, epsilon=EPSILON, events_per_window=48.0)
     learner = lc.lambda_learn_and_crawl(FAMILY, **settings)
-    grid = sw.grid_product(lc.LLCParams, solver=[0, 1, 2])  # epsilon: the default 0.4 = EPSILON
+    grid = sw.grid_product(lc.LLCParams, solver=list(FAMILY))  # epsilon: the default 0.4 = EPSILON
 
     def one(key, problem):
         # the three learners one after the other inside the program (lax.map: a third of the
