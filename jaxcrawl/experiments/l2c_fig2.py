@@ -313,7 +313,7 @@ def run(ctx):
                 mark = "✓" if late_map[iu, j, a, e] and few_map[iu, j, a, e] else ("·" if late_map[iu, j, a, e] else "")
                 text = "n/a" if not np.isfinite(v) else f"{2 ** v:.2g}{mark}"
                 ax.text(a, e, text, ha="center", va="center", fontsize=6)
-            ax.set_xticks(range(len(multiples)), [f"{a:g}" for a in multiples], fontsize=6)
+            ax.set_xticks(range(len(multiples)), [f"1/{1 / a:.0f}" if a < 1 else "1" for a in multiples], fontsize=7)
             ax.set_yticks(range(len(epsilons)), [f"{e:g}" for e in epsilons], fontsize=7)
             ax.set_xlabel("phase length / Lemma 1's", fontsize=8)
             if iu == 0 and j == 0:
