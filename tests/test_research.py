@@ -10,6 +10,7 @@ import pytest
 import jaxcrawl
 from jaxcrawl import CrawlProblem
 from jaxcrawl import learners as lc
+from jaxcrawl.learners import _learn_and_crawl as llc
 
 from helpers import fd_grad
 
@@ -27,6 +28,10 @@ def _optimal_cost(p):
     return jaxcrawl.harmonic_cost(p, jaxcrawl.lambda_crawl(p))
 
 
+_cost = jax.jit(_optimal_cost)
+_grad = jax.jit(jax.grad(_optimal_cost))
+
+
 def test_every_leaf_is_a_float_of_the_problems_dtype():
     p = _problem()
     assert all(leaf.dtype == p.dtype for leaf in jax.tree_util.tree_leaves(p))
@@ -42,12 +47,11 @@ def test_grad_of_a_problem_matches_finite_differences():
     """d cost*/d(importance, change_rate, bandwidth) of the optimal LambdaCrawl plan against
     central differences; the mask's cotangent is zero."""
     p = _problem()
-    g = jax.jit(jax.grad(_optimal_cost))(p)
+    g = _grad(p)
     assert isinstance(g, CrawlProblem)
     np.testing.assert_array_equal(np.asarray(g.complete), 0.0)
-    cost = jax.jit(_optimal_cost)
     for field in ("importance", "change_rate", "bandwidth"):
-        fd = fd_grad(lambda v, f=field: cost(p.replace(**{f: v})), getattr(p, field), eps=1e-6, relative=True)
+        fd = fd_grad(lambda v, f=field: _cost(p.replace(**{f: v})), getattr(p, field), eps=1e-6, relative=True)
         np.testing.assert_allclose(np.asarray(getattr(g, field)), fd, rtol=1e-6, atol=1e-9, err_msg=field)
     # the envelope theorem: d cost*/dR = -dual / n
     np.testing.assert_allclose(float(g.bandwidth), -float(jaxcrawl.lambda_crawl(p).dual) / p.num_pages, rtol=1e-9)
@@ -69,14 +73,14 @@ def test_jacfwd_of_a_problem_equals_jacrev():
 
 def test_optax_updates_a_problem_and_keeps_its_mask():
     p = _problem(2)
-    g = jax.grad(_optimal_cost)(p)
+    g = _grad(p)
     opt = optax.sgd(1e-3)
     updates, _ = opt.update(g, opt.init(p))
     q = optax.apply_updates(p, updates)
     assert isinstance(q, CrawlProblem)
     np.testing.assert_array_equal(np.asarray(q.complete), np.asarray(p.complete))
     np.testing.assert_allclose(np.asarray(q.importance), np.asarray(p.importance - 1e-3 * g.importance), rtol=1e-6)
-    assert float(_optimal_cost(q)) < float(_optimal_cost(p))  # a descent step
+    assert float(_cost(q)) < float(_cost(p))  # a descent step
 
 
 def test_stack_batches_problems_and_vmap_solve_equals_each_solve():
@@ -108,37 +112,60 @@ def test_stack_names_its_errors():
 FAMILY = ("harmonic", "harmonic-approx", "binary-epsilon")
 
 
+def test_llc_solver_names_resolve_to_the_old_indices():
+    """A name (or Objective) picks the position the float index used to give; a grid of
+    names keeps arrays (jit and vmap take it) and maps its labels to the learner's order."""
+    utilities = llc._utilities(FAMILY)
+    for k, name in enumerate(FAMILY):
+        assert llc._solver_index(utilities, lc.LLCParams(solver=name)) == k
+    assert llc._solver_index(utilities, lc.LLCParams(solver=jaxcrawl.harmonic_approx())) == 1
+    numeric = lc.grid_product(lc.LLCParams, solver=[0, 1, 2])
+    np.testing.assert_array_equal(np.asarray(llc._solver_index(utilities, numeric)), [0.0, 1.0, 2.0])
+    grid = lc.grid_product(lc.LLCParams, solver=["binary-epsilon", "harmonic", "harmonic-approx"],
+                           smoothing=[0.25, 0.5])
+    assert grid.solver_names == ("binary-epsilon", "harmonic", "harmonic-approx")
+    np.testing.assert_array_equal(np.asarray(grid.solver), [0, 0, 1, 1, 2, 2])
+    picked = jax.jit(jax.vmap(lambda g: llc._solver_index(utilities, g)))(grid)
+    np.testing.assert_array_equal(np.asarray(picked), [2, 2, 0, 0, 1, 1])
+    # a name is static: no string leaf, and jit retraces per name
+    named = lc.LLCParams(solver="harmonic-approx")
+    assert all(not isinstance(x, str) for x in jax.tree_util.tree_leaves(named))
+    assert jax.jit(lambda prm: prm)(named).solver == "harmonic-approx"
+    with pytest.raises(ValueError, match=r"'binary' is not one of this learner's inner solvers"):
+        llc._solver_index(utilities, lc.LLCParams(solver="binary"))
+    with pytest.raises(ValueError, match="not one of this learner's"):
+        llc._solver_index(utilities, lc.LLCParams(solver="no-such-objective"))
+    with pytest.raises(ValueError, match="takes numbers"):
+        lc.grid_product(lc.LLCParams, smoothing=["a", "b"])
+
+
 @pytest.fixture(scope="module")
 def family_learner():
     p = _problem(3, n=12)
     settings = lc.llc_settings(p, FAMILY, sampler="observation")
-    return p, lc.lambda_learn_and_crawl(FAMILY, **settings), settings
+    return p, lc.lambda_learn_and_crawl(FAMILY, **settings)
 
 
+@pytest.mark.long
 def test_llc_solver_by_name_equals_its_index(family_learner):
-    """A named inner solver picks the same branch as its old float index, alone, in a grid
-    of names (vmapped: one program) and in any order of the names."""
-    p, learner, _ = family_learner
+    """A named inner solver picks the same branch as its old float index, alone and in a
+    grid of names (vmapped: one program)."""
+    p, learner = family_learner
     init_rate = jax.jit(lambda prm: learner.init(p, prm).policy.rate)
     by_index = jax.vmap(init_rate)(lc.grid_product(lc.LLCParams, solver=[0, 1, 2]))  # the float index
     for k, name in enumerate(FAMILY):
         np.testing.assert_allclose(np.asarray(init_rate(lc.LLCParams(solver=name))), np.asarray(by_index[k]),
                                    rtol=1e-5)
     assert not np.allclose(np.asarray(by_index[0]), np.asarray(by_index[2]))  # the branches differ
-    grid = lc.grid_product(lc.LLCParams, solver=["binary-epsilon", "harmonic", "harmonic-approx"],
-                           smoothing=[0.5])
-    assert grid.solver_names == ("binary-epsilon", "harmonic", "harmonic-approx")
-    np.testing.assert_array_equal(np.asarray(grid.solver), [0.0, 1.0, 2.0])
+    grid = lc.grid_product(lc.LLCParams, solver=["binary-epsilon", "harmonic", "harmonic-approx"])
     np.testing.assert_array_equal(np.asarray(jax.vmap(init_rate)(grid)), np.asarray(by_index[jnp.array([2, 0, 1])]))
     with pytest.raises(ValueError, match=r"'binary' is not one of this learner's inner solvers"):
         learner.init(p, lc.LLCParams(solver="binary"))
-    with pytest.raises(ValueError, match="takes numbers"):
-        lc.grid_product(lc.LLCParams, smoothing=["a", "b"])
 
 
 @pytest.mark.long
 def test_llc_run_by_name_equals_run_by_index(family_learner):
-    p, learner, _ = family_learner
+    p, learner = family_learner
     key = jax.random.key(0)
     _, by_name = lc.run_learner(key, learner, p, 3, lc.LLCParams(solver="harmonic-approx"))
     _, by_index = lc.run_learner(key, learner, p, 3, lc.LLCParams(solver=1.0))
