@@ -11,7 +11,10 @@ times the window's length.
 
 Rows with ``prob > 0`` are pages crawled on change signals (NeurIPS-19 Π°): their crawls
 follow the signals, so they are left out of the timetable (and counted) unless
-``--include-signal-pages``.
+``--include-signal-pages`` -- all but their ``periodic_rate`` (a complete page pinned at its
+revisit floor above its change rate crawls every signal plus periodically at that rate),
+which is timetabled, spaced for crawl delays and written to the crawler files like any
+page's rate.
 """
 from __future__ import annotations
 
@@ -63,7 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "(k + phase)/rate after the start, so over any window its number of crawls is within 1 "
             "of rate x window. With crawl delays (--crawl-delays/--robots) no host is crawled twice "
             "within its delay: crawls are moved later as needed. Pages with prob > 0 are crawled on "
-            "change signals and are left out unless --include-signal-pages. --urlfrontier and "
+            "change signals and are left out unless --include-signal-pages, except for their periodic_rate "
+            "(periodic crawls beside the signals), which is timetabled. --urlfrontier and "
             "--nutch write crawler-native queue files. The last line printed is one JSON object."
         ),
     )
@@ -82,7 +86,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "not move when other pages are added or removed); zero: all phases 0")
     p.add_argument("--seed", type=int, default=0, help="salt of the hashed phases (default 0)")
     p.add_argument("--include-signal-pages", action="store_true",
-                   help="also timetable pages with prob > 0, periodically at their rate")
+                   help="also timetable pages with prob > 0, periodically at their whole rate")
     add_host_arguments(p)
     p.add_argument("--after", metavar="TIMETABLE",
                    help="the previous window's timetable (what this command wrote for it): with crawl delays, "
@@ -128,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     plan = read_plan(args.plan)
     signal = plan.prob > 0
     left_out = signal & ~args.include_signal_pages
-    rate = np.where(left_out, 0.0, plan.rate)
+    # a signal page's crawls follow its signals; its periodic crawls beside them (a complete
+    # page pinned at its revisit floor) are timetabled like any page's
+    rate = np.where(left_out, plan.periodic_rate, plan.rate)
     dtype = jnp.float64 if args.x64 else jnp.float32
     with np.errstate(over="ignore"):  # a rate beyond the dtype's range becomes inf: the guard below names it
         rate_j = jnp.asarray(np.asarray(rate).astype(jnp.dtype(dtype)))
@@ -182,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         "num_pages": int(len(rate)),
         "num_timetabled_pages": int(np.sum(rate > 0)),
         "num_signal_pages_left_out": int(np.sum(left_out)),
+        "num_signal_pages_with_periodic_crawls": int(np.sum(left_out & (rate > 0))),
         "time_unit": args.time_unit,
         "horizon": float(horizon),
         "start": float(start) if epoch is None else str(iso_utc(np.asarray([epoch]))[0]),
@@ -232,7 +239,9 @@ def run(args: argparse.Namespace) -> int:
         summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
     print(f"plan         {args.plan}: {summary['num_pages']} pages, "
           f"{summary['num_timetabled_pages']} timetabled, "
-          f"{summary['num_signal_pages_left_out']} crawled on change signals (left out)")
+          f"{summary['num_signal_pages_left_out']} crawled on change signals (left out"
+          + (f"; {summary['num_signal_pages_with_periodic_crawls']} of them timetabled at their periodic_rate"
+             if summary["num_signal_pages_with_periodic_crawls"] else "") + ")")
     window = (f"[{summary['start']}, + {horizon:g} {args.time_unit})" if epoch is not None
               else f"[{start:g}, {start + horizon:g})")
     print(f"timetable    {summary['num_crawls']} crawls in {window} "

@@ -6,7 +6,7 @@ Reads ``page_id,importance,change_rate[,complete][,min_interval][,max_interval]`
 ``--objective`` (any name of :func:`jaxcrawl.objective_names`) under the revisit bounds
 (the file's interval columns and ``--min-interval``/``--max-interval``) and host caps
 (``--host-caps`` and/or ``1/crawl-delay`` from ``--crawl-delays``/``--robots``: the smaller applies), and writes
-the plan ``page_id,rate,prob`` (:func:`jaxcrawl.io.write_plan`), optionally a URLFrontier
+the plan ``page_id,rate,prob,periodic_rate`` (:func:`jaxcrawl.io.write_plan`), optionally a URLFrontier
 JSON Lines file and a Nutch seed list (:func:`jaxcrawl.io.write_urlfrontier`).  A solve that did not converge,
 produced non-finite rates, or whose rates miss the bandwidth by more than the tolerance
 exits with status 3 and writes no plan.
@@ -305,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     t_write = time.perf_counter()
     if failure is None and args.output:
         with progress_bar(n, "writing plan", quiet=args.quiet) as bar:
-            write_plan(args.output, page_id, rate, prob, progress=bar)
+            write_plan(args.output, page_id, rate, prob, periodic_rate=_periodic_rate(rate, lam, comp), progress=bar)
         summary["output"] = args.output
     if failure is None and (args.urlfrontier or args.nutch):
         _write_crawler_files(args, page_id, rate, start, summary, gaps)
@@ -324,7 +324,8 @@ def run(args: argparse.Namespace) -> int:
           f"converged: {converged}")
     if "output" in summary:
         print(f"plan         written to {args.output}: page_id, rate (crawls per {args.time_unit[:-1]}), "
-              "prob (chance of crawling a complete page on each change signal)")
+              "prob (chance of crawling a complete page on each change signal), periodic_rate (a complete "
+              "page's periodic crawls beside its signals)")
     elif failure is not None and args.output:
         print(f"plan         NOT written ({args.output} left as it was)")
     report_crawler_files(summary)
@@ -332,6 +333,15 @@ def run(args: argparse.Namespace) -> int:
     if failure is not None:
         raise jaxcrawl.NonConvergenceError(failure + ("; no plan written" if args.output else ""))
     return 0
+
+
+def _periodic_rate(rate, change_rate, complete) -> np.ndarray:
+    """The plan's ``periodic_rate``: a complete page pinned above its change rate (its revisit
+    floor) crawls every signal plus ``rate - change_rate`` periodically; every other page 0."""
+
+    rate = np.asarray(rate, np.float64)
+    extra = np.maximum(rate - np.asarray(change_rate, np.float64), 0.0)
+    return np.where(np.asarray(complete).astype(bool), extra, 0.0)
 
 
 #: Binding hosts listed in the JSON line (the most held back first); the text report shows the first ten.
@@ -554,7 +564,7 @@ def run_solve(args: argparse.Namespace) -> int:
 
         part = part_path(args.output, pid, nproc)
         with immediate():  # the parts are read by process 0 before the command ends
-            write_plan(part, page_id, sol.rate, sol.prob)
+            write_plan(part, page_id, sol.rate, sol.prob, periodic_rate=_periodic_rate(sol.rate, lam, comp))
         dist.barrier("jaxcrawl.solve.parts")
         if pid == 0:
             parts = [part_path(args.output, i, nproc) for i in range(nproc)]

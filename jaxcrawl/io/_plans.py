@@ -1,8 +1,9 @@
 """Crawl plans and timetables on disk.
 
 A plan is what ``jaxcrawl solve --output`` writes and ``jaxcrawl schedule --plan`` reads:
-a table ``page_id,rate,prob`` with one row per page (``rate`` in crawls per unit time,
-``prob`` the probability of crawling on a change signal, NeurIPS-19 Π°).  A timetable is a
+a table ``page_id,rate,prob[,periodic_rate]`` with one row per page (``rate`` in crawls per
+unit time, ``prob`` the probability of crawling on a change signal, NeurIPS-19 Π°,
+``periodic_rate`` the periodic crawls of a signalling page beside its signals).  A timetable is a
 table ``time,page_id`` with one row per crawl, sorted by time.  The format follows the
 file's name (CSV, Parquet, JSON Lines) and every write is atomic.
 """
@@ -18,12 +19,14 @@ from ._formats import write_table
 from ._schema import Column, PathLike, Schema, TableError
 from ._tables import read_table
 
-#: Plan CSV: ``page_id,rate,prob``, one distinct page a row.
+#: Plan: ``page_id,rate,prob[,periodic_rate]``, one distinct page a row (a plan without
+#: ``periodic_rate`` has none: every page's crawls are its signals or its periodic rate).
 PLAN = Schema(
     "crawl plan",
     (Column("page_id"),
      Column("rate", "number", minimum=0.0),
-     Column("prob", "number", minimum=0.0, maximum=1.0)),
+     Column("prob", "number", minimum=0.0, maximum=1.0),
+     Column("periodic_rate", "number", minimum=0.0, required=False, default=0.0)),
     key="page_id", rows="pages",
 )
 
@@ -40,34 +43,48 @@ TIMETABLE = Schema(
 
 
 class Plan(NamedTuple):
-    """A crawl plan read from disk: page ids, rates and signal-crawl probabilities."""
+    """A crawl plan read from disk: page ids, rates, signal-crawl probabilities and the
+    periodic crawls of signalling pages (zeros when the file has no ``periodic_rate``)."""
 
     page_id: np.ndarray
     rate: np.ndarray
     prob: np.ndarray
+    periodic_rate: np.ndarray
 
 
 def read_plan(path: PathLike, *, errors: str = "raise") -> Plan:
-    """Read a plan ``page_id,rate,prob`` (CSV, Parquet or JSON Lines by name; other
-    columns such as ``interval`` are an error unless listed in :data:`PLAN`).
+    """Read a plan ``page_id,rate,prob[,periodic_rate]`` (CSV, Parquet or JSON Lines by
+    name; other columns such as ``interval`` are an error unless listed in :data:`PLAN`).
 
-    ``rate`` must be finite and >= 0, ``prob`` in [0, 1], page ids distinct (int64 when
-    all are decimal integers).  A malformed row raises
+    ``rate`` must be finite and >= 0, ``prob`` in [0, 1], ``periodic_rate`` (optional,
+    default 0) finite, >= 0 and at most ``rate``, page ids distinct (int64 when all are
+    decimal integers).  A malformed row raises
     :class:`~jaxcrawl.io.TableError` (a ``ValueError``) ``path:line: message``
     naming the column and the rule.
     """
     t = read_table(path, PLAN, errors=errors, id_columns=("page_id",))
-    return Plan(t["page_id"], t["rate"], t["prob"])
+    rate, periodic = np.asarray(t["rate"], np.float64), np.asarray(t["periodic_rate"], np.float64)
+    over = periodic > rate * (1 + 1e-6)
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise TableError(path, i + 1, f"column 'periodic_rate' must be at most 'rate' (page "
+                         f"{t['page_id'][i]!r}: {periodic[i]!r} > {rate[i]!r})", unit="row")
+    return Plan(t["page_id"], t["rate"], t["prob"], periodic)
 
 
 def write_plan(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayLike, *,
-               progress=None) -> None:
-    """Write a crawl plan ``page_id,rate,prob`` (one row per page) atomically, in the format
-    of ``path``'s name (CSV, Parquet, JSON Lines; ``.gz`` for gzip text).  ``rate`` is in
-    crawls per unit time (the unit of the input's ``change_rate``); ``prob`` is the
-    probability of crawling a complete page on each change signal (NeurIPS-19 Π°)."""
-    write_table(path, {"page_id": page_id, "rate": np.asarray(rate, np.float64),
-                         "prob": np.asarray(prob, np.float64)}, progress=progress)
+               periodic_rate: ArrayLike | None = None, progress=None) -> None:
+    """Write a crawl plan ``page_id,rate,prob[,periodic_rate]`` (one row per page)
+    atomically, in the format of ``path``'s name (CSV, Parquet, JSON Lines; ``.gz`` for
+    gzip text).  ``rate`` is in crawls per unit time (the unit of the input's
+    ``change_rate``); ``prob`` is the probability of crawling a complete page on each change
+    signal (NeurIPS-19 Π°); ``periodic_rate`` (written when given) the part of ``rate`` a
+    complete page is crawled periodically beside its signals (``rate - change_rate`` where its
+    revisit floor is above its change rate, else 0)."""
+    cols = {"page_id": page_id, "rate": np.asarray(rate, np.float64), "prob": np.asarray(prob, np.float64)}
+    if periodic_rate is not None:
+        cols["periodic_rate"] = np.asarray(periodic_rate, np.float64)
+    write_table(path, cols, progress=progress)
 
 
 def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike, *,
