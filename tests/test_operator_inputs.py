@@ -167,6 +167,9 @@ def test_a_cap_equal_to_the_sum_of_floors_solves_in_float64_and_says_so_in_float
     if dtype == jnp.float32:
         with pytest.raises(ValueError, match="solve in float64"):
             jaxcrawl.solve(problem, "harmonic", caps=caps, bounds=(jnp.asarray(floor, dtype), None))
+        rows = jaxcrawl.parallel.ProcessRows(np.ones(n), np.full(n, 0.5), np.zeros(n, bool), 3.0)
+        with pytest.raises(ValueError, match="solve in float64"):  # the multi-process solve says so too
+            jaxcrawl.solve(rows, "harmonic", caps=caps, bounds=(floor, None))
         return
     pol = jaxcrawl.solve(problem, "harmonic", caps=caps, bounds=(jnp.asarray(floor, dtype), None))
     rate = np.asarray(pol.rate)

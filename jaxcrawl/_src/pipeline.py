@@ -145,8 +145,8 @@ def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> Non
                          f"lower {np.ravel(lo)[idx]!r} > upper {np.ravel(hi)[idx]!r}")
     if host is None:
         if b < lo.sum() * (1 - 1e-12) or b > hi.sum() * (1 + 1e-12):
-            hint = (_rounding_hint(dtype, lo.sum(), b, lo.size) if b < lo.sum()
-                    else _rounding_hint(dtype, b, hi.sum(), hi.size))
+            hint = (rounding_hint(dtype, lo.sum(), b, lo.size) if b < lo.sum()
+                    else rounding_hint(dtype, b, hi.sum(), hi.size))
             raise ValueError(f"bandwidth {b} is infeasible: it must lie in [sum(lower), sum(upper)] = "
                              f"[{lo.sum()}, {hi.sum()}] (the pages' rate bounds)" + hint)
         return
@@ -160,7 +160,7 @@ def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> Non
         h = int(np.flatnonzero(lo_h > c * (1 + 1e-12))[0])
         raise ValueError(f"caps: host {h}'s cap {float(c[h])!r} is below the sum of its pages' lower bounds "
                          f"{float(lo_h[h])!r} (e.g. BLC-epsilon floors): infeasible"
-                         + _rounding_hint(dtype, lo_h[h], c[h], np.sum(hid == h)))
+                         + rounding_hint(dtype, lo_h[h], c[h], np.sum(hid == h)))
     most = np.sum(np.where(has, 0.0, hi)) + np.sum(np.minimum(c, hi_h))
     if b > most * (1 + 1e-12):
         raise ValueError(f"bandwidth {b!r} exceeds the most the host caps allow ({most!r}: uncapped pages' "
@@ -168,10 +168,10 @@ def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> Non
                          "bandwidth or raise the caps")
     if b < np.sum(lo) * (1 - 1e-12):
         raise ValueError(f"bandwidth {b!r} is below the sum of the lower bounds {float(np.sum(lo))!r}"
-                         + _rounding_hint(dtype, np.sum(lo), b, lo.size))
+                         + rounding_hint(dtype, np.sum(lo), b, lo.size))
 
 
-def _rounding_hint(dtype, larger, smaller, count) -> str:
+def rounding_hint(dtype, larger, smaller, count) -> str:
     """A hint to solve in float64 when ``larger > smaller`` by no more than the rounding of
     ``count`` values to ``dtype`` and their sum (``(count + 1)`` ulps, relative): in float64
     the two may well be equal (e.g. a cap set to the sum of its pages' floors)."""

@@ -457,7 +457,8 @@ def _check_rows(imp, lam, comp, hid, cap, capped, start, lower, upper) -> str | 
 
 
 def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, lower, upper) -> None:
-    """The budget between the global sums of the pages' limits (host caps included)."""
+    """The budget between the global sums of the pages' limits (host caps included); a
+    refusal within ``dtype``'s rounding of the inputs suggests solving in float64."""
     p = _pipeline.Pages(jnp.asarray(imp), jnp.asarray(lam), jnp.asarray(bandwidth, dtype), jnp.asarray(comp))
     lo, hi = (np.asarray(v, np.float64) for v in _pipeline.page_limits(
         obj, obj.params(p), p.bandwidth, n, dtype, lower, upper, imp.shape))
@@ -474,18 +475,22 @@ def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, 
     free_hi = hi[~has]
     free_inf = float(np.sum(~np.isfinite(free_hi)))
     free_fin = float(np.sum(np.where(np.isfinite(free_hi), free_hi, 0.0)))
-    tot = allreduce_sum(np.concatenate([[np.sum(lo), free_fin, free_inf], lo_h, inf_h, fin_h]))
+    count_h = np.bincount(hid[has], minlength=H)
+    tot = allreduce_sum(np.concatenate([[np.sum(lo), free_fin, free_inf], lo_h, inf_h, fin_h, count_h]))
     sum_lo, free_fin, free_inf = tot[:3]
-    lo_h, inf_h, fin_h = tot[3:3 + H], tot[3 + H:3 + 2 * H], tot[3 + 2 * H:]
+    lo_h, inf_h, fin_h, count_h = (tot[3 + k * H:3 + (k + 1) * H] for k in range(4))
     hi_h = np.where(inf_h > 0, np.inf, fin_h)
     free_hi = np.inf if free_inf > 0 else free_fin
     if capped and np.any(lo_h > cap * (1 + 1e-12)):
         h = int(np.flatnonzero(lo_h > cap * (1 + 1e-12))[0])
-        raise ValueError(f"caps: host {h}'s cap {cap[h]!r} is below the sum of its pages' lower bounds "
-                         f"{lo_h[h]!r} (e.g. BLC-epsilon floors): infeasible")
+        raise ValueError(f"caps: host {h}'s cap {float(cap[h])!r} is below the sum of its pages' lower bounds "
+                         f"{float(lo_h[h])!r} (e.g. BLC-epsilon floors): infeasible"
+                         + _pipeline.rounding_hint(dtype, lo_h[h], float(cap[h]), count_h[h]))
     most = free_hi + (np.sum(np.minimum(cap, hi_h)) if capped else 0.0)
     if (bandwidth > most * (1 + 1e-12)) if capped else (bandwidth >= most):
         raise ValueError(f"bandwidth {bandwidth} exceeds what the problem can use ({most}: the pages' upper "
-                         "bounds, each capped host at most its cap); lower the bandwidth or raise the caps")
+                         "bounds, each capped host at most its cap); lower the bandwidth or raise the caps"
+                         + _pipeline.rounding_hint(dtype, bandwidth, most, n))
     if bandwidth < sum_lo * (1 - 1e-12):
-        raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sum_lo})")
+        raise ValueError(f"bandwidth {bandwidth} is below the sum of the pages' lower bounds ({sum_lo})"
+                         + _pipeline.rounding_hint(dtype, sum_lo, bandwidth, n))
