@@ -272,3 +272,36 @@ def test_solve_with_host_caps_and_crawl_delays_takes_the_smaller_cap(tmp_path, c
     assert "group the pages differently" in err and "has pages in 2 groups of the crawl delays' hosts" in err, err
     assert "www.site00.example" in err and "www.site01.example" in err, err  # a page of each part
     assert not (tmp_path / "x.csv").exists()
+
+
+@pytest.mark.parametrize("ext", ["csv", "csv.gz"])
+def test_blank_optional_cells_are_defaults_on_the_columnar_path_as_on_the_exact_one(tmp_path, monkeypatch, ext):
+    """A spreadsheet's empty cells (nothing, spaces, a tab, NBSP) in optional columns are
+    their defaults; the columnar reader keeps the file (no fallback) and gives the exact
+    reader's table."""
+    import jaxcrawl.io._tables as tables
+    from jaxcrawl.io._problems import PAGE_TABLE
+    from jaxcrawl.io._schema import RowLog
+
+    text = ("page_id,importance,change_rate,complete,min_interval,max_interval\n"
+            "a,1,0.5,,,\n"
+            "b,2,0.25,1, ,14\n"
+            'c,1.5,2,\t,0.5,""\n'
+            "d,1,1,0,\xa0, \n")
+    path = tmp_path / f"pages.{ext}"
+    data = text.encode()
+    path.write_bytes(gzip.compress(data) if ext.endswith(".gz") else data)
+    assert _formats.read_arrow(str(path), PAGE_TABLE, RowLog(str(path), "raise")) is not None  # the fast path
+    fast = jio.read_problem(str(path))
+    # a blank cell of a required column is still refused, naming the line
+    required = tmp_path / "required.csv"
+    required.write_bytes(b"page_id,importance,change_rate\na,1,0.5\nb, ,1\n")
+    with pytest.raises(ValueError, match=r"required.csv:3: .*importance"):
+        jio.read_problem(str(required))
+    monkeypatch.setattr(tables, "read_arrow", lambda *a, **k: None)
+    exact = jio.read_problem(str(path))
+    for name in ("page_id", "importance", "change_rate", "complete", "min_interval", "max_interval"):
+        np.testing.assert_array_equal(getattr(fast, name), getattr(exact, name), err_msg=name)
+    np.testing.assert_array_equal(fast.complete, [False, True, False, False])
+    np.testing.assert_array_equal(fast.min_interval, [0.0, 0.0, 0.5, 0.0])
+    np.testing.assert_array_equal(fast.max_interval, [np.inf, 14.0, np.inf, np.inf])

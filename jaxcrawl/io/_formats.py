@@ -13,7 +13,9 @@ name ends with                              format
 Reading (:func:`read_arrow`) is what :func:`jaxcrawl.io.read_table` does first:
 pyarrow parses the file into columns, and every rule of the schema is checked on whole
 columns at once (no Python per row).  Only rows found malformed are looked at one by one,
-to build the ``path:line: message`` of the exact reader.  When a text file's line numbers
+to build the ``path:line: message`` of the exact reader.  A blank CSV cell of an optional
+column (a spreadsheet's empty cell) is a null there, hence the column's default, as a JSON
+or Parquet null is.  When a text file's line numbers
 cannot be known from the rows alone (blank lines, a value holding a line break, a cell
 pyarrow cannot convert, a header not on the first line), :func:`read_arrow` returns None
 and the line-by-line reader of :func:`jaxcrawl.io.read_table` reads the file instead, so the
@@ -102,7 +104,7 @@ def _read_csv_arrow(path: str, schema) -> tuple[Any, np.ndarray] | None:
     if not header or not "".join(header).strip():
         return None  # a blank first line: the header is further down
     try:
-        schema.match_header(header)
+        columns = schema.match_header(header)
     except ValueError:
         return None
     types = {h: pa.string() for h in header}
@@ -131,6 +133,12 @@ def _read_csv_arrow(path: str, schema) -> tuple[Any, np.ndarray] | None:
             empty = e if empty is None else pc.and_(empty, e)
         if pc.any(empty).as_py():  # a blank line (or a row of empty fields): exact reader
             return None
+    for i, c in enumerate(columns):  # a blank cell of an optional column (a spreadsheet's empty cell) is null:
+        if c is not None and not c.required and n:  # its default, as in the exact reader
+            col = table.column(i)
+            blank = pc.match_substring_regex(col, f"^[{BLANKS}]*$")
+            if pc.any(blank).as_py():
+                table = table.set_column(i, table.field(i), pc.if_else(blank, pa.scalar(None, pa.string()), col))
     return table, np.arange(2, n + 2, dtype=np.int64)
 
 
