@@ -5,6 +5,7 @@ import csv
 import gzip
 import json
 import os
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -305,3 +306,21 @@ def test_blank_optional_cells_are_defaults_on_the_columnar_path_as_on_the_exact_
     np.testing.assert_array_equal(fast.complete, [False, True, False, False])
     np.testing.assert_array_equal(fast.min_interval, [0.0, 0.0, 0.5, 0.0])
     np.testing.assert_array_equal(fast.max_interval, [np.inf, 14.0, np.inf, np.inf])
+
+
+def test_a_page_url_urlsplit_refuses_is_named_by_the_host_readers(tmp_path):
+    """A page id that looks like a URL but that ``urllib.parse.urlsplit`` refuses (an
+    unclosed IPv6 bracket) is named with the way to give its host instead."""
+    ids = np.asarray(["https://a.example/x", "https://[::1/y"], object)
+    caps, delays = tmp_path / "caps.csv", tmp_path / "delays.csv"
+    caps.write_text("host_id,cap\na.example,2\n")
+    delays.write_text("host,crawl_delay\na.example,10\n")
+    bad = re.escape("page 'https://[::1/y' is not a valid URL (Invalid IPv6 URL): its host is unknown")
+    with pytest.raises(ValueError, match=bad + r".*--hosts FILE, or a line '# pages: FILE' in .*caps.csv"):
+        jio.read_host_caps(str(caps), ids)
+    with pytest.raises(ValueError, match=bad + r".*--hosts FILE"):
+        jio.read_crawl_delays(str(delays), ids)
+    # with a mapping the page's host comes from it and the URL is never parsed
+    hosts = tmp_path / "hosts.csv"
+    hosts.write_text("page_id,host_id\nhttps://a.example/x,a.example\nhttps://[::1/y,a.example\n")
+    np.testing.assert_array_equal(jio.read_crawl_delays(str(delays), ids, pages_path=str(hosts))[0], [0, 0])

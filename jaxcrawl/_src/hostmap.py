@@ -13,11 +13,16 @@ from .fileio import open_read
 
 
 def url_host(page_id: object) -> str | None:
-    """The lower-cased host name of a URL page id, or None when it is not a URL."""
+    """The lower-cased host name of a URL page id, or None when it is not a URL;
+    ``ValueError`` naming the page when ``urllib.parse.urlsplit`` refuses it (e.g. an
+    unclosed IPv6 bracket)."""
     text = str(page_id)
     if "://" not in text:
         return None
-    host = urllib.parse.urlsplit(text).hostname
+    try:
+        host = urllib.parse.urlsplit(text).hostname
+    except ValueError as err:
+        raise ValueError(f"page {text!r} is not a valid URL ({err})") from None
     return host.lower() if host else None
 
 

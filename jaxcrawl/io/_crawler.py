@@ -108,7 +108,7 @@ def _queue_key(url: str) -> str:
     try:
         return url_host(url) or url
     except ValueError as err:  # urlsplit: e.g. an unclosed IPv6 bracket
-        raise ValueError(f"page {url!r} is not a valid URL ({err}); give its queue key (--hosts)") from None
+        raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
 
 
 def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoch: ArrayLike, *,

@@ -58,7 +58,7 @@ CRAWL_DELAYS = Schema(
 
 
 def _page_hosts(page_id: ArrayLike, pages_path: PathLike | None, unknown_pages: str, *,
-                lower: bool = False) -> list[str | None]:
+                lower: bool = False, hint: str = "--hosts FILE") -> list[str | None]:
     """The host of every page: from a ``page_id,host_id`` table when given (a row whose
     page is not in ``page_id``: ``TableError`` naming its line, or ignored), else the host
     name of URL page ids (None for a page without one)."""
@@ -66,7 +66,10 @@ def _page_hosts(page_id: ArrayLike, pages_path: PathLike | None, unknown_pages: 
         raise ValueError("unknown_pages must be 'error' or 'ignore'")
     ids = [str(p) for p in np.asarray(page_id).tolist()]
     if pages_path is None:
-        return [url_host(p) for p in ids]
+        try:
+            return [url_host(p) for p in ids]
+        except ValueError as err:  # err names the page; say where its host could come from instead
+            raise ValueError(f"{err}: its host is unknown; give a page_id,host_id mapping ({hint})") from None
     table = read_table(pages_path, PAGE_HOSTS)
     pos = {p: i for i, p in enumerate(ids)}
     out: list[str | None] = [None] * len(ids)
@@ -120,7 +123,8 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
     t = read_table(path, HOST_CAPS)
     named = _pages_comment(t.path, t.comments)
     mapping = os.fspath(pages_path) if pages_path is not None else named
-    page_host = _page_hosts(page_id, mapping, unknown_pages)
+    page_host = _page_hosts(page_id, mapping, unknown_pages,
+                            hint=f"--hosts FILE, or a line '# pages: FILE' in {os.fspath(path)}")
     if mapping is None and any(h is None for h in page_host):
         raise ValueError(
             f"{os.fspath(path)}: no page->host mapping: add a line '# pages: FILE' naming a "
