@@ -547,6 +547,8 @@ def optimal_policy(bandit: SyncBandit, exploration: ArrayLike = 0.0, *, max_step
       :class:`jaxcrawl.Allocation` ``(x, dual, residual, num_steps, converged)``: ``dual``
       is :math:`\nu = -\partial J/\partial r_k` at every free arm (also :math:`-dJ^*/dB`).
     """
+    if is_concrete(exploration) and not np.all(np.asarray(exploration, np.float64) >= 0):  # NaN too
+        raise ValueError(f"exploration must be >= 0; got {np.asarray(exploration)}")
     scale = 1.0 / (1.0 + jnp.asarray(exploration, jnp.result_type(bandit.budget)))
     return _optimal_rates(bandit.costs, bandit.budget * scale, bandit.min_rate,
                           bandit.max_rate * scale, max_steps=max_steps, rtol=rtol, throw=throw)
@@ -625,6 +627,9 @@ def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_
       exploration: ε in (0, 1].
       chunk_size: probes simulated per pass (static; default ``max(128, K)``).
     """
+    if is_concrete(exploration) and not np.all((np.asarray(exploration, np.float64) > 0)
+                                               & (np.asarray(exploration, np.float64) <= 1)):  # NaN too
+        raise ValueError(f"exploration must lie in (0, 1]; got {np.asarray(exploration)}")
     rate = jnp.asarray(rate)
     k = rate.shape[-1]
     p = int(chunk_size) if chunk_size is not None else max(128, k)

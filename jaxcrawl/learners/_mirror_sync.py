@@ -217,7 +217,7 @@ def _hparams(bandit, hparams, defaults):
         eta, eps, l = (np.asarray(v) for v in hp)
         if not np.all(np.isfinite(eta)) or np.any(eta <= 0):
             raise ValueError(f"learning_rate must be finite and > 0; got {eta}")
-        if np.any(eps <= 0) or np.any(eps > 1):
+        if not np.all((eps > 0) & (eps <= 1)):  # NaN too
             raise ValueError(f"exploration must lie in (0, 1]; got {eps}")
         if not np.all(np.isfinite(l)) or np.any(l <= 0):
             raise ValueError(f"update_interval must be finite and > 0; got {l}")
@@ -481,11 +481,11 @@ def grid_search(key: jax.Array, learner: Learner, bandit: SyncBandit,
     """
     if len(learning_rates) == 0:
         raise ValueError("learning_rates must not be empty")
-    if min(float(v) for v in learning_rates) <= 0:
-        raise ValueError("learning_rates must be > 0")
+    if not all(0 < float(v) < np.inf for v in learning_rates):  # NaN too
+        raise ValueError(f"learning_rates must be finite and > 0; got {list(learning_rates)}")
     if not 0 < float(exploration) <= 1:
         raise ValueError(f"exploration must lie in (0, 1]; got {exploration}")
-    if horizon_rounds <= 0:
+    if not horizon_rounds > 0:  # NaN too
         raise ValueError(f"horizon_rounds must be > 0; got {horizon_rounds}")
     min_rate = float(bandit.min_rate)
     horizon_time = horizon_rounds / min_rate
@@ -495,8 +495,8 @@ def grid_search(key: jax.Array, learner: Learner, bandit: SyncBandit,
         if not update_intervals:
             raise ValueError("update_intervals is required for an asynchronous learner")
         intervals = [float(v) for v in update_intervals]
-        if min(intervals) <= 0:
-            raise ValueError("update_intervals must be > 0")
+        if not all(0 < v < np.inf for v in intervals):  # NaN too
+            raise ValueError(f"update_intervals must be finite and > 0; got {intervals}")
     eta_grid, l_grid = np.meshgrid(np.asarray(learning_rates, float), np.asarray(intervals, float),
                                    indexing="ij")
     eta_grid, l_grid = eta_grid.ravel(), l_grid.ravel()
