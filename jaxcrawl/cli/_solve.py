@@ -427,25 +427,32 @@ _PAGE_HOSTS = Schema("page -> host mapping", (Column("page_id"), Column("host_id
 
 
 def _report_constraints(summary: dict, unit: str) -> None:
-    """The report's lines on the binding host caps and revisit bounds (:func:`_explain`)."""
+    """The report's lines on the binding host caps and revisit bounds (:func:`_explain`;
+    without the unconstrained comparison of a multi-process solve, :func:`_explain_processes`,
+    its columns and figures are left out)."""
 
+    compared = "bandwidth_to_min_rate_pages" in summary
     if summary.get("num_binding_hosts") == 0:
         print(f"host caps    none of the {summary['num_capped_hosts']} capped hosts at its cap")
     elif "num_binding_hosts" in summary:
-        print(f"host caps    {summary['num_binding_hosts']} of {summary['num_capped_hosts']} capped hosts at their "
-              f"cap; they hold back {summary['bandwidth_held_back_by_host_caps']:.4g} crawls per {unit} of the "
-              "unconstrained plan (no caps, no bounds)")
+        print(f"host caps    {summary['num_binding_hosts']} of {summary['num_capped_hosts']} capped hosts at their cap"
+              + (f"; they hold back {summary['bandwidth_held_back_by_host_caps']:.4g} crawls per {unit} of the "
+                 "unconstrained plan (no caps, no bounds)" if compared else ""))
         if summary["binding_hosts"]:
-            print(f"             {'host':<28} {'cap':>9} {'delay s':>8} {'load':>9} {'multiplier':>10} "
-                  f"{'uncapped':>9} {'held back':>9}")
+            print(f"             {'host':<28} {'cap':>9} {'delay s':>8} {'load':>9} {'multiplier':>10}"
+                  + (f" {'uncapped':>9} {'held back':>9}" if compared else ""))
         for h in summary["binding_hosts"][:10]:
             delay = "-" if h["crawl_delay"] is None else f"{h['crawl_delay']:g}"
-            print(f"             {h['host']:<28} {h['cap']:>9.4g} {delay:>8} {h['load']:>9.4g} {h['multiplier']:>10.4g} "
-                  f"{h['unconstrained_load']:>9.4g} {h['held_back']:>9.4g}")
+            print(f"             {h['host']:<28} {h['cap']:>9.4g} {delay:>8} {h['load']:>9.4g} {h['multiplier']:>10.4g}"
+                  + (f" {h['unconstrained_load']:>9.4g} {h['held_back']:>9.4g}" if compared else ""))
         if summary["num_binding_hosts"] > 10:
             print(f"             ... {summary['num_binding_hosts'] - 10} more (the JSON line lists up to "
                   f"{MAX_LISTED_HOSTS})")
     if summary["num_pages_at_min_rate"] or summary["num_pages_at_max_rate"] or "num_binding_hosts" not in summary:
+        if not compared:
+            print(f"bounds       {summary['num_pages_at_min_rate']} pages at their minimum rate (1/max_interval), "
+                  f"{summary['num_pages_at_max_rate']} at their maximum (1/min_interval)")
+            return
         print(f"bounds       {summary['num_pages_at_min_rate']} pages at their minimum rate (1/max_interval), "
               f"{summary['bandwidth_to_min_rate_pages']:.4g} crawls per {unit} more than the unconstrained plan "
               f"gives them; {summary['num_pages_at_max_rate']} at their maximum (1/min_interval), "
@@ -560,6 +567,10 @@ def run_solve(args: argparse.Namespace) -> int:
                    converged=sol.converged, dual=sol.dual, residual_before_correction=sol.residual,
                    budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,
                    dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[src.start, len(sol.rate)])
+    explained = None
+    if failure is None:  # every process takes part in the report's all-reduces
+        explained = _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype)
+        summary.update(explained)
     if failure is None and args.output:
 
         part = part_path(args.output, pid, nproc)
@@ -580,10 +591,59 @@ def run_solve(args: argparse.Namespace) -> int:
         summary["error"] = failure
     print(f"process {pid}/{nproc}: rows {src.start}..{src.start + len(sol.rate)} of {num_pages}, dual {sol.dual:.10g}, "
           f"{sol.num_steps} root-finding steps, converged: {sol.converged}, solve {seconds:.3f} s")
+    if explained is not None and pid == 0:
+        print(f"dual         {float(sol.dual):.6g}  (marginal utility of one more crawl per unit time)")
+        _report_constraints(summary, "day")
     print(json.dumps(summary))
     if failure is not None:
         raise jaxcrawl.NonConvergenceError(failure)
     return 0
+
+
+_HOST_CAPS = Schema("host caps", (Column("host_id"), Column("cap", "number", minimum=0.0, exclusive_minimum=True,
+                                                              finite=False)), key="host_id", rows="hosts", min_rows=0,
+                    comments=True)
+
+
+def _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype) -> dict:
+    """What bound a multi-process plan, global over the processes (all-reduces; the same on
+    every process): the pages at their revisit bounds and the hosts at their cap, with
+    each host's load and multiplier -- :func:`_explain` without the comparison with the
+    unconstrained plan (no second solve across the processes): the ``held_back`` and
+    ``bandwidth_*`` fields are absent."""
+
+    rate = np.asarray(sol.rate, np.float64)
+    k = rate.size
+    lo, hi = np.zeros(k), np.full(k, np.inf)
+    for (b_lo, b_hi) in (bounds, src.rate_bounds):
+        if b_lo is not None:
+            lo = np.maximum(lo, np.broadcast_to(np.asarray(b_lo, np.float64), (k,)))
+        if b_hi is not None:
+            hi = np.minimum(hi, np.broadcast_to(np.asarray(b_hi, np.float64), (k,)))
+    at_lo = (lo > 0) & (rate <= lo * (1 + 1e-5))
+    at_hi = np.isfinite(hi) & (rate >= hi * (1 - 1e-5))
+    H = 0 if host_cap is None else int(np.size(host_cap))
+    on = (np.asarray(host_id) >= 0) if H else np.zeros(k, bool)
+    hidx = np.asarray(host_id, np.int64)[on] if H else np.zeros(0, np.int64)
+    tot = dist.allreduce_sum(np.concatenate([[at_lo.sum(), at_hi.sum()], np.bincount(hidx, rate[on], H),
+                                             np.bincount(hidx, minlength=H)]))
+    out: dict[str, Any] = {"num_pages_at_min_rate": int(tot[0]), "num_pages_at_max_rate": int(tot[1])}
+    if not H:
+        return out
+    cap = np.asarray(host_cap, np.float64)
+    host_load, count = tot[2:2 + H], tot[2 + H:]
+    eps = float(np.finfo(dtype).eps)
+    slack = max(1e-6, 4 * eps ** 0.75)  # the default root-finding tolerance of the dtype
+    binding = np.flatnonzero(np.isfinite(cap) & (host_load >= cap * (1 - slack)))
+    kappa = np.zeros(H) if sol.host_dual is None else np.asarray(sol.host_dual, np.float64)
+    binding = binding[np.argsort(-kappa[binding], kind="stable")]  # the largest multiplier first
+    table = read_table(args.host_caps, _HOST_CAPS)
+    names = [str(h) for h, c in zip(table["host_id"].tolist(), table["cap"].tolist()) if np.isfinite(c)]
+    out.update(num_capped_hosts=int(np.sum(np.isfinite(cap))), num_binding_hosts=int(binding.size),
+               binding_hosts=[{"host": names[h], "cap": float(cap[h]), "crawl_delay": None,
+                               "load": float(host_load[h]), "multiplier": float(kappa[h]),
+                               "num_pages": int(count[h])} for h in binding[:MAX_LISTED_HOSTS].tolist()])
+    return out
 
 
 def _join_parts(parts: list[str], output: str) -> None:
