@@ -1,5 +1,5 @@
 """The report of a multi-process ``jaxcrawl solve``: the pages at their revisit bounds and
-the hosts at their cap (load, multiplier), global over the processes and equal to the
+the hosts at their cap with their load and multiplier, global over the processes and equal to the
 single-process solve's; the plan's ``periodic_rate`` column written by every process."""
 import json
 import os
