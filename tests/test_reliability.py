@@ -502,3 +502,31 @@ def test_sigint_while_the_console_script_starts_is_recorded(tmp_path):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert not (tmp_path / "plan.csv").exists()
+
+
+def test_sweep_checkpoints_survive_a_later_failure_and_resume(tmp_path, capsys, monkeypatch):
+    """The sweep's chunks and manifest are finished work: written as each chunk ends (not at
+    the command's end), so a failure in a later chunk keeps them and a rerun resumes."""
+    import jaxcrawl.learners._sweep as sweep_impl
+
+    out = tmp_path / "sweep"
+    argv = ["sweep", "--instances", "1", "--arms", "3", "--seeds", "2", "--steps", "3",
+            "--learning-rates", "0.1,0.2", "--out-dir", str(out)]
+    real = sweep_impl.save_tree
+    calls = []
+
+    def fail_second(*a, **k):
+        calls.append(a[0])
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_impl, "save_tree", fail_second)
+    assert cli.main(argv) != 0
+    monkeypatch.undo()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert sorted(manifest["finished"]) == ["0"]
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["computed_chunks"] == [1]

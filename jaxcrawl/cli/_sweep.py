@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxcrawl._src.fileio import immediate
 from jaxcrawl._src.limits import check_size
 from jaxcrawl.learners import SyncHyperparams, async_mirror_sync, async_psgd_sync, mirror_sync, run_sweep
 from jaxcrawl.sync_bandits import polynomial_bandit
@@ -59,9 +60,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl sweep``; returns the exit status."""
-
-
-
     join(args)
     for name in ("instances", "arms", "seeds", "steps", "chunk_size"):
         if getattr(args, name) < 1:
@@ -90,8 +88,9 @@ def run(args: argparse.Namespace) -> int:
     def progress(c, _):
         print(f"chunk {c} stored", flush=True)
 
-    res = run_sweep(jax.random.fold_in(key, 2), learner, bandits, grid, num_seeds=args.seeds, num_steps=args.steps,
-                    chunk_size=args.chunk_size, out_dir=args.out_dir, on_chunk=progress)
+    with immediate():  # each finished chunk and the manifest are kept when a later chunk fails or is interrupted
+        res = run_sweep(jax.random.fold_in(key, 2), learner, bandits, grid, num_seeds=args.seeds,
+                        num_steps=args.steps, chunk_size=args.chunk_size, out_dir=args.out_dir, on_chunk=progress)
     cost = np.asarray(res.outputs.policy_cost)  # (G, P, S, steps)
     final = cost[..., -1].reshape(g, -1)
     summary = dict(learner=args.learner, instances=args.instances, seeds=args.seeds, steps=args.steps,
