@@ -26,6 +26,7 @@ before JAX.
 """
 from __future__ import annotations
 
+import _thread
 import contextlib
 import gc
 import os
@@ -40,6 +41,9 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # signals received while armed (the first decides the status)
 _armed = False  # a command's handlers (early or full) are installed
 _early_previous: dict[int, object] = {}  # the handlers install_early replaced
+_raised: list[int] = []  # the signal the running command raised (by its handler or a check)
+_closing = False  # the command's handlers are being removed: a late signal is only recorded
+_lock = threading.Lock()  # orders a deferred signal's second delivery against the handlers' removal
 
 
 class Terminated(KeyboardInterrupt):
@@ -62,6 +66,7 @@ def raise_if_received() -> None:
     """Raise the running command's interrupt (``KeyboardInterrupt`` or :class:`Terminated`)
     if a signal was received -- also one whose exception was lost where it was raised."""
     if _armed and _received:
+        _raised.append(_received[0])
         raise _interrupt_for(_received[0])
 
 
@@ -109,7 +114,7 @@ def handlers() -> Iterator[list[int]]:
     :func:`raise_if_received` before it starts).  The handlers in
     place before the command -- before :func:`install_early`'s, if it ran -- are restored on
     exit.  Outside the main thread (where handlers cannot be installed) nothing changes."""
-    global _armed
+    global _armed, _closing
     if threading.current_thread() is not threading.main_thread():
         yield []
         return
@@ -117,17 +122,17 @@ def handlers() -> Iterator[list[int]]:
     _early_previous.clear()
     pending = list(_received)
     del _received[:]
-
-    raised = list(pending)  # a signal received while importing is raised by the command's first check
+    _raised[:] = pending  # a signal received while importing is raised by the command's first check
+    _closing = False
 
     def handler(signum, frame):
         _received.append(signum)
-        if raised:
+        if _raised or _closing:
             return
         if _in_gc_callback(frame):  # raised here it would be unraisable (printed and lost)
-            threading.Timer(0.01, _again, (signum, raised)).start()  # after the collection
+            threading.Timer(0.01, _again, (signum,)).start()  # after the collection
             return
-        raised.append(signum)
+        _raised.append(signum)
         raise _interrupt_for(signum)
 
     previous = {}
@@ -143,18 +148,24 @@ def handlers() -> Iterator[list[int]]:
     try:
         yield _received
     finally:
+        with _lock:  # no deferred signal is delivered again from here on
+            _closing = True
         if watchdog is not None:
             watchdog.stop()
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            signal.signal(sig, old)  # runs a pending handler first: ours, which only records
         del _received[:]
+        del _raised[:]
         _armed = False
 
 
-def _again(signum: int, raised: list[int]) -> None:
-    """Deliver ``signum`` again while the handlers that deferred it are in place."""
-    if _armed and not raised:
-        os.kill(os.getpid(), signum)
+def _again(signum: int) -> None:
+    """Deliver ``signum`` again while the handlers that deferred it are in place and nothing
+    was raised for it since (``interrupt_main`` marks it pending in the main thread before
+    returning, so the handlers' removal, which takes the lock, finds it pending)."""
+    with _lock:
+        if _armed and not _raised and not _closing:
+            _thread.interrupt_main(signum)
 
 
 def _in_gc_callback(frame) -> bool:
