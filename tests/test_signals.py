@@ -407,5 +407,5 @@ def test_an_ignored_sigint_stays_ignored(tmp_path, monkeypatch):
     finally:
         signal.signal(signal.SIGINT, previous)
     assert code == 0, err
-    assert out.read_text().startswith("page_id,rate,prob\n") and len(out.read_text().splitlines()) == 65
+    assert out.read_text().startswith("page_id,rate,prob,periodic_rate\n") and len(out.read_text().splitlines()) == 65
     assert _leftovers(tmp_path) == []
