@@ -215,7 +215,7 @@ def main():
 
     t_jax = best_time(jax_estimate_solve, hist, problem, state.estimate, repeat=3)
     iv, ch, mk = (np.asarray(a) for a in suffix_history(hist, epoch, jnp.inf))
-    comp = np.asarray(problem.complete)
+    comp = np.asarray(problem.complete) != 0
     mu, bw = np.asarray(problem.importance, np.float64), float(problem.bandwidth)
     cols = (np.asarray(hist.column_epoch) >= 0) & (np.asarray(hist.column_epoch) <= epoch)
     signals = np.asarray(hist.signals, np.float64)
