@@ -446,7 +446,9 @@ def test_cli_launch_solve_stream_sweep(inputs, tmp_path, capsys):
     two = [json.loads(ln.split("] ", 1)[1]) for ln in out.splitlines() if ln[3:5] == " {"]
     assert len(two) == 2
     for t in two:
-        assert t["final_cost_mean"] == one["final_cost_mean"]  # the same sweep, split over 2 processes
+        # the same sweep, split over 2 processes: equal to float32 rounding (a chunk computed by
+        # another process has differed from the single-process run by ~1e-7 relative)
+        np.testing.assert_allclose(t["final_cost_mean"], one["final_cost_mean"], rtol=1e-6)
         assert t["num_processes"] == 2
 
 
@@ -544,7 +546,8 @@ def test_sigterm_to_one_worker_stops_it_with_143(tmp_path):
     that process ends with 143, and the job with it."""
     env = dict(_env(), JAXCRAWL_SIGNAL_GRACE="2")
     cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", "2", "--timeout", str(TIMEOUT), "--", "sweep",
-           "--steps", "400000", "--seeds", "64", "--instances", "4", "--learning-rates", "0.1"]
+           "--steps", "20000", "--seeds", "16", "--instances", "4",  # within the size check; minutes of work
+           "--learning-rates", ",".join(f"{0.05 + 0.01 * i:.2f}" for i in range(16))]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         children = []

@@ -46,7 +46,7 @@ host = (np.arange(n) % 7 - 1).astype(np.int32)
 free = np.asarray(jaxcrawl.lambda_crawl(problem).rate)
 cap = 0.5 * np.bincount(host[host >= 0], weights=free[host >= 0], minlength=6)
 lower = np.where((np.arange(n) % 11 == 0) & (np.asarray(problem.complete) == 0) & (host < 0), 1.5 * free, 0.0)
-upper = np.where(np.arange(n) % 13 == 0, 0.5 * free, np.inf)
+upper = np.where((np.arange(n) % 13 == 0) & (lower == 0), 0.5 * free, np.inf)  # never below a floor
 
 
 def capped(p, lo, hi):
@@ -55,7 +55,7 @@ def capped(p, lo, hi):
 
 a_ = jax.jit(capped)(local, *jax.device_put((lower, upper), single))
 b_ = jax.jit(capped)(sharded, *shard_pages((jnp.asarray(lower), jnp.asarray(upper)), mesh))
-assert bool(a_.converged) and bool(b_.converged) and np.any(np.asarray(a_.host_dual) > 0)
+assert bool(a_.converged) and bool(b_.converged) and np.any(np.asarray(a_.host_dual) > 0), (a_.converged, b_.converged, a_.host_dual, a_.residual, a_.num_steps)
 out["capped_bounded"] = max(rel(b_.rate, a_.rate), rel(b_.dual, a_.dual))
 
 # estimators: histories with pages on the leading axis
