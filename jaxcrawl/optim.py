@@ -154,8 +154,11 @@ def _barrier_solve(theta, total, lo, hi):
     def body(st):
         nu, steps, _, _ = st
         new = jnp.minimum(newton(nu), c)
-        done = ~(new > nu)  # no further progress: the root to machine precision (or a NaN step)
-        return jnp.where(done, nu, new), steps + 1, done, jnp.isnan(new)
+        stalled = ~(new > nu)  # no further progress (or a NaN step)
+        # a step within a few ulps of ν is rounding of h near its root, not progress
+        # (in float32 such steps can go on one ulp at a time)
+        done = stalled | (new - nu <= 4.0 * jnp.finfo(nu.dtype).eps * jnp.abs(nu))
+        return jnp.where(stalled, nu, new), steps + 1, done, jnp.isnan(new)
 
     nu0 = jnp.where(at_end, c, a)
     no = jnp.zeros((), bool)
