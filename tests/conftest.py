@@ -5,8 +5,8 @@
 * x64 lane: ``JAXCRAWL_TEST_X64=1 python -m pytest`` turns float64 on for the whole run
   (``.ci/run`` runs the unit suite in both lanes).
 * ``@pytest.mark.reproduce``: paper reproductions, run by ``.ci/run`` as their own step
-  (``python -m pytest -m reproduce``); ``@pytest.mark.long``: end-to-end statistical
-  checks of 10 s or more, their own float32 step (``python -m pytest -m long``), so that the
+  (``python -m pytest -m reproduce``); ``@pytest.mark.long``: checks of 5 s or more
+  on 2 cores (end-to-end statistics, references at size, the guides' examples), their own float32 step (``python -m pytest -m long``), so that the
   default command stays within 5 minutes on 2 cores; ``@pytest.mark.slow``: full-size checks.
 * A test may not change the float width of the rest of the run: one that leaves
   ``jax_enable_x64`` changed (``jax.config.update`` instead of the marker) fails.

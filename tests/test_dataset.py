@@ -273,6 +273,7 @@ def test_cli_problem_columns_feed_jaxcrawl_solve(tmp_path, capsys):
     assert np.all(table.change_rate > 0)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_cli_estimate_from_history_csv(tmp_path, capsys):
     rng = np.random.default_rng(2)

@@ -41,7 +41,7 @@ def active_bounds(name, pol, p):
 
 @pytest.mark.x64
 # uniform_interval_crawl's three derivative programs take ~20 s to compile: the long step
-@pytest.mark.parametrize("name", [pytest.param(s, marks=pytest.mark.long) if s == "uniform_interval_crawl" else s
+@pytest.mark.parametrize("name", [pytest.param(s, marks=pytest.mark.long) if s in ("uniform_interval_crawl", "binary_lambda_crawl_eps") else s
                                   for s in SOLVERS])
 @pytest.mark.parametrize("seed,bw", [(0, 0.3), pytest.param(1, 0.05, marks=pytest.mark.long),
                                      pytest.param(2, 2.0, marks=pytest.mark.long)])
@@ -105,6 +105,7 @@ def test_active_bounds_present_and_clipped_pages_have_zero_derivative(name):
     np.testing.assert_allclose(J.sum(axis=0), 0.0, atol=1e-10 * np.abs(J).max())
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_vmap_of_grad_equals_loop():
     mus, lams = np.random.default_rng(0).lognormal(size=(2, 5, 20))

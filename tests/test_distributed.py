@@ -133,6 +133,7 @@ def _check(inputs, out, task, num_processes):
     return parts
 
 
+@pytest.mark.long
 def test_two_process_solve_equals_single_process(inputs, tmp_path):
     """The quick check (default selection): 2 processes, each reading its half of a .npy
     page table, solve LambdaCrawl together; their rows and the shared dual equal the

@@ -172,12 +172,14 @@ def assert_close_to(kind, got, want, w, c, mask):
 # ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_mle_and_mm_match_numpy_bisection_on_irregular_histories():
     w, w_pad, c, mask, ref = irregular()
     assert_close_to("mle", E.mle(w_pad, c, mask, **IRR), ref["mle"], w, c, mask)
     assert_close_to("mm", E.moment_matching(w_pad, c, mask, **IRR), ref["mm"], w, c, mask)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_mle_and_mm_match_numpy_bisection_to_1e9_in_float64():
     w, w_pad, c, mask, ref = irregular()
@@ -518,6 +520,7 @@ def test_default_bounds_are_the_papers():
     assert (DEFAULT_MIN_RATE, DEFAULT_MAX_RATE) == (1e-9, 25.0)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("dt", [np.float32, pytest.param(np.float64, marks=pytest.mark.x64)])
 def test_huge_and_tiny_intervals_stay_finite(dt):
     w0 = np.array([[1e-6, 1e6, 1.0], [1e4, 1e4, 1e4], [1e-8, 1e-8, 1e-8]]).astype(dt)
@@ -616,6 +619,7 @@ def test_no_recompile_for_new_values_of_the_same_shape():
 # ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("fn", [E.mle, E.moment_matching, E.mle_smoothed])
 def test_max_steps_one_reports_not_converged(fn):
     w, w_pad, c, mask, _ = irregular()
@@ -642,6 +646,7 @@ def test_max_steps_one_reports_not_converged(fn):
         np.testing.assert_array_equal(np.asarray(done.rate), np.asarray(fn(w_pad, c, mask, **IRR)))
 
 
+@pytest.mark.long
 def test_throw_raises_inside_jit_only_when_not_converged():
     w, w_pad, c, mask, _ = irregular()
     with pytest.raises(Exception, match="estimators.mle did not converge"):
@@ -1050,6 +1055,7 @@ def _cold_and_warm(w, c, m, lo, hi, smoothed=False):
     return cold, warm
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scaled_histories(), st.booleans())
@@ -1097,7 +1103,8 @@ def test_warm_start_float32_agrees_and_needs_few_steps():
         assert np.all(np.asarray(public.converged))
 
 
-@pytest.mark.parametrize("compact", [pytest.param(16, marks=pytest.mark.long), 4])
+@pytest.mark.long
+@pytest.mark.parametrize("compact", [16, 4])
 def test_straggler_compaction_gives_the_same_roots_and_counts(compact):
     """`solve_monotone(take=take_rows)`: once at most 1/16 (``compact=4``: 1/4, the long
     histories' setting of the likelihood solve) of the elements iterate, they finish
@@ -1245,6 +1252,7 @@ def _taylor_ends(w, c, m, lo, hi):
     return _off.taylor_start((stats.v, stats.w_u), bracket, lo, hi)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(long_histories(), st.sampled_from([np.float32, np.float64]))
@@ -1292,6 +1300,7 @@ def _blocked_case():
     return jnp.asarray(w), m, hi, solve
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(long_histories(), st.booleans())
@@ -1302,6 +1311,7 @@ def test_warm_started_mle_equals_the_cold_one_on_long_histories(h, smoothed):
     _check_warm_equals_cold(h, smoothed)
 
 
+@pytest.mark.long
 def test_blocked_solve_equals_one_solve():
     """`_solve_likelihood(block=)`: long histories solved a few at a time by a `lax.map`
     over blocks (the last block overlapping the one before: 39 histories in blocks of 5)

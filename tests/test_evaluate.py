@@ -56,6 +56,7 @@ def _solve_plan(table, capsys):
     return pages, plan
 
 
+@pytest.mark.long
 def test_plan_evaluates_to_the_closed_forms_exactly(table, capsys):
     pages, plan = _solve_plan(table, capsys)
     assert cli.main(["evaluate", "-i", str(pages), "--bandwidth", "60", "--plan", str(plan),

@@ -67,7 +67,7 @@ def check_kkt(name, imp, lam, R, rate, lower):
     assert np.all(level[~interior] >= common - tol), (name, level[~interior], common)
 
 
-@pytest.mark.parametrize("name", ["binary", "binary-epsilon", "uniform"])
+@pytest.mark.parametrize("name", ["binary", "binary-epsilon", pytest.param("uniform", marks=pytest.mark.long)])
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.long)])
 def test_far_below_the_change_rates_solves_to_the_dtype(name, seed):
     imp, lam = pages(seed)
@@ -282,8 +282,8 @@ def check_capped_kkt(name, imp, lam, R, host, caps, sol, lower=0.0):
     return binding
 
 
-@pytest.mark.parametrize("name", ["binary", pytest.param("uniform", marks=pytest.mark.long),
-                                  pytest.param("binary-epsilon", marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["binary", "uniform", "binary-epsilon"])
 def test_host_capped_far_below_the_change_rates(name):
     """Far below the change rates the capped iteration on the plain dual cannot resolve the
     rates.  Caps that do not bind at the uncapped optimum leave it optimal (every host

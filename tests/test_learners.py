@@ -464,6 +464,7 @@ _start = jax.jit(lh.start_epoch)
 _suffix_estimate = jax.jit(lc.suffix_estimate)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @pytest.mark.parametrize("capacity", [64, 9])
 @pytest.mark.parametrize("flat", ["auto", None, 3])
@@ -610,6 +611,7 @@ def log_marginal(x, params):
 LOG_UTILITY = jaxcrawl.Objective(name="log", rate=log_rate, marginal=log_marginal)
 
 
+@pytest.mark.long
 def test_inner_solvers_are_utilities(llc_small):
     """K19 Alg. 4 line 4 takes any Objective: registry names map to the registry's objectives,
     BLCε takes its floor from the (traced) params.epsilon, and a user-defined objective

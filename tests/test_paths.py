@@ -86,7 +86,7 @@ def problem_of(path):
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize("name", [n if n in ("harmonic", "binary(0.25)") else pytest.param(n, marks=pytest.mark.long)
+@pytest.mark.parametrize("name", [n if n == "harmonic" else pytest.param(n, marks=pytest.mark.long)
                                   for n in OBJECTIVES])
 def test_process_rows_and_streamed_table_equal_in_memory(files, name):
     """In memory vs ProcessRows (caps and bounds, and neither) vs a StreamedTable of the
@@ -113,7 +113,7 @@ def test_process_rows_and_streamed_table_equal_in_memory(files, name):
 
 @pytest.mark.x64
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("name", [n if n in ("harmonic", "binary(0.25)") else pytest.param(n, marks=pytest.mark.long)
+@pytest.mark.parametrize("name", [n if n == "harmonic" else pytest.param(n, marks=pytest.mark.long)
                                   for n in OBJECTIVES])
 def test_page_table_files_equal_in_memory(files, fmt, name, tmp_path):
     """ProcessRows.read of a ``.npy`` directory, a Parquet and a CSV page table (caps and
@@ -172,6 +172,7 @@ def test_an_option_a_source_cannot_honour_is_an_error_naming_it(files):
                 jaxcrawl.solve(src, "harmonic", **option)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_sources_report_non_convergence_like_in_memory(files):
     """One root-finding step is not enough on any source: converged is False everywhere,

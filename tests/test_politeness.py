@@ -116,6 +116,7 @@ def test_caps_and_budget_met_and_kkt_binary(epsilon):
     assert not np.asarray(sol.policy.on_signal).any()
 
 
+@pytest.mark.long
 def test_float32_caps_and_budget_to_float_precision():
     p, host, cap, (mu, lam, comp) = make_instance(5, dtype=np.float32)
     sol = host_capped(p, host, cap)

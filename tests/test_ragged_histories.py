@@ -42,6 +42,7 @@ def test_flat_histories_and_grouped_estimates_equal_the_padded_estimator(tmp_pat
     np.testing.assert_allclose(half, want_hw, rtol=1e-5)
 
 
+@pytest.mark.long
 def test_one_long_history_among_many_short_ones_stays_small(tmp_path):
     """20,000 pages of 2 observations and one of 20,000: padding to the longest would take
     20,001 x 20,000 slots (2.4 GB in float32 with the masks); the flat read and the

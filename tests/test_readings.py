@@ -37,6 +37,7 @@ def _lc_share_and_fig2_ratio(problem):
     return _lc_share(problem), _fig2_ratio(sub)
 
 
+@pytest.mark.long
 def test_complete_subset_neurips19_matches_its_documented_calibration():
     """COMPLETE_SUBSETS['neurips19'] is documented as calibrated on 10^6 pages with key 123 to
     LC's bandwidth share 8% on the 4% complete pages and a Fig. 2 ratio of sqrt(10); the random

@@ -504,6 +504,7 @@ def test_sigint_while_the_console_script_starts_is_recorded(tmp_path):
     assert not (tmp_path / "plan.csv").exists()
 
 
+@pytest.mark.long
 def test_sweep_checkpoints_survive_a_later_failure_and_resume(tmp_path, capsys, monkeypatch):
     """The sweep's chunks and manifest are finished work: written as each chunk ends (not at
     the command's end), so a failure in a later chunk keeps them and a rerun resumes."""

@@ -659,6 +659,7 @@ def test_timetable_beats_poisson_crawling_in_the_simulator(poisson_evaluation, m
 
 
 # --------------------------------------------------------------------------- observations
+@pytest.mark.long
 def test_observation_laws():
     """Partial observations (L2C eq. 1): P(changed | interval w) = 1 - e^{-ξw}; full
     observations (App. K): counts ~ Poisson(ξw); Poisson crawls: intervals ~ Exp(ρ);

@@ -113,6 +113,7 @@ def test_envelope_theorem_bandwidth_derivative_equals_dual():
 
 
 # --------------------------------------------------------------------- LCA
+@pytest.mark.long
 @pytest.mark.x64
 @pytest.mark.parametrize("seed", range(3))
 def test_lambda_crawl_approx_is_prop9_with_optimal_split(seed):
@@ -209,6 +210,7 @@ def test_heuristics_and_delay():
     np.testing.assert_allclose(mu * lam / np.asarray(pol.rate) ** 2, float(pol.dual), rtol=1e-10)
 
 
+@pytest.mark.long
 def test_uniform_interval_crawl_matches_reference():
     rng = np.random.default_rng(5)
     n = 120

@@ -236,6 +236,7 @@ def kkt_violation(costs, alloc, lo, hi, k):
     return v_free, v_lo, v_hi, free
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -266,6 +267,7 @@ def test_optimum_kkt_reference_and_random_feasible_points(family, seed):
         assert j_opt <= np_policy_cost(bandit.costs, r + 1e-3 * (x - r)) + 1e-15
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_optimum_envelope_convergence_flag_and_float32():
     """dJ*/dB = -ν (envelope theorem, by forward-mode through allocate's implicit
@@ -436,6 +438,7 @@ def embedded_step(step, rng, r, g, eta, budget, lo, hi):
     return x[active]
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @pytest.mark.parametrize("kind", sorted(STEPS))
 def test_steps_equal_brute_force_argmin_and_hold_frozen_arms(kind):
@@ -458,6 +461,7 @@ def test_steps_equal_brute_force_argmin_and_hold_frozen_arms(kind):
         assert obj(x, r, g, eta) <= obj(ref, r, g, eta) + 1e-12
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), kind=st.sampled_from(sorted(STEPS)), f32=st.booleans())

@@ -153,6 +153,7 @@ def _hosts(n, num_hosts, seed=1):
     return host.astype(np.int32)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_user_utility_respects_host_caps_like_the_nested_reference():
     zeta, xi, R = _problem(n=300, seed=4)
@@ -260,6 +261,7 @@ def test_throw_raises_inside_jit(big_problem):
 _mag = st.floats(-6.0, 6.0)
 
 
+@pytest.mark.long
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1), _mag, _mag, st.floats(-3.0, 3.0), st.sampled_from(["harmonic", "binary", "uniform", "delay", "test-water-filling"]))
 def test_default_converges_over_twelve_orders_of_magnitude_float32(seed, log_imp, log_lam, log_frac, name):
@@ -276,6 +278,7 @@ def test_default_converges_over_twelve_orders_of_magnitude_float32(seed, log_imp
     np.testing.assert_allclose(float(jnp.sum(pol.rate)), R, rtol=2e-5)
 
 
+@pytest.mark.long
 @pytest.mark.x64
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**31 - 1), _mag, _mag, st.floats(-3.0, 3.0), st.sampled_from(["harmonic", "binary", "uniform", "delay"]))
@@ -291,6 +294,7 @@ def test_default_converges_over_twelve_orders_of_magnitude_float64(seed, log_imp
     np.testing.assert_allclose(float(jnp.sum(pol.rate)), R, rtol=1e-11)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["harmonic", "harmonic-approx", "binary", "binary-epsilon", "delay", "uniform"])
 def test_float32_solve_agrees_with_float64(big_problem, name):
     """The users' default dtype: every built-in utility in float32 is within a few float32
