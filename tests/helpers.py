@@ -244,3 +244,18 @@ def host_capped(problem: Any, host_id: Any, cap: Any, objective: Any = "harmonic
     host_rate = pol.rate @ onehot
     binding = (pol.host_dual > 0) | (host_rate >= cap * (1 - 4 * jnp.finfo(pol.rate.dtype).eps))
     return Capped(pol, pol.host_dual, host_rate, binding)
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment of a ``jaxcrawl`` subprocess in the tests: this checkout first on the
+    path, the CPU backend, no inherited XLA flags (e.g. a forced host device count)."""
+    import os
+
+    import jaxcrawl
+
+    env = dict(os.environ)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(jaxcrawl.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    env["JAX_PLATFORMS"] = "cpu"
+    env.pop("XLA_FLAGS", None)
+    return env

@@ -26,6 +26,7 @@ from jaxcrawl._src.partition import fingerprint
 from jaxcrawl.cli import _launch as launcher
 from jaxcrawl.io import read_local_rows, read_problem, write_page_table, write_problem
 
+import helpers
 from helpers import host_capped
 
 WORKER = os.path.join(os.path.dirname(__file__), "scripts", "distributed_worker.py")
@@ -34,13 +35,7 @@ HOST_SIZE = 700
 TIMEOUT = 240  # seconds for one job (a hang fails the test instead of the suite)
 
 
-def _env():
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(jaxcrawl.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    env["JAX_PLATFORMS"] = "cpu"
-    env.pop("XLA_FLAGS", None)
-    return env
+_env = helpers.subprocess_env
 
 
 def run_job(num_processes, inputs, out, *tasks, x64=True, expect=0):

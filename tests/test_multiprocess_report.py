@@ -2,27 +2,21 @@
 the hosts at their cap with their load and multiplier, global over the processes and equal to the
 single-process solve's; the plan's ``periodic_rate`` column written by every process."""
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-import jaxcrawl
 from jaxcrawl.cli import main
 from jaxcrawl.io import read_plan, write_problem
+
+import helpers
 
 TIMEOUT = 240  # seconds for the job (a hang fails the test instead of the suite)
 
 
-def _env():
-    env = dict(os.environ)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(jaxcrawl.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    env["JAX_PLATFORMS"] = "cpu"
-    env.pop("XLA_FLAGS", None)
-    return env
+_env = helpers.subprocess_env
 
 
 @pytest.mark.long
