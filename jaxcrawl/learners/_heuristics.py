@@ -869,7 +869,9 @@ def _bracket(vol, bw):
     j = np.argmax(cross, -1)
     v0, v1 = _at(vol, j), _at(vol, j + 1)
     l0, l1 = np.log(np.maximum(v0, 1e-300)), np.log(np.maximum(v1, 1e-300))
-    w = np.clip((lb[..., 0] - l0) / np.where(l1 != l0, l1 - l0, 1.0), 0.0, 1.0)
+    den = l1 - l0
+    ok = np.isfinite(den) & (den != 0)  # elsewhere no crossing (or a flat step): the weight is unused
+    w = np.clip(np.where(ok, (lb[..., 0] - l0) / np.where(ok, den, 1.0), 0.0), 0.0, 1.0)
     return cross.any(-1), j, w, np.argmin(np.abs(lv - lb), -1)
 
 
