@@ -357,8 +357,7 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
     its load in this one, ``multiplier`` its ``Policy.host_dual``."""
 
     n = rate.size
-    at_lo = (lo > 0) & (rate <= lo * (1 + 1e-5)) if lo is not None else np.zeros(n, bool)
-    at_hi = np.isfinite(hi) & (rate >= hi * (1 - 1e-5)) if hi is not None else np.zeros(n, bool)
+    at_lo, at_hi = _at_bounds(rate, lo, hi)
     out: dict[str, Any] = {"num_pages_at_min_rate": int(at_lo.sum()), "num_pages_at_max_rate": int(at_hi.sum())}
     binding = np.zeros(0, np.int64)
     if caps is not None:
@@ -366,8 +365,7 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
         cap = np.asarray(caps.cap, np.float64)
         on = hidx >= 0
         host_load = np.bincount(hidx[on], weights=rate[on], minlength=cap.size)
-        slack = max(1e-6, 4 * eps ** 0.75)  # the default root-finding tolerance of the dtype
-        binding = np.flatnonzero(np.isfinite(cap) & (host_load >= cap * (1 - slack)))
+        binding = _binding(cap, host_load, eps)
         out["num_capped_hosts"] = int(np.sum(np.isfinite(cap)))
         out["num_binding_hosts"] = int(binding.size)
     x0 = None
@@ -401,6 +399,20 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
                       "held_back": float(held[h]), "num_pages": int(count[h])})
     out["binding_hosts"] = hosts
     return out
+
+
+def _at_bounds(rate, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+    """The pages at their minimum rate and at their maximum (``None``: no such bound)."""
+    at_lo = (lo > 0) & (rate <= lo * (1 + 1e-5)) if lo is not None else np.zeros(rate.size, bool)
+    at_hi = np.isfinite(hi) & (rate >= hi * (1 - 1e-5)) if hi is not None else np.zeros(rate.size, bool)
+    return at_lo, at_hi
+
+
+def _binding(cap, host_load, eps) -> np.ndarray:
+    """The capped hosts whose load is within the solve's default tolerance (``eps`` the
+    dtype's) of their cap."""
+    slack = max(1e-6, 4 * eps ** 0.75)
+    return np.flatnonzero(np.isfinite(cap) & (host_load >= cap * (1 - slack)))
 
 
 def _host_names(args, page_id, pages, gaps) -> list[str]:
@@ -620,8 +632,7 @@ def _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype) -> dict
             lo = np.maximum(lo, np.broadcast_to(np.asarray(b_lo, np.float64), (k,)))
         if b_hi is not None:
             hi = np.minimum(hi, np.broadcast_to(np.asarray(b_hi, np.float64), (k,)))
-    at_lo = (lo > 0) & (rate <= lo * (1 + 1e-5))
-    at_hi = np.isfinite(hi) & (rate >= hi * (1 - 1e-5))
+    at_lo, at_hi = _at_bounds(rate, lo, hi)
     H = 0 if host_cap is None else int(np.size(host_cap))
     on = (np.asarray(host_id) >= 0) if H else np.zeros(k, bool)
     hidx = np.asarray(host_id, np.int64)[on] if H else np.zeros(0, np.int64)
@@ -632,9 +643,7 @@ def _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype) -> dict
         return out
     cap = np.asarray(host_cap, np.float64)
     host_load, count = tot[2:2 + H], tot[2 + H:]
-    eps = float(np.finfo(dtype).eps)
-    slack = max(1e-6, 4 * eps ** 0.75)  # the default root-finding tolerance of the dtype
-    binding = np.flatnonzero(np.isfinite(cap) & (host_load >= cap * (1 - slack)))
+    binding = _binding(cap, host_load, float(np.finfo(dtype).eps))
     kappa = np.zeros(H) if sol.host_dual is None else np.asarray(sol.host_dual, np.float64)
     binding = binding[np.argsort(-kappa[binding], kind="stable")]  # the largest multiplier first
     table = read_table(args.host_caps, _HOST_CAPS)
