@@ -47,6 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from . import rootfind
+from . import search as _search
 from .passes import View, reduce_array
 
 
@@ -59,6 +60,7 @@ class BudgetSolution(NamedTuple):
     residual: jax.Array
     converged: jax.Array
     num_steps: jax.Array
+    side: tuple = ()
 
 
 def eval_pages(rate_fn: Callable, params: Any, nu: jax.Array, lower: jax.Array, upper: jax.Array) -> tuple:
@@ -150,6 +152,14 @@ class ArrayPages(NamedTuple):
         return View(self.params, self.lo, self.hi, jnp.arange(self.n))
 
     def reduce(self, fn, ops, *args):
+        if len(ops) > 1 and args and _separate_reductions():
+            # XLA:CPU vectorises a reduction (an XNNPACK fusion) only with its scalar
+            # operands inside it: reductions sharing a scalar get one materialised page-sized
+            # broadcast of it.  Each reduction its own copy of the scalars (recomputing the
+            # shared per-page work costs less than that broadcast).
+            view = self.view()
+            copies = jax.lax.optimization_barrier(((view, args),) * len(ops))
+            return tuple(reduce_array(fn(copies[i][0], *copies[i][1])[i], op) for i, op in enumerate(ops))
         return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
 
     def map(self, fn, *args):
@@ -191,6 +201,11 @@ class ArrayPages(NamedTuple):
         sol = solve(rate_fn, marginal_fn, self.params, budget, self.lo, self.hi, bracket=bracket,
                     max_steps=opts["max_steps"], rtol=opts["rtol"], unrolled=opts.get("adjoint") == "unrolled")
         return sol.x, sol.dual, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
+
+
+def _separate_reductions() -> bool:
+    """Whether a multi-output pass is written as one reduction per output (XLA:CPU)."""
+    return jax.default_backend() == "cpu"
 
 
 class _Hosts(NamedTuple):
@@ -274,18 +289,63 @@ def checked(pages, x, budget, residual, converged, rtol: float, *, capped: bool 
     return converged
 
 
-def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled):
-    max_steps, _, rtol = cfg
+def _side_pass(side_fn, side_args, params, lower, upper, n):
+    """The side statistics as their own pass (where the search does not fold them in)."""
+    if side_fn is None:
+        return ()
+    pages = ArrayPages(params, lower, upper, n)
+    return pages.reduce(lambda v, *a: side_fn(v, *a)[0], side_fn(None)[1], *side_args)
+
+
+def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args=()):
+    max_steps, _, rtol, side_fn = cfg
     probe = bracket[0] if bracket is not None else jnp.ones((), budget.dtype)
     shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
+    if _search.applies(shape[-1], marginal_fn, unrolled):
+        return _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, shape[-1], side_args)
+    side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
     pages = ArrayPages(params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
-    return x, nu, None, residual, converged, steps
+    return x, nu, None, residual, converged, steps, side
 
 
-def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap):
-    max_steps, inner_steps, rtol = cfg
+def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side_args):
+    """The budget solve of a large problem by :func:`jaxcrawl._src.search.search`: a start
+    from a sample's dual, a few multi-candidate passes (the side statistics folded into the
+    first), the write with the closing correction.  Returns :func:`_solve_plain`'s tuple;
+    the steps are the search's passes (the write is one more)."""
+    max_steps, _, rtol, side_fn = cfg
+    m = _search.SAMPLE
+    sample = ArrayPages(_search.sample(params, n, m), _search.sample(lower, n, m), _search.sample(upper, n, m), m)
+    _, nu_s, *_ = plain(sample, rate_fn, marginal_fn, budget * (m / n), None, 40, 1e-3)
+    ok = jnp.isfinite(nu_s) & (nu_s > 0)
+    z0 = jax.lax.stop_gradient(jnp.log(jnp.where(ok, nu_s, 1.0)))
+    pages = ArrayPages(params, lower, upper, n)
+
+    def eval_fn(v, nu):
+        x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
+        return x, dx
+
+    state, side = _search.search(pages, rate_fn, eval_fn, budget, z0, max_steps, rtol * jnp.abs(budget),
+                                 _search.strategy(), side=side_fn, side_args=side_args,
+                                 unroll=_search.backend_unroll())
+    nu = jnp.exp(state.z)
+    residual = state.f
+    sw = -state.df
+    c = jnp.where(sw > 0, -residual / jnp.where(sw > 0, sw, 1.0), 0.0)
+    nu_b, c = jax.lax.optimization_barrier((nu, c))
+
+    def corrected(v, nu, c):
+        x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
+        return jnp.clip(x - c * dx, v.lo, v.hi)
+
+    x = pages.map(corrected, nu_b, c)
+    return x, nu, None, residual, state.done & jnp.isfinite(residual), state.k, side
+
+
+def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap, side_args=()):
+    max_steps, inner_steps, rtol, side_fn = cfg
     dtype = budget.dtype
     n = lower.shape[-1]
     hs = _hosts(host, cap.shape[-1])
@@ -362,7 +422,8 @@ def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host,
     x = jnp.where(hs.has_host, x * scale[hs.hidx], x)
     kappa = jnp.where(bind, mu - nu, 0.0)
     converged = outer.done & jnp.all(inner.done | ~bind) & jnp.isfinite(residual) & duals_ok
-    return x, nu, kappa, residual, converged, outer.k + inner.k
+    side = _side_pass(side_fn, side_args, params, lower, upper, n)
+    return x, nu, kappa, residual, converged, outer.k + inner.k, side
 
 
 def _collapsed(state, log_mode, tol_f, f):
@@ -416,29 +477,30 @@ def _across_jumps(at, hs, outer, log_mode, inner, log_h, bind, bind_page, x, bud
     return jnp.where(rest & go, x_b + th * (x_a - x_b), x)
 
 
-def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, unrolled=False):
+def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args, unrolled=False):
     if hosts is None:
-        out = _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled)
+        out = _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args)
     else:
-        out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts)
-    x, nu, kappa, residual, converged, steps = out
+        out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts, side_args)
+    x, nu, kappa, residual, converged, steps, side = out
     converged = checked(ArrayPages(None, lower, upper, x.shape[-1]), x, budget, residual, converged, cfg[2],
                         capped=hosts is not None)
     shape = jnp.broadcast_shapes(x.shape, jnp.shape(lower), jnp.shape(upper))
-    return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32)
+    side = tuple(jax.lax.stop_gradient(jnp.asarray(v, jnp.result_type(budget))) for v in side)
+    return jnp.broadcast_to(x, shape), nu, kappa, residual, converged, steps.astype(jnp.int32), side
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts):
-    return _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
+def _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args):
+    return _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args)
 
 
 @_solve.defjvp
 def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
-    params, budget, lower, upper, bracket, hosts = primals
-    dparams, dbudget, dlower, dupper, _, dhosts = tangents
-    out = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
-    x, nu, kappa, residual, converged, steps = out
+    params, budget, lower, upper, bracket, hosts, side_args = primals
+    dparams, dbudget, dlower, dupper, _, dhosts, _ = tangents
+    out = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args)
+    x, nu, kappa, residual, converged, steps, side = out
     nu = jax.lax.stop_gradient(nu)
     shape = x.shape
     if hosts is None:
@@ -475,7 +537,7 @@ def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
         dkappa = jnp.where(bind, dmu - dnu, 0.0)
     dx = jnp.where(free, dphi_dth + dphi_dd * dd, dbound)
     zeros = rootfind.float0_tangents((converged, steps))
-    return out, (dx, dnu, dkappa, jnp.zeros_like(residual), *zeros)
+    return out, (dx, dnu, dkappa, jnp.zeros_like(residual), *zeros, tuple(jnp.zeros_like(v) for v in side))
 
 
 # One compilation per (rate_fn, marginal_fn, cfg) and input shapes: eager callers hit the cache.
@@ -485,25 +547,31 @@ _solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
 def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: jax.Array, lower: jax.Array,
           upper: jax.Array, *, bracket: tuple | None = None, hosts: tuple | None = None,
           max_steps: int = 100, inner_steps: int = 100, rtol: float | None = None,
-          unrolled: bool = False) -> BudgetSolution:
+          unrolled: bool = False, side: tuple | None = None) -> BudgetSolution:
     """Solve one budget problem (no validation: the public wrappers check their inputs).
 
     ``hosts`` is ``None`` or ``(host, cap)``; ``unrolled=True`` runs exactly ``max_steps``
     iterations in a differentiable scan (the baseline the implicit rule is measured
     against; no host caps).  ``bracket`` is required when ``marginal_fn`` is None.
+
+    ``side = (side_fn, side_args)`` (optional): statistics of the pages reduced with the
+    solve -- ``side_fn(view, *side_args)`` gives ``(values, ops)`` per page (``side_fn(None)``
+    must give the ops), folded into the first pass of a large solve
+    (:mod:`jaxcrawl._src.search`), their own pass otherwise; returned as ``side``.
     """
     if bracket is None:
         bracket = (jnp.ones((), budget.dtype), jnp.ones((), budget.dtype))
+    side_fn, side_args = (None, ()) if side is None else side
     cfg = (int(max_steps), int(inner_steps),
-           float(rootfind.default_rtol(budget.dtype) if rtol is None else rtol))
+           float(rootfind.default_rtol(budget.dtype) if rtol is None else rtol), side_fn)
     if unrolled:
         if hosts is not None:
             raise ValueError("the unrolled adjoint has no host-capped form")
-        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, True)
+        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, side_args, True)
     else:
-        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts)
-    x, nu, kappa, residual, converged, steps = out
-    return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps)
+        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args)
+    x, nu, kappa, residual, converged, steps, side_out = out
+    return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps, side_out)
 
 
 def unit_scale(v):

@@ -38,29 +38,33 @@ def at_or_above(top, log_nu) -> jax.Array:
     return top >= log_nu - slack
 
 
-def _needs(gap, params, dual, converged):
+def _needs(gap, params, dual, converged, top_max=None):
     log_nu = jax.lax.stop_gradient(jnp.log(dual))
-    t_top = jax.lax.stop_gradient(jnp.max(gap.top(params)) - log_nu)
+    if top_max is None:
+        top_max = jnp.max(gap.top(params))
+    t_top = jax.lax.stop_gradient(top_max - log_nu)
     return ~converged | ~(t_top >= SWITCH), log_nu, t_top
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def needed(gap, params, dual, converged) -> jax.Array:
+def needed(gap, params, dual, converged, top_max=None) -> jax.Array:
     """Whether the plain solve's ``dual`` must be replaced: not converged, or within
-    ``e^SWITCH`` of the largest marginal at zero (one reduction over the pages)."""
-    return _needs(gap, params, dual, converged)[0]
+    ``e^SWITCH`` of the largest marginal at zero (``top_max``: that largest log marginal, when
+    the solve already reduced it; else one reduction over the pages)."""
+    return _needs(gap, params, dual, converged, top_max)[0]
 
 
-def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged, top_max=None):
     """``(x, dual, residual, steps, converged)``: the plain solve's, or the log-gap re-solve's
     where the plain dual cannot resolve the answer.  ``opts``: sorted ``(name, value)`` pairs
-    of ``max_steps``, ``rtol`` and ``adjoint``.  The re-solve's passes are added to ``steps``."""
+    of ``max_steps``, ``rtol`` and ``adjoint``; ``top_max``: the pages' largest log marginal at
+    zero when known (no pass for the test).  The re-solve's passes are added to ``steps``."""
     plain = (x, dual, residual, steps, converged)
     if is_concrete(params, bandwidth, lo, hi, dual, converged):
-        if not bool(needed(gap, params, dual, converged)):
+        if not bool(needed(gap, params, dual, converged, top_max)):
             return plain
         return _re_solve(gap, opts, params, bandwidth, lo, hi, *plain)
-    return _fallback(gap, opts, params, bandwidth, lo, hi, *plain)
+    return _fallback(gap, opts, params, bandwidth, lo, hi, *plain, top_max)
 
 
 def resolve(pages, gap, opts: dict, budget, n: int, x, dual, residual, steps, converged) -> tuple:
@@ -105,9 +109,9 @@ def _re_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, co
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _fallback(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged):
+def _fallback(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged, top_max=None):
     """The same decision under a trace: ``lax.cond`` on :func:`needed`."""
-    need = _needs(gap, params, dual, converged)[0]
+    need = _needs(gap, params, dual, converged, top_max)[0]
     return jax.lax.cond(
         need,
         lambda a: _gap_solve(gap, opts, a[0], bandwidth, a[1], a[2], x, dual, residual, steps, converged),

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import budget as _budget
 from . import gap as _gap
+from . import search as _search
 from .checks import is_concrete, raise_unless_converged
 
 
@@ -215,9 +216,13 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     n = shape[-1] if num_pages is None else num_pages
     budget = jnp.asarray(pages.bandwidth, dtype)
     a = c = jnp.ones((), dtype)
+    # a large solve (the search of jaxcrawl._src.search) takes its importance unit from its
+    # sample (any positive unit is exact) and folds the checks into its first pass
+    fast = _search.applies(shape[-1], obj.marginal, opts.adjoint == "unrolled") and host is None
     if obj.homogeneous:
         imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
-        a, c = unit_scales(jnp.max(jnp.abs(imp)), budget, n)
+        big = _search.sample_scale(imp, shape[-1]) if fast else jnp.max(jnp.abs(imp))
+        a, c = unit_scales(big, budget, n)
     units = Pages(pages.importance / a, pages.change_rate / c, budget / c, pages.complete)
     params = obj.params(units)
     div = lambda v: None if v is None else jnp.asarray(v, dtype) / c  # noqa: E731
@@ -239,22 +244,27 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     hosts = None
     if host is not None:
         hosts = (jnp.asarray(host, jnp.int32), jnp.asarray(cap, dtype) / c)
+    side_args = (pages.importance, pages.change_rate, lower, upper, valid)
+    side_fn = _side_fn(None if gap is None else gap.top, tuple(v is None for v in side_args))
+    side_args = tuple(v for v in side_args if v is not None)
     sol = _budget.solve(rate_fn, marginal_fn, params, budget / c, lo, hi, bracket=bracket, hosts=hosts,
                         max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
-                        unrolled=opts.adjoint == "unrolled")
+                        unrolled=opts.adjoint == "unrolled", side=(side_fn, side_args))
+    ok_inputs = (sol.side[0] > 0) & jnp.isfinite(budget) & (budget > 0)
     if gap is not None and hosts is None:
         gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
         x, dual, residual, steps, converged = _gap.refine(
-            gap, gopts, params, budget / c, lo, hi, sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged)
+            gap, gopts, params, budget / c, lo, hi, sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged,
+            top_max=sol.side[1])
         kappa = None
     elif gap is not None:
-        sol = _capped_gap(gap, (opts.max_steps, opts.rtol), params, budget / c, lo, hi, *hosts, sol)
+        sol = _capped_gap(gap, (opts.max_steps, opts.rtol), params, budget / c, lo, hi, *hosts, sol._replace(side=()))
         x, dual, kappa, residual, steps, converged = sol.x, sol.dual, sol.host_dual, sol.residual, \
             sol.num_steps, sol.converged
     else:
         x, dual, kappa, residual, steps, converged = sol.x, sol.dual, sol.host_dual, sol.residual, \
             sol.num_steps, sol.converged
-    converged = converged & inputs_valid(pages, budget, lower, upper, valid)
+    converged = converged & ok_inputs
     if opts.throw:
         raise_unless_converged(f"solve({obj.name!r})", converged, steps, residual)
     raw_params = params[0] if gap is not None and valid is not None else params
@@ -270,12 +280,33 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
                   jax.lax.stop_gradient(steps), converged)
 
 
-def inputs_valid(pages: Pages, budget, lower, upper, valid=None):
-    """In-graph: are the inputs a problem (importance and change rates finite and > 0, the
-    bandwidth finite and > 0, no NaN bound, ``lower <= upper``)?  The eager checks refuse
-    such inputs by name; under ``jit`` a solve of them reports ``converged=False`` through
-    this (one fused reduction over the pages, no host round trip)."""
-    imp, lam = pages.importance, pages.change_rate
+@functools.cache
+def _side_fn(top, absent: tuple):
+    """The statistics every in-memory solve reduces with its first pass: whether the inputs
+    are a problem (:func:`inputs_valid`'s test, 1 or 0) and, for a GapForm objective, the
+    largest log marginal at zero of the pages (the log-gap re-solve's test).  ``absent``:
+    which of ``(importance, change_rate, lower, upper, valid)`` are not passed."""
+    ops = ("min",) if top is None else ("min", "max")
+
+    def side(view, *args):
+        if view is None:
+            return None, ops
+        it = iter(args)
+        imp, lam, lower, upper, valid = (None if gone else next(it) for gone in absent)
+        ok = _valid_pages(imp, lam, lower, upper, valid)
+        out = (ok.astype(imp.dtype),)
+        if top is not None:
+            params = view.params[0] if valid is not None else view.params
+            t = top(params)
+            out = out + (jnp.where(jnp.isfinite(t) & (valid if valid is not None else True), t, -jnp.inf),)
+        return out, ops
+
+    return side
+
+
+def _valid_pages(imp, lam, lower, upper, valid):
+    """Per page: importance and change rate finite and > 0, no NaN bound, lower <= upper
+    (padding rows always valid)."""
     ok = jnp.isfinite(imp) & (imp > 0) & jnp.isfinite(lam) & (lam > 0)
     if lower is not None or upper is not None:
         lo = jnp.zeros((), imp.dtype) if lower is None else jnp.asarray(lower, imp.dtype)
@@ -283,6 +314,15 @@ def inputs_valid(pages: Pages, budget, lower, upper, valid=None):
         ok = ok & (lo <= hi)  # False for a NaN bound too
     if valid is not None:
         ok = ok | ~valid
+    return ok
+
+
+def inputs_valid(pages: Pages, budget, lower, upper, valid=None):
+    """In-graph: are the inputs a problem (importance and change rates finite and > 0, the
+    bandwidth finite and > 0, no NaN bound, ``lower <= upper``)?  The eager checks refuse
+    such inputs by name; under ``jit`` a solve of them reports ``converged=False`` through
+    this (one fused reduction over the pages, no host round trip)."""
+    ok = _valid_pages(pages.importance, pages.change_rate, lower, upper, valid)
     return jnp.all(ok, axis=-1) & jnp.isfinite(budget) & (budget > 0)
 
 
