@@ -74,7 +74,10 @@ def eval_pages(rate_fn: Callable, params: Any, nu: jax.Array, lower: jax.Array, 
     at_lo = phi <= lower
     at_hi = (phi >= upper) & ~at_lo
     free = ~(at_lo | at_hi)
-    x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, phi))
+    if jnp.ndim(lower) == 0 and jnp.ndim(upper) == 0:
+        x = jnp.minimum(jnp.maximum(phi, lower), upper)  # scalar limits: the clip, no select
+    else:
+        x = jnp.where(at_lo, lower, jnp.where(at_hi, upper, phi))
     return x, jnp.where(free & jnp.isfinite(dphi), dphi, 0.0), free, at_lo, at_hi
 
 
@@ -139,6 +142,10 @@ def expand_bracket(total_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.A
     return a, b
 
 
+#: the name scope of every pass over the pages in memory (its reductions are found by it)
+PASS_SCOPE = "jaxcrawl_pass"
+
+
 class ArrayPages(NamedTuple):
     """Pages in memory (traced or concrete; the sums of sharded arrays are all-reduces):
     the passes of :mod:`jaxcrawl._src.passes` as ``jnp`` reductions and ``lax`` loops."""
@@ -152,21 +159,27 @@ class ArrayPages(NamedTuple):
         return View(self.params, self.lo, self.hi, jnp.arange(self.n))
 
     def reduce(self, fn, ops, *args):
+        with jax.named_scope(PASS_SCOPE):
+            return self._reduce(fn, ops, *args)
+
+    def _reduce(self, fn, ops, *args):
         if len(ops) > 1 and args and _separate_reductions():
-            # XLA:CPU vectorises a reduction (an XNNPACK fusion) only with its scalar
-            # operands inside it: reductions sharing a scalar get one materialised page-sized
-            # broadcast of it.  Each reduction its own copy of the scalars (recomputing the
-            # shared per-page work costs less than that broadcast).
+            # XLA:CPU vectorises a reduction (an XNNPACK fusion) only with its operands
+            # inside it: reductions sharing a scalar get a materialised page-sized broadcast
+            # of it.  Each reduction its own copy of the operands (recomputing the shared
+            # per-page work costs less than those arrays).
             view = self.view()
             copies = jax.lax.optimization_barrier(((view, args),) * len(ops))
             return tuple(reduce_array(fn(copies[i][0], *copies[i][1])[i], op) for i, op in enumerate(ops))
         return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
 
     def map(self, fn, *args):
-        return fn(self.view(), *args)
+        with jax.named_scope(PASS_SCOPE):
+            return fn(self.view(), *args)
 
     def total(self, x):
-        return jnp.sum(x)
+        with jax.named_scope(PASS_SCOPE):
+            return jnp.sum(x)
 
     def limits(self):
         return limit_stats(self)

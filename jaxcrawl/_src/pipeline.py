@@ -250,12 +250,12 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     sol = _budget.solve(rate_fn, marginal_fn, params, budget / c, lo, hi, bracket=bracket, hosts=hosts,
                         max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
                         unrolled=opts.adjoint == "unrolled", side=(side_fn, side_args))
-    ok_inputs = (sol.side[0] > 0) & jnp.isfinite(budget) & (budget > 0)
+    ok_inputs = _inputs_ok(sol.side, lower is not None or upper is not None) & jnp.isfinite(budget) & (budget > 0)
     if gap is not None and hosts is None:
         gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
         x, dual, residual, steps, converged = _gap.refine(
             gap, gopts, params, budget / c, lo, hi, sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged,
-            top_max=sol.side[1])
+            top_max=sol.side[-1])
         kappa = None
     elif gap is not None:
         sol = _capped_gap(gap, (opts.max_steps, opts.rtol), params, budget / c, lo, hi, *hosts, sol._replace(side=()))
@@ -282,19 +282,29 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
 
 @functools.cache
 def _side_fn(top, absent: tuple):
-    """The statistics every in-memory solve reduces with its first pass: whether the inputs
-    are a problem (:func:`inputs_valid`'s test, 1 or 0) and, for a GapForm objective, the
+    """The statistics every in-memory solve reduces with its first pass: the extremes of the
+    importance and change rates and the least width of the bounds (:func:`inputs_valid`'s
+    test, by :func:`_inputs_ok`) and, for a GapForm objective, the
     largest log marginal at zero of the pages (the log-gap re-solve's test).  ``absent``:
     which of ``(importance, change_rate, lower, upper, valid)`` are not passed."""
-    ops = ("min",) if top is None else ("min", "max")
+    has_bounds = not (absent[2] and absent[3])
+    ops = ("min", "max", "min", "max") + (("min",) if has_bounds else ()) + (() if top is None else ("max",))
 
     def side(view, *args):
         if view is None:
             return None, ops
         it = iter(args)
         imp, lam, lower, upper, valid = (None if gone else next(it) for gone in absent)
-        ok = _valid_pages(imp, lam, lower, upper, valid)
-        out = (ok.astype(imp.dtype),)
+        if valid is not None:  # padding rows count as valid
+            imp, lam = jnp.where(valid, imp, 1.0), jnp.where(valid, lam, 1.0)
+        # extremes only (a NaN propagates through min and max): plain reductions of the
+        # inputs, no per-page mask written
+        out = (imp, imp, lam, lam)
+        if has_bounds:
+            lo = jnp.zeros((), imp.dtype) if lower is None else jnp.asarray(lower, imp.dtype)
+            hi = jnp.full((), jnp.inf, imp.dtype) if upper is None else jnp.asarray(upper, imp.dtype)
+            width = jnp.broadcast_to(hi - lo, imp.shape)
+            out = out + ((width if valid is None else jnp.where(valid, width, 0.0)),)
         if top is not None:
             params = view.params[0] if valid is not None else view.params
             t = top(params)
@@ -302,6 +312,17 @@ def _side_fn(top, absent: tuple):
         return out, ops
 
     return side
+
+
+def _inputs_ok(side, has_bounds):
+    """:func:`inputs_valid`'s test from the statistics of :func:`_side_fn`: importance and
+    change rates finite and > 0 and, with bounds, ``upper - lower >= 0`` everywhere (False
+    for a NaN anywhere)."""
+    imp_min, imp_max, lam_min, lam_max = side[:4]
+    ok = (imp_min > 0) & (imp_max < jnp.inf) & (lam_min > 0) & (lam_max < jnp.inf)
+    if has_bounds:
+        ok = ok & (side[4] >= 0)
+    return ok
 
 
 def _valid_pages(imp, lam, lower, upper, valid):

@@ -59,7 +59,7 @@ def strategy(backend: str | None = None) -> Strategy:
     """The candidates per pass on ``backend`` (default: JAX's default backend)."""
     backend = jax.default_backend() if backend is None else backend
     if backend == "cpu":
-        return Strategy(3, 1, (-1.0, 0.0, 1.0))
+        return Strategy(2, 1, (-1.0, 1.0))
     wide = (1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0)
     return Strategy(16, 8, (0.0, *wide, *(-w for w in wide), 256.0))
 

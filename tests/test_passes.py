@@ -1,0 +1,111 @@
+"""Passes over the pages of a large solve, counted (not timed): the search of
+``jaxcrawl._src.search`` against the plain iteration it replaces at scale."""
+import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxcrawl
+from jaxcrawl._src import budget as _budget
+from jaxcrawl._src import search as _search
+
+FULL = 18_500_000
+SOLVERS = {"lambda_crawl": jaxcrawl.lambda_crawl, "binary_lambda_crawl": jaxcrawl.binary_lambda_crawl}
+REDUCTIONS = {"reduce_sum", "reduce_max", "reduce_min", "argmax", "argmin", "reduce_and", "reduce_or",
+              "reduce_prod", "reduce_precision_never"}
+
+
+def executed_passes(monkeypatch, solver, problem):
+    """The solve under ``jit`` with every pass over all ``n`` pages ticking a host counter
+    when it runs (inside the loops too): ``(solution, passes, reads of the written plan)``."""
+    n = problem.num_pages
+    ticks = []
+    orig = {name: getattr(_budget.ArrayPages, name) for name in ("reduce", "map", "total")}
+
+    def counted(name):
+        def method(self, *args):
+            if self.n == n:
+                jax.debug.callback(lambda: ticks.append(name))
+            return orig[name](self, *args)
+        return method
+
+    for name in orig:
+        monkeypatch.setattr(_budget.ArrayPages, name, counted(name))
+    jax.clear_caches()
+    sol = jax.block_until_ready(jax.jit(solver)(problem))
+    jax.effects_barrier()
+    jax.clear_caches()
+    return sol, sum(t != "total" for t in ticks), sum(t == "total" for t in ticks)
+
+
+def page_reductions(fn, *args, n):
+    """``(in a pass, elsewhere)``: the reductions over ``n``-page operands in the program of
+    ``fn``, by whether they lie in the reducer's name scope."""
+    inside, outside = [], []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name in REDUCTIONS and any(
+                    getattr(v.aval, "shape", ())[-1:] == (n,) for v in eqn.invars if hasattr(v, "aval")):
+                (inside if _budget.PASS_SCOPE in str(eqn.source_info.name_stack) else outside).append(eqn)
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return inside, outside
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_every_page_reduction_of_a_large_solve_is_a_counted_pass(name):
+    """No reduction over the pages hides outside the reducer: the checks, the importance
+    unit and the log-gap test ride in the search's first pass."""
+    n = 4 * _search.MIN_PAGES
+    problem = jaxcrawl.synthetic(jax.random.key(1), n)
+    inside, outside = page_reductions(SOLVERS[name], problem, n=n)
+    assert inside and not outside, [str(e.primitive) + " " + str(e.source_info.name_stack) for e in outside]
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_small_solve_keeps_the_plain_iteration(name):
+    """Below the threshold the importance unit is the largest importance: its own reduction."""
+    n = _search.MIN_PAGES // 2
+    problem = jaxcrawl.synthetic(jax.random.key(2), n)
+    inside, outside = page_reductions(SOLVERS[name], problem, n=n)
+    assert inside and [e.primitive.name for e in outside] == ["reduce_max"]
+
+
+@pytest.mark.parametrize("x64", [False, pytest.param(True, marks=pytest.mark.x64)], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_at_most_four_passes_at_18_5m_pages(monkeypatch, name, x64):
+    """Mixed LambdaCrawl and BinaryLambdaCrawl on the benchmark problem (18.5M pages, 4% complete):
+    at most 4 passes over the pages -- the search's passes plus the write -- with the plain
+    solve's tolerance: converged, the budget met, and the dual the one the plain iteration
+    finds on the same pages (run here through the reducer of a plain solve)."""
+    dtype = jnp.float64 if x64 else jnp.float32
+    problem = jaxcrawl.synthetic(jax.random.key(0), FULL, dtype=dtype)
+    sol, passes, plan_reads = executed_passes(monkeypatch, SOLVERS[name], problem)
+    assert bool(sol.converged)
+    assert passes == int(sol.num_steps) + 1  # the search's passes and the write
+    assert passes <= 4, passes
+    assert plan_reads == 1  # the budget check of the written plan
+    rtol = float(jaxcrawl._src.rootfind.default_rtol(dtype))
+    total = float(np.sum(np.asarray(sol.rate, np.float64)))
+    assert abs(total - float(problem.bandwidth)) <= 2 * rtol * float(problem.bandwidth)
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_search_and_plain_iteration_agree(monkeypatch, name):
+    """The same problem above and below the search's threshold (the plain iteration forced by
+    raising it): the same dual to the tolerance, the same rates to it."""
+    n = 2 * _search.MIN_PAGES
+    problem = jaxcrawl.synthetic(jax.random.key(3), n)
+    fast = jax.jit(SOLVERS[name])(problem)
+    monkeypatch.setattr(_search, "MIN_PAGES", 10 * n)
+    jax.clear_caches()
+    plain = jax.jit(SOLVERS[name])(problem)
+    jax.clear_caches()
+    assert bool(fast.converged) and bool(plain.converged)
+    tol = 4 * float(jaxcrawl._src.rootfind.default_rtol(jnp.float32))
+    assert abs(float(fast.dual) / float(plain.dual) - 1) <= 8 * tol
+    np.testing.assert_allclose(np.asarray(fast.rate), np.asarray(plain.rate), rtol=16 * tol, atol=1e-6)
