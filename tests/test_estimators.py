@@ -1294,7 +1294,7 @@ def _blocked_case():
     hi = jnp.asarray(rng.uniform(5.0, 30.0, lead), jnp.float32)
 
     def solve(w, hi, blocks):
-        block = 5 * k if blocks else None
+        block = 5 * k if blocks else 0
         return _off.solve_likelihood(w, c, m, 1e-6, hi, 60, None, False, "t", block=block)
 
     return jnp.asarray(w), m, hi, solve
@@ -1372,3 +1372,10 @@ def test_kept_start_below_a_crossed_upper_bound():
     # the kept starts below the bound save the evaluation on the bound for interior roots
     kept = crossing_hi & (x < 7.9)
     assert np.mean(np.asarray(got.steps)[kept]) < np.mean(np.asarray(ref.steps)[kept])
+
+
+def test_likelihood_blocks_by_backend():
+    """The MLE's cache blocking is XLA:CPU's; an accelerator solves every history at once
+    (the roots of both forms agree: `test_blocked_solve_equals_one_solve`)."""
+    assert _off.default_block("cpu") == _off._BLOCK
+    assert _off.default_block("gpu") is None and _off.default_block("tpu") is None

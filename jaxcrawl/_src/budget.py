@@ -217,8 +217,9 @@ class ArrayPages(NamedTuple):
 
 
 def _separate_reductions() -> bool:
-    """Whether a multi-output pass is written as one reduction per output (XLA:CPU)."""
-    return jax.default_backend() == "cpu"
+    """Whether a multi-output pass is written as one reduction per output (XLA:CPU; the
+    backend as :mod:`jaxcrawl._src.search` sees it)."""
+    return _search.on_host_loops()
 
 
 class _Hosts(NamedTuple):
@@ -331,14 +332,25 @@ def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side
     max_steps, _, rtol, side_fn = cfg
     m = _search.SAMPLE
     sample = ArrayPages(_search.sample(params, n, m), _search.sample(lower, n, m), _search.sample(upper, n, m), m)
-    _, nu_s, *_ = plain(sample, rate_fn, marginal_fn, budget * (m / n), None, 40, 1e-3)
-    ok = jnp.isfinite(nu_s) & (nu_s > 0)
-    z0 = jax.lax.stop_gradient(jnp.log(jnp.where(ok, nu_s, 1.0)))
-    pages = ArrayPages(params, lower, upper, n)
+    budget_s = budget * (m / n)
 
     def eval_fn(v, nu):
         x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
         return x, dx
+
+    if _search.on_host_loops():
+        _, nu_s, *_ = plain(sample, rate_fn, marginal_fn, budget_s, None, 40, 1e-3)
+        ok = jnp.isfinite(nu_s) & (nu_s > 0)
+        z0 = jnp.log(jnp.where(ok, nu_s, 1.0))
+    else:  # no loop: the sample's bracket, then a few wide passes over the sample
+        a, b = bracket_from_marginals(sample, marginal_fn, budget_s)
+        ok = (a > 0) & (b >= a) & jnp.isfinite(b)
+        za = jnp.log(jnp.where(ok, a, 1.0))
+        zb = jnp.log(jnp.where(ok, b, 1.0))
+        z0 = _search.fixed_search(sample, eval_fn, budget_s, za, jnp.maximum(zb, za + 1e-3), 3, 16)
+        z0 = jnp.where(ok & jnp.isfinite(z0), z0, 0.0)
+    z0 = jax.lax.stop_gradient(z0)
+    pages = ArrayPages(params, lower, upper, n)
 
     state, side = _search.search(pages, rate_fn, eval_fn, budget, z0, max_steps, rtol * jnp.abs(budget),
                                  _search.strategy(), side=side_fn, side_args=side_args,

@@ -370,18 +370,28 @@ def sentinel_stats(w, c, m):
 _BLOCK = 1 << 20
 
 
+def default_block(backend: str | None = None) -> int | None:
+    """Slots per block of :func:`solve_likelihood` on ``backend`` (default: JAX's default):
+    :data:`_BLOCK` on XLA:CPU (a block's passes read the cache); ``None`` (every history at
+    once) on an accelerator, where a ``lax.map`` would run the blocks one after another,
+    each filling a fraction of the device (measured 5x slower on an H100 at 200,000 x 200)."""
+    backend = jax.default_backend() if backend is None else backend
+    return _BLOCK if backend == "cpu" else None
+
+
 def solve_likelihood(w, c, m, min_rate, max_rate, max_steps, rtol, throw, what, block=None):
     """The likelihood equation of a history (raw or prepared; ``m`` may be None), solved
     from the bracket of its sufficient statistics (each statistic computed once: the
     params, the bracket and the singular cases share them).
 
-    The histories are solved ``block`` slots at a time (default ``_BLOCK``, whole histories
-    per block) by a ``lax.map`` over blocks: the roots are those of one solve over all
+    The histories are solved ``block`` slots at a time (default :func:`default_block`, whole
+    histories per block; ``0``: all at once) by a ``lax.map`` over blocks: the roots are those of one solve over all
     histories (each history's iteration is its own; only the stragglers' gathered sums may
     round in another order), and the derivatives pass through the map."""
     lead, k = w.shape[:-1], w.shape[-1]
     pages = math.prod(lead)
-    size = max((_BLOCK if block is None else int(block)) // k, 1)
+    block = default_block() if block is None else (int(block) or None)
+    size = pages if block is None else max(block // k, 1)
     args = (max_steps, rtol, throw, what)
     if pages <= size:
         return _solve_block(w, c, m, min_rate, max_rate, *args)

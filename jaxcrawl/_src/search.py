@@ -55,10 +55,18 @@ class Strategy(NamedTuple):
     offsets: tuple
 
 
+#: the backend whose choices the search makes (``None``: JAX's default backend); the tests
+#: set ``"gpu"`` to run an accelerator's choices on a CPU
+BACKEND: str | None = None
+
+
+def _backend(backend: str | None) -> str:
+    return backend or BACKEND or jax.default_backend()
+
+
 def strategy(backend: str | None = None) -> Strategy:
-    """The candidates per pass on ``backend`` (default: JAX's default backend)."""
-    backend = jax.default_backend() if backend is None else backend
-    if backend == "cpu":
+    """The candidates per pass on ``backend`` (default: :data:`BACKEND`, else JAX's default)."""
+    if _backend(backend) == "cpu":
         return Strategy(2, 1, (-1.0, 1.0))
     wide = (1 / 64, 1 / 16, 1 / 4, 1.0, 4.0, 16.0, 64.0)
     return Strategy(16, 8, (0.0, *wide, *(-w for w in wide), 256.0))
@@ -250,8 +258,41 @@ def backend_unroll(backend: str | None = None) -> int:
     """Passes taken outside the ``while_loop`` (each under a ``cond``): XLA:CPU runs a loop's
     body on one core, a top-level computation on all; on an accelerator a ``cond`` costs a
     host round trip like a loop step, so none."""
-    backend = jax.default_backend() if backend is None else backend
-    return 2 if backend == "cpu" else 0
+    return 2 if _backend(backend) == "cpu" else 0
+
+
+def on_host_loops(backend: str | None = None) -> bool:
+    """Whether the sample is solved by the plain iteration (its ``while_loop``: cheap on a
+    CPU) rather than by a fixed number of passes without a loop (an accelerator, where
+    every loop step waits on the host)."""
+    return _backend(backend) == "cpu"
+
+
+def fixed_search(pages, eval_fn: Callable, budget, za, zb, passes: int, count: int):
+    """The best dual's ``z`` found by ``passes`` passes of ``count`` candidates from the
+    bracket ``[za, zb]`` of ``z = log nu`` (the first pass spread evenly over it, each later
+    one around the Hermite root of the bracket its predecessors left), with no loop: an
+    estimate (the sample's), not a checked root."""
+    dtype = jnp.result_type(budget)
+
+    def sums_at(zs):
+        def fn(v, zs):
+            out = []
+            for j in range(count):
+                x, dx = eval_fn(v, jnp.exp(zs[j]))
+                out += [x, dx]
+            return tuple(out)
+
+        vals = pages.reduce(fn, ("sum",) * (2 * count), zs)
+        return jnp.stack(vals[0::2]).astype(dtype), jnp.stack(vals[1::2]).astype(dtype)
+
+    state = _init(dtype, 0.5 * (za + zb))
+    zs = za + (zb - za) * jnp.linspace(0.0, 1.0, count, dtype=dtype)
+    state = _update(state, zs, *sums_at(zs), budget, 0.0)
+    for _ in range(passes - 1):
+        zs, state = _next(state, budget, count)
+        state = _update(state, zs, *sums_at(zs), budget, 0.0)
+    return state.z
 
 
 def sample_scale(values: jax.Array, n: int) -> jax.Array:
@@ -260,5 +301,5 @@ def sample_scale(values: jax.Array, n: int) -> jax.Array:
     return jnp.max(jnp.abs(sample(values, n)), axis=-1)
 
 
-__all__ = ["SAMPLE", "MIN_PAGES", "SPREAD", "Strategy", "strategy", "applies", "sample", "search",
-           "backend_unroll", "sample_scale"]
+__all__ = ["SAMPLE", "MIN_PAGES", "SPREAD", "BACKEND", "Strategy", "strategy", "applies", "sample", "search",
+           "backend_unroll", "on_host_loops", "fixed_search", "sample_scale"]
