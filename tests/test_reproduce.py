@@ -396,3 +396,25 @@ def test_quick_runs_report_both_readings(quick_run):
     avr = json.loads((out / "avrachenkov_fig2_5.json").read_text())
     by_k = avr["results"]["fig5c_long"]["best_beta_by_horizon"]
     assert len(by_k["k"]) == len(by_k["best"]) and by_k["best"][-1] == "0.6" and by_k["best"][0] != "0.6"
+
+
+def test_items_per_call_follow_the_device(monkeypatch):
+    """A CPU keeps the experiment's default; an accelerator takes as many items per call as
+    half its memory holds by XLA's memory analysis of one item's call (never fewer than 1,
+    never more than there are)."""
+    import types
+
+    import jax
+
+    from jaxcrawl.experiments import _common
+
+    mem = types.SimpleNamespace(argument_size_in_bytes=100, output_size_in_bytes=20, temp_size_in_bytes=130)
+    one = lambda: types.SimpleNamespace(compile=lambda: types.SimpleNamespace(memory_analysis=lambda: mem))  # noqa: E731
+    assert _common.per_call(20, 1, one) == 1  # this machine is a CPU
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    device = types.SimpleNamespace(memory_stats=lambda: {"bytes_limit": 2_000})
+    monkeypatch.setattr(jax, "devices", lambda *a: [device])
+    assert _common.per_call(20, 1, one) == 4  # 0.5 * 2000 // 250
+    assert _common.per_call(3, 1, one) == 3
+    device.memory_stats = lambda: {"bytes_limit": 100}
+    assert _common.per_call(20, 1, one) == 1

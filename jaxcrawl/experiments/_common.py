@@ -409,6 +409,27 @@ def loglog_slope(x, y) -> float:
     return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
 
 
+# ------------------------------------------------------------------------------ device
+def per_call(total: int, default: int, one_call: Callable[[], Any] | None = None, *, share: float = 0.5) -> int:
+    """How many of ``total`` independent items one compiled call should take.
+
+    On a CPU: ``default`` (a vmapped batch there costs about its items' time in sequence and
+    only adds memory).  On an accelerator, as many as fit in ``share`` of the device's memory,
+    by XLA's memory analysis of ``one_call()`` (the lowered call of one item): a vmapped
+    batch runs its items at once."""
+    import jax
+
+    if jax.default_backend() == "cpu" or one_call is None:
+        return min(default, total)
+    stats = jax.devices()[0].memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if not limit:
+        return min(default, total)
+    mem = one_call().compile().memory_analysis()
+    need = max(int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes), 1)
+    return int(max(1, min(total, share * limit // need)))
+
+
 # ------------------------------------------------------------------------------ data
 def crawl_problem(ctx: Context, num_pages: int, *, dtype=None):
     """The NeurIPS-19 experiments' problem: the data set under ``--data DIR``, else synthetic.
