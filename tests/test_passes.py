@@ -21,17 +21,17 @@ def executed_passes(monkeypatch, solver, problem):
     when it runs (inside the loops too): ``(solution, passes, reads of the written plan)``."""
     n = problem.num_pages
     ticks = []
-    orig = {name: getattr(_budget.ArrayPages, name) for name in ("reduce", "map", "total")}
 
-    def counted(name):
+    def counted(orig, name):
         def method(self, *args):
             if self.n == n:
                 jax.debug.callback(lambda: ticks.append(name))
-            return orig[name](self, *args)
+            return orig(self, *args)
         return method
 
-    for name in orig:
-        monkeypatch.setattr(_budget.ArrayPages, name, counted(name))
+    for cls in (_budget.ArrayPages, _budget.BuiltPages):
+        for name in ("reduce", "map", "total"):
+            monkeypatch.setattr(cls, name, counted(getattr(cls, name), name))
     jax.clear_caches()
     sol = jax.block_until_ready(jax.jit(solver)(problem))
     jax.effects_barrier()

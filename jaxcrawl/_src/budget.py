@@ -168,10 +168,17 @@ class ArrayPages(NamedTuple):
             # inside it: reductions sharing a scalar get a materialised page-sized broadcast
             # of it.  Each reduction its own copy of the operands (recomputing the shared
             # per-page work costs less than those arrays).
-            view = self.view()
-            copies = jax.lax.optimization_barrier(((view, args),) * len(ops))
-            return tuple(reduce_array(fn(copies[i][0], *copies[i][1])[i], op) for i, op in enumerate(ops))
+            copies = jax.lax.optimization_barrier(((self._operands(), args),) * len(ops))
+            return tuple(reduce_array(fn(self._view_of(copies[i][0]), *copies[i][1])[i], op)
+                         for i, op in enumerate(ops))
         return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
+
+    def _operands(self):
+        return self.view()
+
+    @staticmethod
+    def _view_of(operands):
+        return operands
 
     def map(self, fn, *args):
         with jax.named_scope(PASS_SCOPE):
@@ -214,6 +221,38 @@ class ArrayPages(NamedTuple):
         sol = solve(rate_fn, marginal_fn, self.params, budget, self.lo, self.hi, bracket=bracket,
                     max_steps=opts["max_steps"], rtol=opts["rtol"], unrolled=opts.get("adjoint") == "unrolled")
         return sol.x, sol.dual, sol.residual, jax.lax.stop_gradient(sol.num_steps), sol.converged
+
+
+class BuiltPages:
+    """Pages in memory whose parameters and limits are built from the raw inputs inside every
+    pass (``build(raw) -> (params, lower, upper)``): nothing derived from the inputs (units,
+    masks, limits) is written as a page-sized array between passes.  The passes of
+    :class:`ArrayPages`."""
+
+    def __init__(self, build, raw, n):
+        self.build, self.raw, self.n = build, raw, n
+
+    def view(self):
+        # a copy of the raw inputs per pass: the pass's parameters are its own, not shared
+        # with (and written for) another pass or the caller
+        return self._view_of(jax.lax.optimization_barrier(self.raw))
+
+    def _operands(self):
+        return self.raw
+
+    def _view_of(self, raw):
+        params, lo, hi = self.build(raw)
+        return View(params, lo, hi, jnp.arange(self.n))
+
+    def sample(self, m):
+        """The pages of :func:`jaxcrawl._src.search.sample`, built from the sampled inputs."""
+        return BuiltPages(self.build, _search.sample(self.raw, self.n, m), m)
+
+    reduce = ArrayPages.reduce
+    _reduce = ArrayPages._reduce
+    map = ArrayPages.map
+    total = ArrayPages.total
+    loop = staticmethod(jax.lax.while_loop)
 
 
 def _separate_reductions() -> bool:
@@ -311,27 +350,32 @@ def _side_pass(side_fn, side_args, params, lower, upper, n):
     return pages.reduce(lambda v, *a: side_fn(v, *a)[0], side_fn(None)[1], *side_args)
 
 
-def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args=()):
-    max_steps, _, rtol, side_fn = cfg
+def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args=(),
+                 raw=()):
+    max_steps, _, rtol, side_fn, _ = cfg
     probe = bracket[0] if bracket is not None else jnp.ones((), budget.dtype)
     shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
     if _search.applies(shape[-1], marginal_fn, unrolled):
-        return _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, shape[-1], side_args)
+        return _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, shape[-1], side_args, raw)
     side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
     pages = ArrayPages(params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
     return x, nu, None, residual, converged, steps, side
 
 
-def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side_args):
+def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side_args, raw):
     """The budget solve of a large problem by :func:`jaxcrawl._src.search.search`: a start
     from a sample's dual, a few multi-candidate passes (the side statistics folded into the
     first), the write with the closing correction.  Returns :func:`_solve_plain`'s tuple;
     the steps are the search's passes (the write is one more)."""
-    max_steps, _, rtol, side_fn = cfg
+    max_steps, _, rtol, side_fn, build = cfg
     m = _search.SAMPLE
-    sample = ArrayPages(_search.sample(params, n, m), _search.sample(lower, n, m), _search.sample(upper, n, m), m)
+    if build is None:
+        sample = ArrayPages(_search.sample(params, n, m), _search.sample(lower, n, m), _search.sample(upper, n, m), m)
+    else:
+        sample = BuiltPages(build, raw, n).sample(m)
+        sample = ArrayPages(*sample.build(sample.raw), m)
     budget_s = budget * (m / n)
 
     def eval_fn(v, nu):
@@ -350,7 +394,7 @@ def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side
         z0 = _search.fixed_search(sample, eval_fn, budget_s, za, jnp.maximum(zb, za + 1e-3), 3, 16)
         z0 = jnp.where(ok & jnp.isfinite(z0), z0, 0.0)
     z0 = jax.lax.stop_gradient(z0)
-    pages = ArrayPages(params, lower, upper, n)
+    pages = ArrayPages(params, lower, upper, n) if build is None else BuiltPages(build, raw, n)
 
     state, side = _search.search(pages, rate_fn, eval_fn, budget, z0, max_steps, rtol * jnp.abs(budget),
                                  _search.strategy(), side=side_fn, side_args=side_args,
@@ -370,7 +414,7 @@ def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side
 
 
 def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap, side_args=()):
-    max_steps, inner_steps, rtol, side_fn = cfg
+    max_steps, inner_steps, rtol, side_fn, _ = cfg
     dtype = budget.dtype
     n = lower.shape[-1]
     hs = _hosts(host, cap.shape[-1])
@@ -502,9 +546,11 @@ def _across_jumps(at, hs, outer, log_mode, inner, log_h, bind, bind_page, x, bud
     return jnp.where(rest & go, x_b + th * (x_a - x_b), x)
 
 
-def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args, unrolled=False):
+def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, extra, unrolled=False):
+    side_args, raw = extra
     if hosts is None:
-        out = _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args)
+        out = _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args,
+                           raw)
     else:
         out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts, side_args)
     x, nu, kappa, residual, converged, steps, side = out
@@ -516,15 +562,15 @@ def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, host
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
-def _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args):
-    return _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args)
+def _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, extra):
+    return _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, extra)
 
 
 @_solve.defjvp
 def _solve_jvp(rate_fn, marginal_fn, cfg, primals, tangents):
-    params, budget, lower, upper, bracket, hosts, side_args = primals
+    params, budget, lower, upper, bracket, hosts, extra = primals
     dparams, dbudget, dlower, dupper, _, dhosts, _ = tangents
-    out = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args)
+    out = _solve(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, extra)
     x, nu, kappa, residual, converged, steps, side = out
     nu = jax.lax.stop_gradient(nu)
     shape = x.shape
@@ -572,12 +618,16 @@ _solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
 def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: jax.Array, lower: jax.Array,
           upper: jax.Array, *, bracket: tuple | None = None, hosts: tuple | None = None,
           max_steps: int = 100, inner_steps: int = 100, rtol: float | None = None,
-          unrolled: bool = False, side: tuple | None = None) -> BudgetSolution:
+          unrolled: bool = False, side: tuple | None = None, built: tuple | None = None) -> BudgetSolution:
     """Solve one budget problem (no validation: the public wrappers check their inputs).
 
     ``hosts`` is ``None`` or ``(host, cap)``; ``unrolled=True`` runs exactly ``max_steps``
     iterations in a differentiable scan (the baseline the implicit rule is measured
     against; no host caps).  ``bracket`` is required when ``marginal_fn`` is None.
+
+    ``built = (build, raw)`` (optional): ``build(raw) -> (params, lower, upper)``, the
+    same values as the arguments, rebuilt from ``raw`` inside every pass of a large solve
+    (:class:`BuiltPages`).
 
     ``side = (side_fn, side_args)`` (optional): statistics of the pages reduced with the
     solve -- ``side_fn(view, *side_args)`` gives ``(values, ops)`` per page (``side_fn(None)``
@@ -587,14 +637,15 @@ def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: 
     if bracket is None:
         bracket = (jnp.ones((), budget.dtype), jnp.ones((), budget.dtype))
     side_fn, side_args = (None, ()) if side is None else side
+    build, raw = (None, ()) if built is None else built
     cfg = (int(max_steps), int(inner_steps),
-           float(rootfind.default_rtol(budget.dtype) if rtol is None else rtol), side_fn)
+           float(rootfind.default_rtol(budget.dtype) if rtol is None else rtol), side_fn, build)
     if unrolled:
         if hosts is not None:
             raise ValueError("the unrolled adjoint has no host-capped form")
-        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, side_args, True)
+        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, (side_args, raw), True)
     else:
-        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, side_args)
+        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, (side_args, raw))
     x, nu, kappa, residual, converged, steps, side_out = out
     return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps, side_out)
 

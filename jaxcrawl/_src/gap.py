@@ -54,16 +54,22 @@ def needed(gap, params, dual, converged, top_max=None) -> jax.Array:
     return _needs(gap, params, dual, converged, top_max)[0]
 
 
-def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged, top_max=None):
+def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps, converged, top_max=None,
+           built=None):
     """``(x, dual, residual, steps, converged)``: the plain solve's, or the log-gap re-solve's
     where the plain dual cannot resolve the answer.  ``opts``: sorted ``(name, value)`` pairs
     of ``max_steps``, ``rtol`` and ``adjoint``; ``top_max``: the pages' largest log marginal at
-    zero when known (no pass for the test).  The re-solve's passes are added to ``steps``."""
+    zero when known (no pass for the test); ``built = (build, raw)``: ``(params, lo, hi) =
+    build(raw)``, so that under a trace the re-solve's branch builds them from the raw inputs
+    instead of taking them written as page-sized arrays.  The re-solve's passes are added to
+    ``steps``."""
     plain = (x, dual, residual, steps, converged)
     if is_concrete(params, bandwidth, lo, hi, dual, converged):
         if not bool(needed(gap, params, dual, converged, top_max)):
             return plain
         return _re_solve(gap, opts, params, bandwidth, lo, hi, *plain)
+    if built is not None and top_max is not None:
+        return _fallback_built(gap, opts, built[0], bandwidth, *plain, top_max, built[1])
     return _fallback(gap, opts, params, bandwidth, lo, hi, *plain, top_max)
 
 
@@ -117,6 +123,19 @@ def _fallback(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, co
         lambda a: _gap_solve(gap, opts, a[0], bandwidth, a[1], a[2], x, dual, residual, steps, converged),
         lambda a: (x, dual, residual, steps, converged),
         (params, lo, hi))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _fallback_built(gap, opts, build, bandwidth, x, dual, residual, steps, converged, top_max, raw):
+    """:func:`_fallback` with the parameters and limits built from the raw inputs inside the
+    re-solve's branch."""
+    need = _needs(gap, None, dual, converged, top_max)[0]
+
+    def resolve_branch(raw):
+        params, lo, hi = build(raw)
+        return _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged)
+
+    return jax.lax.cond(need, resolve_branch, lambda raw: (x, dual, residual, steps, converged), raw)
 
 
 def allocation(pages, gap, budget, n: int, k, opts: dict) -> tuple:

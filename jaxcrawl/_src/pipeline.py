@@ -223,16 +223,13 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
         imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
         big = _search.sample_scale(imp, shape[-1]) if fast else jnp.max(jnp.abs(imp))
         a, c = unit_scales(big, budget, n)
-    units = Pages(pages.importance / a, pages.change_rate / c, budget / c, pages.complete)
-    params = obj.params(units)
-    div = lambda v: None if v is None else jnp.asarray(v, dtype) / c  # noqa: E731
-    lo, hi = page_limits(obj, params, budget / c, n, dtype, div(lower), div(upper),
-                         None if valid is None and host is None else shape)
-    if valid is not None:
-        lo, hi = jnp.where(valid, lo, 0.0), jnp.where(valid, hi, 0.0)
+    raw = (pages.importance, pages.change_rate, pages.complete, a, c, budget, lower, upper, valid)
+    build = _builder(obj, n, tuple(v is None for v in raw[6:]), valid is not None or host is not None)
+    raw = tuple(v for v in raw if v is not None)
+    params, lo, hi = build(raw)
     gap = obj.gap if obj.separable else None
     if gap is not None and valid is not None:
-        gap, params = _gap.masked(gap), (params, valid)
+        gap = _gap.masked(gap)
     bracket = None
     if obj.marginal is None:
         if obj.bracket is None:
@@ -249,13 +246,14 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     side_args = tuple(v for v in side_args if v is not None)
     sol = _budget.solve(rate_fn, marginal_fn, params, budget / c, lo, hi, bracket=bracket, hosts=hosts,
                         max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
-                        unrolled=opts.adjoint == "unrolled", side=(side_fn, side_args))
+                        unrolled=opts.adjoint == "unrolled", side=(side_fn, side_args),
+                        built=(build, raw) if fast else None)
     ok_inputs = _inputs_ok(sol.side, lower is not None or upper is not None) & jnp.isfinite(budget) & (budget > 0)
     if gap is not None and hosts is None:
         gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
         x, dual, residual, steps, converged = _gap.refine(
             gap, gopts, params, budget / c, lo, hi, sol.x, sol.dual, sol.residual, sol.num_steps, sol.converged,
-            top_max=sol.side[-1])
+            top_max=sol.side[-1], built=(build, raw) if fast else None)
         kappa = None
     elif gap is not None:
         sol = _capped_gap(gap, (opts.max_steps, opts.rtol), params, budget / c, lo, hi, *hosts, sol._replace(side=()))
@@ -278,6 +276,33 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     return Result(rate, probabilities(rate, pages.change_rate, on_signal), on_signal,
                   _budget.rescale_dual(dual, a, c), host_dual, residual * c,
                   jax.lax.stop_gradient(steps), converged)
+
+
+@functools.cache
+def _builder(obj, n: int, absent: tuple, shaped: bool):
+    """``build(raw) -> (params, lower, upper)`` of a solve in its units, from ``raw`` =
+    ``(importance, change_rate, complete, a, c, bandwidth)`` and those of the caller's
+    ``(lower, upper, valid)`` that are not ``absent``; ``shaped``: the limits page-sized
+    (padding rows or host caps).  One function (cached per objective and shape of the
+    call): the solve builds its arguments with it, and a large solve rebuilds them inside
+    every pass instead of writing them between passes."""
+
+    def build(raw):
+        imp, lam, comp, a, c, budget, *rest = raw
+        it = iter(rest)
+        lower, upper, valid = (None if gone else next(it) for gone in absent)
+        dtype = imp.dtype
+        params = obj.params(Pages(imp / a, lam / c, budget / c, comp))
+        div = lambda v: None if v is None else jnp.asarray(v, dtype) / c  # noqa: E731
+        lo, hi = page_limits(obj, params, budget / c, n, dtype, div(lower), div(upper),
+                             imp.shape if shaped else None)
+        if valid is not None:
+            lo, hi = jnp.where(valid, lo, 0.0), jnp.where(valid, hi, 0.0)
+            if obj.separable and obj.gap is not None:
+                params = (params, valid)
+        return params, lo, hi
+
+    return build
 
 
 @functools.cache
