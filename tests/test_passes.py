@@ -127,3 +127,22 @@ def test_the_accelerator_choices_on_this_machine(monkeypatch, name):
     tol = 4 * float(jaxcrawl._src.rootfind.default_rtol(jnp.float32))
     assert abs(float(sol.dual) / float(cpu.dual) - 1) <= 8 * tol
     assert abs(float(jnp.sum(sol.rate)) / float(problem.bandwidth) - 1) <= tol
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["harmonic", "binary"])
+def test_rows_of_processes_at_scale_equal_the_in_memory_solve(name):
+    """The search on pages with padding rows (``jaxcrawl.parallel.ProcessRows``, one process):
+    the in-memory solve's dual and rates."""
+    from jaxcrawl import parallel
+
+    n = _search.MIN_PAGES + 1
+    problem = jaxcrawl.synthetic(jax.random.key(5), n)
+    mem = jaxcrawl.solve(problem, name)
+    src = parallel.ProcessRows(np.asarray(problem.importance), np.asarray(problem.change_rate),
+                               np.asarray(problem.complete), float(problem.bandwidth))
+    rows = jaxcrawl.solve(src, name)
+    assert bool(mem.converged) and bool(rows.converged)
+    tol = 4 * float(jaxcrawl._src.rootfind.default_rtol(jnp.float32))
+    assert abs(float(rows.dual) / float(mem.dual) - 1) <= tol
+    np.testing.assert_allclose(np.asarray(rows.rate), np.asarray(mem.rate), rtol=16 * tol, atol=1e-6)

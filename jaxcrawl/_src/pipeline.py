@@ -331,9 +331,9 @@ def _side_fn(top, absent: tuple):
             width = jnp.broadcast_to(hi - lo, imp.shape)
             out = out + ((width if valid is None else jnp.where(valid, width, 0.0)),)
         if top is not None:
-            params = view.params[0] if valid is not None else view.params
-            t = top(params)
-            out = out + (jnp.where(jnp.isfinite(t) & (valid if valid is not None else True), t, -jnp.inf),)
+            # (with padding rows, the masked GapForm's: -inf on them)
+            t = top(view.params)
+            out = out + (jnp.where(jnp.isfinite(t), t, -jnp.inf),)
         return out, ops
 
     return side
