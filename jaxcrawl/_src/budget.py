@@ -396,7 +396,7 @@ def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side
     z0 = jax.lax.stop_gradient(z0)
     pages = ArrayPages(params, lower, upper, n) if build is None else BuiltPages(build, raw, n)
 
-    state, side = _search.search(pages, rate_fn, eval_fn, budget, z0, max_steps, rtol * jnp.abs(budget),
+    state, side = _search.search(pages, eval_fn, budget, z0, max_steps, rtol * jnp.abs(budget),
                                  _search.strategy(), side=side_fn, side_args=side_args,
                                  unroll=_search.backend_unroll())
     nu = jnp.exp(state.z)

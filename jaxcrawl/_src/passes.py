@@ -5,7 +5,9 @@ once against a reducer with ``reduce(fn, ops, *args)`` (``fn(view, *args)`` per-
 reduced by ``"sum"``, ``"max"``, ``"min"``, ``"argmax"``, ``"argmin"``: the last two give the
 global index), ``map``, ``total``, ``limits``, ``page(k)``, ``derive(fn)``, ``loop``,
 ``first_of`` and ``solve``.  In memory: :class:`jaxcrawl._src.budget.ArrayPages` (``jnp``
-under ``jit``); streamed: :class:`jaxcrawl._src.chunks.ChunkPages` (a host loop over chunks).
+under ``jit``; :class:`jaxcrawl._src.budget.BuiltPages`, the passes of a large solve, builds
+its parameters from the raw inputs in each pass); streamed:
+:class:`jaxcrawl._src.chunks.ChunkPages` (a host loop over chunks).
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@ r"""The one solve's frame: change units, page limits, checks, the budget root-fi
 log-gap re-solve, the check and the units back.
 
 Every path of :func:`jaxcrawl.solve` runs the same steps -- :func:`jaxcrawl._src.budget.plain`
-(bracket, safeguarded Newton iteration, closing correction) and
+(bracket, safeguarded Newton iteration, closing correction; from 65,536 pages in memory the
+search of :mod:`jaxcrawl._src.search` in its place) and
 :func:`jaxcrawl._src.gap.resolve` (log-gap re-solve) -- over a reducer of
 :mod:`jaxcrawl._src.passes`: :func:`solve_pages` for pages in memory (one device, sharded over
 a mesh, or spread over processes as one global sharded array), and

@@ -1,34 +1,35 @@
 r"""The budget root-find of large in-memory problems in a few passes over the pages.
 
 The plain iteration (:func:`jaxcrawl._src.budget.plain`) reads every page for its bracket,
-once per Newton step, for the residual and for the write: 9 passes at 18.5M pages.  When
-memory bandwidth is the limit -- a GPU, where arithmetic is nearly free next to a pass --
-or the passes' arithmetic is (a CPU), the passes are the cost.  This search cuts them:
+once per Newton step, for the residual and for the write.  Whether a pass costs memory
+bandwidth (an accelerator, where arithmetic is nearly free next to it) or arithmetic (a
+CPU), the passes are the cost.  This search takes few:
 
-1. **A start from a sample.**  A strided sample of :data:`SAMPLE` pages (a tenth of a
-   percent of 18.5M: no pass) is solved for its share of the budget; its dual estimates the
-   whole problem's to a few percent (the sample's sum estimates the whole sum).
-2. **Many candidate duals per pass.**  A pass evaluates the sum :math:`S(\nu)` and its slope
-   at ``K`` duals at once (one multi-output reduction): the first around the sample's dual,
-   each later one around the root predicted from what the passes so far measured.
+1. **A start from a sample.**  A strided sample of :data:`SAMPLE` pages (no pass) is solved
+   for its share of the budget; its dual estimates the whole problem's to a few percent.
+   On a CPU by the plain iteration; on an accelerator by a few wide passes over the sample
+   without a loop (:func:`fixed_search`: a loop step waits on the host there).
+2. **Several candidate duals per pass.**  A pass evaluates the sum :math:`S(\nu)` and its
+   slope at ``K`` duals at once: the first around the sample's dual, each later one around
+   the root predicted from what the passes so far measured.
 3. **A root from both ends of the bracket.**  The two candidates that bracket the budget,
    with their sums and slopes, define the cubic Hermite interpolant of
    :math:`g(z)=\log(S(e^z)/B)` (nearly linear in :math:`z=\log\nu` for the built-in
    objectives); its root is the next candidate.  The error falls like the fourth power of
-   the bracket's width: from a bracket of ±12% around the sample's dual, the next candidate
-   is within ~1e-7 of the root.  One-sided, a Newton step on :math:`g` from the nearest end
-   (widened by a quarter so that it brackets); no progress, bisection.
+   the bracket's width: from a bracket of ±12.5% around the sample's dual, the next
+   candidate is within ~1e-7 of the root.  One-sided, a Newton step on :math:`g` from the
+   known end (a quarter further, so that it brackets); no progress, bisection.
 4. **The write pass** evaluates the allocation at the best candidate with the closing
    correction of the plain solve.
 
 The tolerance and the ``converged`` flag are the plain iteration's: a candidate's residual
 :math:`|S(\nu)-B|\le` ``rtol B`` before the correction, or a bracket a few ulps wide (then
-:func:`jaxcrawl._src.budget.checked` asks the residual to be within 4 ``rtol B``).
-Float32 usually needs 2 search passes and float64 3: 3 and 4 passes with the write, against 9.
+:func:`jaxcrawl._src.budget.checked` asks the residual to be within 4 ``rtol B``).  On the
+NeurIPS-19-shaped problem float32 takes 2 search passes and float64 3 (with the write, 3
+and 4 passes over the pages).
 
 ``K`` is chosen by backend (:func:`strategy`): on a CPU each candidate costs its arithmetic
-on every page (a pass there is compute-bound), so 3 candidates in the first pass and 1 after;
-on an accelerator 16 and 8.
+on every page, so 2 candidates in the first pass and 1 after; on an accelerator 16 and 8.
 """
 from __future__ import annotations
 
@@ -207,11 +208,11 @@ def _next(s: State, budget, count: int) -> tuple[jax.Array, State]:
     return zs, s._replace(step=step)
 
 
-def search(pages, rate_fn: Callable, eval_fn: Callable, budget, z0, max_steps: int, tol, plan: Strategy,
+def search(pages, eval_fn: Callable, budget, z0, max_steps: int, tol, plan: Strategy,
            side: Callable | None = None, side_args: tuple = (), unroll: int = 0):
     """The search over ``pages`` (a :mod:`jaxcrawl._src.passes` reducer) from ``z0`` (log of the
-    estimated dual).  ``eval_fn(view, nu) -> (x, dx)`` per page.  ``side(view)`` (optional):
-    extra ``(values, ops)`` reduced in the first pass, returned.  Returns
+    estimated dual).  ``eval_fn(view, nu) -> (x, dx)`` per page.  ``side(view, *side_args)``
+    (optional): extra ``(values, ops)`` reduced in the first pass, returned.  Returns
     ``(state, side_values)``."""
     dtype = jnp.result_type(budget)
 
