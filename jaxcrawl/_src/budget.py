@@ -352,11 +352,11 @@ def _side_pass(side_fn, side_args, params, lower, upper, n):
 
 def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args=(),
                  raw=()):
-    max_steps, _, rtol, side_fn, _ = cfg
+    max_steps, _, rtol, side_fn, build = cfg
     probe = bracket[0] if bracket is not None else jnp.ones((), budget.dtype)
     shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
-    if _search.applies(shape[-1], marginal_fn, unrolled):
+    if build is not None and _search.applies(shape[-1], marginal_fn, unrolled):
         return _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, shape[-1], side_args, raw)
     side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
     pages = ArrayPages(params, lower, upper, shape[-1])
@@ -626,8 +626,9 @@ def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: 
     against; no host caps).  ``bracket`` is required when ``marginal_fn`` is None.
 
     ``built = (build, raw)`` (optional): ``build(raw) -> (params, lower, upper)``, the
-    same values as the arguments, rebuilt from ``raw`` inside every pass of a large solve
-    (:class:`BuiltPages`).
+    same values as the arguments, rebuilt from ``raw`` inside every pass: with it a large
+    problem is solved by the search of :mod:`jaxcrawl._src.search` (its duals must be
+    positive: the caller's to know), without it by the plain iteration.
 
     ``side = (side_fn, side_args)`` (optional): statistics of the pages reduced with the
     solve -- ``side_fn(view, *side_args)`` gives ``(values, ops)`` per page (``side_fn(None)``

@@ -219,7 +219,10 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     a = c = jnp.ones((), dtype)
     # a large solve (the search of jaxcrawl._src.search) takes its importance unit from its
     # sample (any positive unit is exact) and folds the checks into its first pass
-    fast = _search.applies(shape[-1], obj.marginal, opts.adjoint == "unrolled") and host is None
+    # (homogeneous objectives: every built-in; their duals are positive, as the search's
+    # log-dual needs -- another objective may have a dual <= 0 and keeps the plain iteration)
+    fast = (_search.applies(shape[-1], obj.marginal, opts.adjoint == "unrolled") and host is None
+            and obj.homogeneous)
     if obj.homogeneous:
         imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
         big = _search.sample_scale(imp, shape[-1]) if fast else jnp.max(jnp.abs(imp))

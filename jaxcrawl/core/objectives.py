@@ -123,7 +123,9 @@ class Objective(NamedTuple):
         (importance :math:`\times a` leaves the rates unchanged; change rates, bounds and
         bandwidth :math:`\times c` multiply the rates by :math:`c`; the dual scales by
         :math:`a/c`), as for every built-in.  The solve then works in units where the
-        largest importance and the mean rate are 1.
+        largest importance (of a sample, for a large problem) and the mean rate are 1, and
+        solves a problem of 65,536 pages or more in memory by a search on the log of the
+        dual (Solvers, Large problems): its utilities must be increasing (a dual > 0).
       gap: optional :class:`GapForm`: the solve then re-solves on the dual's log-gap where
         the plain dual cannot resolve the answer.
     """
