@@ -5,6 +5,8 @@ import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import jaxcrawl
 from jaxcrawl._src import budget as _budget
@@ -146,3 +148,29 @@ def test_rows_of_processes_at_scale_equal_the_in_memory_solve(name):
     tol = 4 * float(jaxcrawl._src.rootfind.default_rtol(jnp.float32))
     assert abs(float(rows.dual) / float(mem.dual) - 1) <= tol
     np.testing.assert_allclose(np.asarray(rows.rate), np.asarray(mem.rate), rtol=16 * tol, atol=1e-6)
+
+
+@pytest.mark.long
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(log_bandwidth=st.floats(-6.0, 6.0), log_boost=st.floats(0.0, 12.0), name=st.sampled_from(["harmonic", "binary"]))
+def test_property_search_equals_plain_iteration(monkeypatch, log_bandwidth, log_boost, name):
+    """Bandwidths from 1e-6 to 1e6 times the default and one page up to 1e12 times more
+    important than the rest (a sample that misses the page that takes the budget): the search
+    and the plain iteration both converge, meet the budget and find the same dual."""
+    n = 2 * _search.MIN_PAGES
+    base = jaxcrawl.synthetic(jax.random.key(11), n)
+    imp = np.asarray(base.importance).copy()
+    imp[12345] *= 10.0 ** log_boost
+    problem = jaxcrawl.CrawlProblem(jnp.asarray(imp), base.change_rate, base.bandwidth * 10.0 ** log_bandwidth,
+                                    base.complete)
+    fast = jaxcrawl.solve(problem, name)
+    monkeypatch.setattr(_search, "MIN_PAGES", 10 * n)
+    jax.clear_caches()  # the plain iteration traced anew
+    plain = jaxcrawl.solve(problem, name)
+    monkeypatch.setattr(_search, "MIN_PAGES", n // 2)
+    jax.clear_caches()
+    assert int(plain.num_steps) != int(fast.num_steps) or float(plain.dual) != float(fast.dual)
+    tol = 4 * float(jaxcrawl._src.rootfind.default_rtol(jnp.float32))
+    assert bool(fast.converged) and bool(plain.converged)
+    assert abs(float(jnp.sum(fast.rate)) / float(problem.bandwidth) - 1) <= tol
+    assert abs(float(fast.dual) / float(plain.dual) - 1) <= 8 * tol
