@@ -163,22 +163,7 @@ class ArrayPages(NamedTuple):
             return self._reduce(fn, ops, *args)
 
     def _reduce(self, fn, ops, *args):
-        if len(ops) > 1 and args and _separate_reductions():
-            # XLA:CPU vectorises a reduction (an XNNPACK fusion) only with its operands
-            # inside it: reductions sharing a scalar get a materialised page-sized broadcast
-            # of it.  Each reduction its own copy of the operands (recomputing the shared
-            # per-page work costs less than those arrays).
-            copies = jax.lax.optimization_barrier(((self._operands(), args),) * len(ops))
-            return tuple(reduce_array(fn(self._view_of(copies[i][0]), *copies[i][1])[i], op)
-                         for i, op in enumerate(ops))
         return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
-
-    def _operands(self):
-        return self.view()
-
-    @staticmethod
-    def _view_of(operands):
-        return operands
 
     def map(self, fn, *args):
         with jax.named_scope(PASS_SCOPE):
@@ -237,19 +222,26 @@ class BuiltPages:
         # with (and written for) another pass or the caller
         return self._view_of(jax.lax.optimization_barrier(self.raw))
 
-    def _operands(self):
-        return self.raw
-
     def _view_of(self, raw):
         params, lo, hi = self.build(raw)
         return View(params, lo, hi, jnp.arange(self.n))
+
+    def _reduce(self, fn, ops, *args):
+        if len(ops) > 1 and args and _separate_reductions():
+            # XLA:CPU vectorises a reduction (an XNNPACK fusion) only with its operands
+            # inside it: reductions sharing a scalar get a materialised page-sized broadcast
+            # of it.  Each reduction its own copy of the operands (recomputing the shared
+            # per-page work costs less than those arrays).
+            copies = jax.lax.optimization_barrier(((self.raw, args),) * len(ops))
+            return tuple(reduce_array(fn(self._view_of(copies[i][0]), *copies[i][1])[i], op)
+                         for i, op in enumerate(ops))
+        return ArrayPages._reduce(self, fn, ops, *args)
 
     def sample(self, m):
         """The pages of :func:`jaxcrawl._src.search.sample`, built from the sampled inputs."""
         return BuiltPages(self.build, _search.sample(self.raw, self.n, m), m)
 
     reduce = ArrayPages.reduce
-    _reduce = ArrayPages._reduce
     map = ArrayPages.map
     total = ArrayPages.total
     loop = staticmethod(jax.lax.while_loop)
