@@ -5,7 +5,7 @@ the test lanes or the full-size reproductions, as one table per machine.
     PYTHONPATH=. python benchmarks/gpu.py --part reproduce # part 2: jaxcrawl reproduce all, full size
     JAX_PLATFORMS=cpu python benchmarks/gpu.py --small     # the CPU mode CI runs (small sizes, no lanes)
 
-Each part fits one device call (part 1 about 4 minutes on an H100, part 2 about 6).  For every
+Each part is sized for one device call (part 1 meant to finish within 4 minutes, part 2 within 6).  For every
 workload the table gives the time after compilation (best of a few runs; arrays passed as
 arguments, never closed over), the passes over the pages or the evaluations it took, the
 bytes one pass reads, and the ratio of the time to the *memory floor*: one pass over the

@@ -237,10 +237,6 @@ class BuiltPages:
                          for i, op in enumerate(ops))
         return ArrayPages._reduce(self, fn, ops, *args)
 
-    def sample(self, m):
-        """The pages of :func:`jaxcrawl._src.search.sample`, built from the sampled inputs."""
-        return BuiltPages(self.build, _search.sample(self.raw, self.n, m), m)
-
     reduce = ArrayPages.reduce
     map = ArrayPages.map
     total = ArrayPages.total
@@ -282,10 +278,6 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     def sums(v, nu):
         return eval_pages(rate_fn, v.params, nu, v.lo, v.hi)[:2]
 
-    def corrected(v, nu, c):
-        x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
-        return jnp.clip(x - c * dx, v.lo, v.hi)
-
     dtype = jnp.result_type(budget)
     if marginal_fn is not None:
         a, b = bracket_from_marginals(pages, marginal_fn, budget)
@@ -305,19 +297,31 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     else:
         final = rootfind.iterate(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps, loop=pages.loop)
     nu = rootfind.root_value(final, log_mode)
-    # Closing correction.  The sums at nu are one fused reduction; the corrected allocation
-    # is recomputed elementwise from a barrier copy of nu (so XLA does not materialise x and
-    # dx as page-sized temporaries).
+    # the residual at nu (one fused reduction with its slope), then the corrected plan
     def residual(v, nu):
         return sums(v, nu)
 
     s, ds = pages.reduce(residual, ("sum", "sum"), nu)
     residual = s - budget
-    sw = -ds
+    x = corrected_plan(pages, rate_fn, nu, residual, ds)
+    return x, nu, residual, final.done & jnp.isfinite(residual), final.k
+
+
+def corrected_plan(pages, rate_fn: Callable, nu, residual, slope):
+    """The plan at the dual ``nu`` with the closing correction: one Newton step on the free
+    pages (``x - c dx``, clipped) that makes the budget hold to rounding, given the sum's
+    ``residual`` at ``nu`` and its ``slope`` in the dual.  One pass: the allocation is
+    recomputed elementwise from a barrier copy of ``nu`` (so XLA does not materialise ``x``
+    and ``dx`` as page-sized temporaries)."""
+    sw = -slope
     c = jnp.where(sw > 0, -residual / jnp.where(sw > 0, sw, 1.0), 0.0)
     nu_b, c = jax.lax.optimization_barrier((nu, c))
-    x = pages.map(corrected, nu_b, c)
-    return x, nu, residual, final.done & jnp.isfinite(residual), final.k
+
+    def corrected(v, nu, c):
+        x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
+        return jnp.clip(x - c * dx, v.lo, v.hi)
+
+    return pages.map(corrected, nu_b, c)
 
 
 def checked(pages, x, budget, residual, converged, rtol: float, *, capped: bool = False):
@@ -349,25 +353,22 @@ def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracke
     shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
     if build is not None and _search.applies(shape[-1], marginal_fn, unrolled):
-        return _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, shape[-1], side_args, raw)
+        return _solve_fast(rate_fn, marginal_fn, cfg, budget, shape[-1], side_args, raw)
     side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
     pages = ArrayPages(params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
     return x, nu, None, residual, converged, steps, side
 
 
-def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side_args, raw):
-    """The budget solve of a large problem by :func:`jaxcrawl._src.search.search`: a start
-    from a sample's dual, a few multi-candidate passes (the side statistics folded into the
-    first), the write with the closing correction.  Returns :func:`_solve_plain`'s tuple;
-    the steps are the search's passes (the write is one more)."""
+def _solve_fast(rate_fn, marginal_fn, cfg, budget, n, side_args, raw):
+    """The budget solve of a large problem by :func:`jaxcrawl._src.search.search` over the
+    pages ``build(raw)`` (``cfg``'s builder): a start from a sample's dual, a few
+    multi-candidate passes (the side statistics folded into the first), the write with the
+    closing correction.  Returns :func:`_solve_plain`'s tuple; the steps are the search's
+    passes (the write is one more)."""
     max_steps, _, rtol, side_fn, build = cfg
     m = _search.SAMPLE
-    if build is None:
-        sample = ArrayPages(_search.sample(params, n, m), _search.sample(lower, n, m), _search.sample(upper, n, m), m)
-    else:
-        sample = BuiltPages(build, raw, n).sample(m)
-        sample = ArrayPages(*sample.build(sample.raw), m)
+    sample = ArrayPages(*build(_search.sample(raw, n, m)), m)
     budget_s = budget * (m / n)
 
     def eval_fn(v, nu):
@@ -386,23 +387,14 @@ def _solve_fast(rate_fn, marginal_fn, cfg, params, budget, lower, upper, n, side
         z0 = _search.fixed_search(sample, eval_fn, budget_s, za, jnp.maximum(zb, za + 1e-3), 3, 16)
         z0 = jnp.where(ok & jnp.isfinite(z0), z0, 0.0)
     z0 = jax.lax.stop_gradient(z0)
-    pages = ArrayPages(params, lower, upper, n) if build is None else BuiltPages(build, raw, n)
+    pages = BuiltPages(build, raw, n)
 
     state, side = _search.search(pages, eval_fn, budget, z0, max_steps, rtol * jnp.abs(budget),
                                  _search.strategy(), side=side_fn, side_args=side_args,
                                  unroll=_search.backend_unroll())
     nu = jnp.exp(state.z)
-    residual = state.f
-    sw = -state.df
-    c = jnp.where(sw > 0, -residual / jnp.where(sw > 0, sw, 1.0), 0.0)
-    nu_b, c = jax.lax.optimization_barrier((nu, c))
-
-    def corrected(v, nu, c):
-        x, dx, *_ = eval_pages(rate_fn, v.params, nu, v.lo, v.hi)
-        return jnp.clip(x - c * dx, v.lo, v.hi)
-
-    x = pages.map(corrected, nu_b, c)
-    return x, nu, None, residual, state.done & jnp.isfinite(residual), state.k, side
+    x = corrected_plan(pages, rate_fn, nu, state.f, state.df)
+    return x, nu, None, state.f, state.done & jnp.isfinite(state.f), state.k, side
 
 
 def _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, host, cap, side_args=()):

@@ -68,9 +68,8 @@ def refine(gap, opts: tuple, params, bandwidth, lo, hi, x, dual, residual, steps
         if not bool(needed(gap, params, dual, converged, top_max)):
             return plain
         return _re_solve(gap, opts, params, bandwidth, lo, hi, *plain)
-    if built is not None and top_max is not None:
-        return _fallback_built(gap, opts, built[0], bandwidth, *plain, top_max, built[1])
-    return _fallback(gap, opts, params, bandwidth, lo, hi, *plain, top_max)
+    build, operands = (_as_given, (params, lo, hi)) if built is None else built
+    return _fallback(gap, opts, build, bandwidth, *plain, top_max, operands)
 
 
 def resolve(pages, gap, opts: dict, budget, n: int, x, dual, residual, steps, converged) -> tuple:
@@ -114,28 +113,25 @@ def _re_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, co
     return _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _fallback(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged, top_max=None):
-    """The same decision under a trace: ``lax.cond`` on :func:`needed`."""
-    need = _needs(gap, params, dual, converged, top_max)[0]
-    return jax.lax.cond(
-        need,
-        lambda a: _gap_solve(gap, opts, a[0], bandwidth, a[1], a[2], x, dual, residual, steps, converged),
-        lambda a: (x, dual, residual, steps, converged),
-        (params, lo, hi))
+def _as_given(operands):
+    """The ``build`` of :func:`_fallback` when its operands are ``(params, lo, hi)`` themselves."""
+    return operands
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _fallback_built(gap, opts, build, bandwidth, x, dual, residual, steps, converged, top_max, raw):
-    """:func:`_fallback` with the parameters and limits built from the raw inputs inside the
-    re-solve's branch."""
+def _fallback(gap, opts, build, bandwidth, x, dual, residual, steps, converged, top_max, operands):
+    """The same decision under a trace: ``lax.cond`` on :func:`needed`.  The re-solve's branch
+    takes ``(params, lo, hi) = build(operands)``: the solve's raw inputs (nothing page-sized is
+    written for the branch) or, with :func:`_as_given`, those arrays."""
+    if top_max is None:
+        top_max = jnp.max(gap.top(build(operands)[0]))
     need = _needs(gap, None, dual, converged, top_max)[0]
 
-    def resolve_branch(raw):
-        params, lo, hi = build(raw)
+    def resolve_branch(operands):
+        params, lo, hi = build(operands)
         return _gap_solve(gap, opts, params, bandwidth, lo, hi, x, dual, residual, steps, converged)
 
-    return jax.lax.cond(need, resolve_branch, lambda raw: (x, dual, residual, steps, converged), raw)
+    return jax.lax.cond(need, resolve_branch, lambda _: (x, dual, residual, steps, converged), operands)
 
 
 def allocation(pages, gap, budget, n: int, k, opts: dict) -> tuple:

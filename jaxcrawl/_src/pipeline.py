@@ -252,7 +252,7 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
                         max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
                         unrolled=opts.adjoint == "unrolled", side=(side_fn, side_args),
                         built=(build, raw) if fast else None)
-    ok_inputs = _inputs_ok(sol.side, lower is not None or upper is not None) & jnp.isfinite(budget) & (budget > 0)
+    ok_inputs = _inputs_ok(sol.side, lower is not None or upper is not None, budget)
     if gap is not None and hosts is None:
         gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
         x, dual, residual, steps, converged = _gap.refine(
@@ -312,8 +312,8 @@ def _builder(obj, n: int, absent: tuple, shaped: bool):
 @functools.cache
 def _side_fn(top, absent: tuple):
     """The statistics every in-memory solve reduces with its first pass: the extremes of the
-    importance and change rates and the least width of the bounds (:func:`inputs_valid`'s
-    test, by :func:`_inputs_ok`) and, for a GapForm objective, the
+    importance and change rates and the least width of the bounds (the test of
+    :func:`_inputs_ok`) and, for a GapForm objective, the
     largest log marginal at zero of the pages (the log-gap re-solve's test).  ``absent``:
     which of ``(importance, change_rate, lower, upper, valid)`` are not passed."""
     has_bounds = not (absent[2] and absent[3])
@@ -343,37 +343,17 @@ def _side_fn(top, absent: tuple):
     return side
 
 
-def _inputs_ok(side, has_bounds):
-    """:func:`inputs_valid`'s test from the statistics of :func:`_side_fn`: importance and
-    change rates finite and > 0 and, with bounds, ``upper - lower >= 0`` everywhere (False
-    for a NaN anywhere)."""
+def _inputs_ok(side, has_bounds, budget):
+    """In-graph: are the inputs a problem?  Importance and change rates finite and > 0, the
+    bandwidth finite and > 0 and, with bounds, ``upper - lower >= 0`` everywhere (False for a
+    NaN anywhere), from the statistics of :func:`_side_fn`.  The eager checks refuse such
+    inputs by name; under ``jit`` a solve of them reports ``converged=False`` through this
+    (no host round trip)."""
     imp_min, imp_max, lam_min, lam_max = side[:4]
     ok = (imp_min > 0) & (imp_max < jnp.inf) & (lam_min > 0) & (lam_max < jnp.inf)
     if has_bounds:
         ok = ok & (side[4] >= 0)
-    return ok
-
-
-def _valid_pages(imp, lam, lower, upper, valid):
-    """Per page: importance and change rate finite and > 0, no NaN bound, lower <= upper
-    (padding rows always valid)."""
-    ok = jnp.isfinite(imp) & (imp > 0) & jnp.isfinite(lam) & (lam > 0)
-    if lower is not None or upper is not None:
-        lo = jnp.zeros((), imp.dtype) if lower is None else jnp.asarray(lower, imp.dtype)
-        hi = jnp.full((), jnp.inf, imp.dtype) if upper is None else jnp.asarray(upper, imp.dtype)
-        ok = ok & (lo <= hi)  # False for a NaN bound too
-    if valid is not None:
-        ok = ok | ~valid
-    return ok
-
-
-def inputs_valid(pages: Pages, budget, lower, upper, valid=None):
-    """In-graph: are the inputs a problem (importance and change rates finite and > 0, the
-    bandwidth finite and > 0, no NaN bound, ``lower <= upper``)?  The eager checks refuse
-    such inputs by name; under ``jit`` a solve of them reports ``converged=False`` through
-    this (one fused reduction over the pages, no host round trip)."""
-    ok = _valid_pages(pages.importance, pages.change_rate, lower, upper, valid)
-    return jnp.all(ok, axis=-1) & jnp.isfinite(budget) & (budget > 0)
+    return ok & jnp.isfinite(budget) & (budget > 0)
 
 
 @functools.cache

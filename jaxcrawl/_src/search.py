@@ -208,6 +208,27 @@ def _next(s: State, budget, count: int) -> tuple[jax.Array, State]:
     return zs, s._replace(step=step)
 
 
+def candidate_sums(pages, eval_fn: Callable, zs, dtype, side: Callable | None = None, side_args: tuple = ()):
+    """One pass over ``pages``: the sums of the rates and of their slopes at the duals
+    ``exp(zs)`` (``eval_fn(view, nu) -> (x, dx)`` per page) and, with ``side``, its statistics
+    (``side(view, *side_args) -> (values, ops)``).  Returns ``(sums, slopes, side_values)``."""
+    count = zs.shape[0]
+    extra_ops = () if side is None else tuple(side(None)[1])
+
+    def fn(v, zs, *extra):
+        out = []
+        for j in range(count):
+            out += list(eval_fn(v, jnp.exp(zs[j])))
+        if side is not None:
+            out += list(side(v, *extra)[0])
+        return tuple(out)
+
+    vals = pages.reduce(fn, ("sum",) * (2 * count) + extra_ops, zs, *(side_args if side is not None else ()))
+    sums = jnp.stack([jnp.asarray(v, dtype) for v in vals[0:2 * count:2]])
+    slopes = jnp.stack([jnp.asarray(v, dtype) for v in vals[1:2 * count:2]])
+    return sums, slopes, vals[2 * count:]
+
+
 def search(pages, eval_fn: Callable, budget, z0, max_steps: int, tol, plan: Strategy,
            side: Callable | None = None, side_args: tuple = (), unroll: int = 0):
     """The search over ``pages`` (a :mod:`jaxcrawl._src.passes` reducer) from ``z0`` (log of the
@@ -215,36 +236,14 @@ def search(pages, eval_fn: Callable, budget, z0, max_steps: int, tol, plan: Stra
     (optional): extra ``(values, ops)`` reduced in the first pass, returned.  Returns
     ``(state, side_values)``."""
     dtype = jnp.result_type(budget)
-
-    def sums_at(zs, with_side=False):
-        count = zs.shape[0]
-
-        def fn(v, zs, *extra):
-            out = []
-            for j in range(count):
-                x, dx = eval_fn(v, jnp.exp(zs[j]))
-                out += [x, dx]
-            if with_side:
-                out += list(side(v, *extra)[0])
-            return tuple(out)
-
-        ops = ("sum",) * (2 * count)
-        if with_side:
-            ops = ops + tuple(side(None)[1])
-        vals = pages.reduce(fn, ops, zs, *(side_args if with_side else ()))
-        sums = jnp.stack([jnp.asarray(v, dtype) for v in vals[0:2 * count:2]])
-        slopes = jnp.stack([jnp.asarray(v, dtype) for v in vals[1:2 * count:2]])
-        return sums, slopes, vals[2 * count:]
-
     state = _init(dtype, jnp.asarray(z0, dtype))
     zs = state.z + SPREAD * jnp.asarray(plan.offsets, dtype)
-    sums, slopes, side_vals = sums_at(zs, with_side=side is not None)
+    sums, slopes, side_vals = candidate_sums(pages, eval_fn, zs, dtype, side, side_args)
     state = _update(state, zs, sums, slopes, budget, tol)
 
     def body(s):
         zs, s = _next(s, budget, plan.next)
-        sums, slopes, _ = sums_at(zs)
-        return _update(s, zs, sums, slopes, budget, tol)
+        return _update(s, zs, *candidate_sums(pages, eval_fn, zs, dtype)[:2], budget, tol)
 
     def cond(s):
         return ~s.done & (s.k < max_steps)
@@ -275,24 +274,12 @@ def fixed_search(pages, eval_fn: Callable, budget, za, zb, passes: int, count: i
     one around the Hermite root of the bracket its predecessors left), with no loop: an
     estimate (the sample's), not a checked root."""
     dtype = jnp.result_type(budget)
-
-    def sums_at(zs):
-        def fn(v, zs):
-            out = []
-            for j in range(count):
-                x, dx = eval_fn(v, jnp.exp(zs[j]))
-                out += [x, dx]
-            return tuple(out)
-
-        vals = pages.reduce(fn, ("sum",) * (2 * count), zs)
-        return jnp.stack(vals[0::2]).astype(dtype), jnp.stack(vals[1::2]).astype(dtype)
-
     state = _init(dtype, 0.5 * (za + zb))
     zs = za + (zb - za) * jnp.linspace(0.0, 1.0, count, dtype=dtype)
-    state = _update(state, zs, *sums_at(zs), budget, 0.0)
-    for _ in range(passes - 1):
-        zs, state = _next(state, budget, count)
-        state = _update(state, zs, *sums_at(zs), budget, 0.0)
+    for k in range(passes):
+        if k:
+            zs, state = _next(state, budget, count)
+        state = _update(state, zs, *candidate_sums(pages, eval_fn, zs, dtype)[:2], budget, 0.0)
     return state.z
 
 
@@ -302,5 +289,5 @@ def sample_scale(values: jax.Array, n: int) -> jax.Array:
     return jnp.max(jnp.abs(sample(values, n)), axis=-1)
 
 
-__all__ = ["SAMPLE", "MIN_PAGES", "SPREAD", "BACKEND", "Strategy", "strategy", "applies", "sample", "search",
+__all__ = ["SAMPLE", "MIN_PAGES", "SPREAD", "BACKEND", "Strategy", "strategy", "applies", "sample", "candidate_sums", "search",
            "backend_unroll", "on_host_loops", "fixed_search", "sample_scale"]
