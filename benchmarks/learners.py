@@ -21,6 +21,16 @@ The last line printed is one JSON object.
 
 Usage: ``python benchmarks/learners.py [--episodes 20] [--epochs 21] [--pages 100000] [--batch 2]
 [--events-per-window 48] [--compare-epochs 3] [--skip-full]``
+
+``--research`` measures instead what a researcher's sweep costs (and nothing else):
+compile times (wall and process CPU) of ``jit(lambda_crawl)``, ``jit(binary_lambda_crawl)``,
+one LambdaLearnAndCrawl ``run_learner`` of ``--research-epochs`` epochs and the vmapped
+``--seeds``-seed run, each divided by the compile time of a 20-line plain JAX bisection of
+the same ``--research-pages``-page problem compiled in the same process; the time of
+``llc_settings``; and, at steady state (compiled), the vmapped ``--grid`` × ``--seeds``
+sweep against the Python loop of the same runs, for LLC and for MirrorSync (ICML-20
+Table 1 bandit).  Usage: ``python benchmarks/learners.py --research [--research-pages 200]
+[--research-epochs 10] [--seeds 8] [--grid 8] [--sync-steps 20]``.
 """
 from __future__ import annotations
 
@@ -81,6 +91,111 @@ def np_lambda_crawl(mu, lam, comp, bandwidth, iters=100):
     return rates(np.exp(0.5 * (a + b)))
 
 
+# ------------------------------------------------------------------ research loop
+def plain_bisection(q):
+    """LambdaCrawl by 100 bisection steps on log ν: the 20-line baseline a researcher writes."""
+    def rates(nu):
+        s2 = q.importance * q.change_rate / nu
+        inc = 2.0 * s2 / (q.change_rate + jnp.sqrt(q.change_rate ** 2 + 4.0 * s2))
+        return jnp.where(q.complete > 0, jnp.minimum(q.change_rate, q.importance / nu), inc)
+
+    def body(_, ab):
+        a, b = ab
+        mid = 0.5 * (a + b)
+        up = rates(jnp.exp(mid)).sum() > q.bandwidth
+        return jnp.where(up, mid, a), jnp.where(up, b, mid)
+
+    a, b = jax.lax.fori_loop(0, 100, body, (jnp.log(1e-12), jnp.log(1e12)))
+    return rates(jnp.exp(0.5 * (a + b)))
+
+
+def compile_seconds(fn, *args):
+    """``(wall, cpu)`` seconds of ``jax.jit(fn).lower(*args).compile()`` (a new function object
+    each call: nothing cached in memory) and the compiled program."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    compiled = jax.jit(fn).lower(*args).compile()
+    return time.perf_counter() - w0, time.process_time() - c0, compiled
+
+
+def research(args):
+    from jaxcrawl.learners import LLCParams, SyncHyperparams, mirror_sync
+    from jaxcrawl.sync_bandits import polynomial_bandit
+
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; "
+          f"x64={jax.config.jax_enable_x64}; load average {os.getloadavg()[0]:.1f}")
+    q = jaxcrawl.synthetic(jax.random.key(0), args.research_pages)
+    result = dict(benchmark="learners-research", device=jax.devices()[0].platform, pages=args.research_pages,
+                  epochs=args.research_epochs, seeds=args.seeds, grid=args.grid,
+                  load_average=round(os.getloadavg()[0], 1))
+    compile_seconds(lambda x: x + 1, 1.0)  # the first compile of a process pays one-off set-up
+    w, c, _ = compile_seconds(plain_bisection, q)
+    base = dict(wall=w, cpu=c)
+    print(f"plain JAX bisection ({args.research_pages} pages): compile {w:.2f} s wall, {c:.2f} s CPU")
+    result.update(bisection_compile_wall=round(w, 3), bisection_compile_cpu=round(c, 3))
+
+    def report(name, w, c):
+        rw, rc = w / base["wall"], c / base["cpu"]
+        print(f"{name}: compile {w:.2f} s wall, {c:.2f} s CPU = {rw:.1f}x / {rc:.1f}x the bisection")
+        result.update({f"{name}_compile_wall": round(w, 3), f"{name}_compile_cpu": round(c, 3),
+                       f"{name}_over_bisection_cpu": round(rc, 2), f"{name}_over_bisection_wall": round(rw, 2)})
+
+    for name, fn in (("lambda_crawl", lambda p: jaxcrawl.lambda_crawl(p).rate),
+                     ("binary_lambda_crawl", lambda p: jaxcrawl.binary_lambda_crawl(p).rate)):
+        report(name, *compile_seconds(fn, q)[:2])
+
+    t0 = time.perf_counter()
+    settings = lc.llc_settings(q)
+    t_settings = time.perf_counter() - t0
+    learner = lc.lambda_learn_and_crawl(**settings)
+    print(f"llc_settings + factory: {t_settings:.2f} s (first call in the process)")
+    result.update(llc_settings_seconds=round(t_settings, 3))
+    epochs = args.research_epochs
+
+    def one(k, prm):
+        return run_learner(k, learner, q, epochs, prm)[1].harmonic_cost
+
+    prm0 = LLCParams(smoothing=jnp.float32(0.5))
+    w, c, run_one = compile_seconds(one, jax.random.key(1), prm0)
+    report("llc_run", w, c)
+    seeds = jax.random.split(jax.random.key(2), args.seeds)
+    w, c, _ = compile_seconds(jax.vmap(one, in_axes=(0, None)), seeds, prm0)
+    report("llc_seed_sweep", w, c)
+
+    # steady state: grid x seeds vmapped in one program against the Python loop of the runs
+    grid = grid_product(LLCParams, smoothing=list(np.linspace(0.25, 1.0, args.grid)))
+    _, _, sweep_c = compile_seconds(jax.vmap(jax.vmap(one, in_axes=(0, None)), in_axes=(None, 0)), seeds, grid)
+    cells = [(seeds[s], jax.tree_util.tree_map(lambda a, g=g: a[g], grid))
+             for g in range(args.grid) for s in range(args.seeds)]
+
+    def loop(compiled, cells):
+        return [compiled(k, p) for k, p in cells]
+
+    def steady(name, compiled_sweep, sweep_args, compiled_one, cells):
+        t_sweep = best_time(compiled_sweep, *sweep_args, repeat=3)
+        t_loop = best_time(loop, compiled_one, cells, repeat=3)
+        print(f"{name}: {len(cells)} runs vmapped in {t_sweep * 1e3:.1f} ms, as a Python loop of compiled runs "
+              f"{t_loop * 1e3:.1f} ms: the sweep is {t_loop / t_sweep:.2f}x the loop")
+        result.update({f"{name}_sweep_ms": round(t_sweep * 1e3, 2), f"{name}_loop_ms": round(t_loop * 1e3, 2),
+                       f"{name}_sweep_over_loop": round(t_loop / t_sweep, 2)})
+
+    steady("llc", sweep_c, (seeds, grid), run_one, cells)
+
+    bandit = polynomial_bandit(jax.random.key(0), 100, dtype=jnp.float32)
+    ms = mirror_sync()
+    steps = args.sync_steps
+
+    def one_sync(k, eta):
+        return run_learner(k, ms, bandit, steps, SyncHyperparams(eta, jnp.float32(0.05), jnp.float32(1.0)))[1].policy_cost
+
+    etas = jnp.asarray(np.geomspace(0.5, 9.0, args.grid), jnp.float32)
+    _, _, one_sync_c = compile_seconds(one_sync, seeds[0], etas[0])
+    _, _, sweep_sync_c = compile_seconds(jax.vmap(jax.vmap(one_sync, in_axes=(0, None)), in_axes=(None, 0)),
+                                         seeds, etas)
+    steady("mirror_sync", sweep_sync_c, (seeds, etas), one_sync_c,
+           [(seeds[s], etas[g]) for g in range(args.grid) for s in range(args.seeds)])
+    print(json.dumps(result))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--episodes", type=int, default=20)
@@ -92,7 +207,16 @@ def main():
     ap.add_argument("--compare-epochs", type=int, default=3,
                     help="LLC epochs run with each sampler for the end-to-end comparison")
     ap.add_argument("--skip-full", action="store_true", help="skip the full Fig. 3 workload")
+    ap.add_argument("--research", action="store_true",
+                    help="only the research loop's compile ratios and sweep-vs-loop times")
+    ap.add_argument("--research-pages", type=int, default=200)
+    ap.add_argument("--research-epochs", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--grid", type=int, default=8)
+    ap.add_argument("--sync-steps", type=int, default=20)
     args = ap.parse_args()
+    if args.research:
+        return research(args)
     if args.episodes % args.batch:
         raise SystemExit("--episodes must be a multiple of --batch")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPUs; "

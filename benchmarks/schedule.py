@@ -2,6 +2,7 @@
 
     python benchmarks/schedule.py [--pages 1000000] [--bandwidth-fraction 1.0]
                                   [--heap-pages 20000] [--hosts 10000]
+                                  [--cli-pages 500000] [--only-cli]
 
 1. A one-day timetable for ``--pages`` pages (synthetic NeurIPS-19-like problem, LambdaCrawl
    rates, bandwidth ``--bandwidth-fraction`` x pages crawls per day, float32): time after
@@ -15,6 +16,11 @@
    float64): harmonic and binary staleness.
 5. LambdaCrawl with ``--hosts`` host caps (half of the hosts capped at half their
    unconstrained load) against the uncapped ``lambda_crawl``.
+6. The operator's command, ``jaxcrawl schedule --horizon 1d`` with crawl delays (one host per
+   100 pages, delays of 10 s to 5 min, a Parquet plan of ``n`` crawls a day, an ISO start,
+   a CSV timetable out), at ``n = --cli-pages`` and ``2n``: wall time of a separate process
+   each (after one untimed run that fills the compilation cache), its per-stage seconds, and
+   the ratio of the two (O(n log n): about 2.1 when doubling; quadratic: 4).
 
 The last line printed is one JSON object.
 """
@@ -69,9 +75,16 @@ def main():
                     help="crawls per day as a fraction of the number of pages (default 1.0)")
     ap.add_argument("--heap-pages", type=int, default=20_000)
     ap.add_argument("--hosts", type=int, default=10_000)
+    ap.add_argument("--cli-pages", type=int, default=500_000,
+                    help="pages of the smaller `jaxcrawl schedule` run (the other has twice as many)")
+    ap.add_argument("--only-cli", action="store_true", help="run section 6 only")
     args = ap.parse_args()
     n = args.pages
     res = {"pages": n, "device": str(jax.devices()[0])}
+    if args.only_cli:
+        res.update(schedule_command(args.cli_pages))
+        print(json.dumps(res))
+        return
 
     # ---- 1. the timetable
     prob = jaxcrawl.synthetic(jax.random.key(0), n, bandwidth_fraction=args.bandwidth_fraction,
@@ -162,7 +175,54 @@ def main():
     res.update(host_caps_ms=t_caps * 1e3, host_caps_first_call_seconds=first_caps,
                lambda_crawl_ms=t_lc * 1e3, host_caps_passes=int(sol.num_steps),
                host_caps_worst_relative_excess=viol, hosts=H)
+    res.update(schedule_command(args.cli_pages))
     print(json.dumps(res))
+
+
+def _operator_files(folder, n, seed=0):
+    """A plan of ``n`` URLs (``n`` crawls a day, lognormal rates) on ``n // 100`` hosts and
+    their crawl delays."""
+    rng = np.random.default_rng(seed)
+    hosts = max(n // 100, 1)
+    host = rng.integers(0, hosts, n)
+    ids = np.char.add(np.char.add(np.char.add("https://h", host.astype(str)), ".example/p"),
+                      np.arange(n).astype(str)).astype(object)
+    rate = rng.lognormal(0.0, 1.0, n)
+    rate *= n / rate.sum()
+    plan = os.path.join(folder, f"plan{n}.parquet")
+    jaxcrawl.io.write_plan(plan, ids, rate, np.zeros(n))
+    delays = os.path.join(folder, f"delays{n}.csv")
+    with open(delays, "w") as fh:
+        fh.write("host,crawl_delay\n")
+        fh.writelines(f"h{h}.example,{d}\n" for h, d in enumerate(rng.choice([10, 30, 60, 300], hosts)))
+    return plan, delays
+
+
+def schedule_command(n):
+    """Section 6: ``jaxcrawl schedule --horizon 1d`` with crawl delays at n and 2n pages."""
+    import subprocess
+    import tempfile
+
+    out = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for m in (n, 2 * n):
+            plan, delays = _operator_files(folder, m)
+            cmd = ["jaxcrawl", "schedule", "--plan", plan, "--start", "2026-01-05T00:00:00Z", "--horizon", "1d",
+                   "--crawl-delays", delays, "-o", os.path.join(folder, "timetable.csv"), "-q"]
+            subprocess.run(cmd, check=True, capture_output=True)  # fills the compilation cache
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            summary = json.loads(done.stdout.strip().splitlines()[-1])
+            stages = {k: round(v, 3) for k, v in summary["seconds"].items()}
+            print(f"schedule      {m} pages, {summary['num_crawls']} crawls, "
+                  f"{summary['num_crawl_delay_hosts']} crawl-delay hosts: {wall:.2f} s wall ({stages})")
+            out[f"schedule_{m}_pages_wall_seconds"] = wall
+            out[f"schedule_{m}_pages_stage_seconds"] = stages
+    ratio = out[f"schedule_{2 * n}_pages_wall_seconds"] / out[f"schedule_{n}_pages_wall_seconds"]
+    print(f"schedule      doubling the pages: {ratio:.2f}x the wall time")
+    out["schedule_doubling_ratio"] = ratio
+    return out
 
 
 if __name__ == "__main__":

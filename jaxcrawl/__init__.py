@@ -12,18 +12,11 @@ _interrupts.install_early()
 
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError  # noqa: E402
 from importlib.metadata import version as _version  # noqa: E402
+from typing import TYPE_CHECKING as _TYPE_CHECKING  # noqa: E402
 
-from . import debug as debug
-from . import estimators as estimators
-from . import io as io
-from . import learners as learners
-from . import optim as optim
-from . import parallel as parallel
-from . import policy_eval as policy_eval
-from . import simulate as simulate
-from . import sync_bandits as sync_bandits
-from . import timetable as timetable
 from ._src.checks import NonConvergenceError as NonConvergenceError
+from ._src.checks import library_errors as library_errors
+from .compile_cache import enable_compile_cache as enable_compile_cache
 from .core.bounds import check_rate_bounds as check_rate_bounds
 from .core.bounds import rate_bounds as rate_bounds
 from .core.objectives import GapForm as GapForm
@@ -58,7 +51,41 @@ from .core.solve import uniform_crawl as uniform_crawl
 from .core.solve import uniform_interval_crawl as uniform_interval_crawl
 from .io.synthetic import synthetic as synthetic
 
+# the subpackages are imported on first use (``jaxcrawl.learners``, ``from jaxcrawl import
+# io``), so that a solver-only ``import jaxcrawl`` loads neither optax (and its contrib),
+# pyarrow nor tqdm
+_SUBPACKAGES = ("debug", "estimators", "io", "learners", "optim", "parallel", "policy_eval", "simulate",
+                "sync_bandits", "timetable")
+if _TYPE_CHECKING:  # static analysers see the eager imports
+    from . import debug as debug
+    from . import estimators as estimators
+    from . import io as io
+    from . import learners as learners
+    from . import optim as optim
+    from . import parallel as parallel
+    from . import policy_eval as policy_eval
+    from . import simulate as simulate
+    from . import sync_bandits as sync_bandits
+    from . import timetable as timetable
+
+
+def __getattr__(name):
+    if name in _SUBPACKAGES:
+        import importlib
+
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBPACKAGES))
+
+
 __all__ = [
+    # an opt-in persistent cache of compiled programs
+    "enable_compile_cache",
     # the problem and the plan
     "CrawlProblem", "Policy", "make_policy", "stack", "synthetic",
     # objectives as values
@@ -66,7 +93,8 @@ __all__ = [
     "objective", "register_objective", "objective_names",
     "harmonic_cost", "binary_cost", "binary_freshness", "accumulated_delay", "uniform_interval_freshness",
     # the solve
-    "solve", "HostCaps", "rate_bounds", "check_rate_bounds", "NonConvergenceError", "allocate", "Allocation",
+    "solve", "HostCaps", "rate_bounds", "check_rate_bounds", "NonConvergenceError", "library_errors", "allocate",
+    "Allocation",
     # the papers' solvers
     "lambda_crawl", "lambda_crawl_approx", "binary_lambda_crawl", "uniform_interval_crawl",
     "accumulated_delay_crawl", "uniform_crawl", "change_rate_crawl",

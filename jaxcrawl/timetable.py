@@ -205,17 +205,26 @@ def _resolve_phase(phase, rate):
     return jnp.asarray(phase, rate.dtype)
 
 
-def _window_first(rate, phase, start, horizon):
-    """First crawl index k0, offset of the first crawl (in periods) and count in the window."""
+def _window_first(rate, phase, start, horizon, last=None):
+    """First crawl index k0, offset of the first crawl (in periods) and count in the window.
+
+    With ``last`` (each page's last crawl before the window, absolute; ``-inf`` or NaN:
+    none) a page's first crawl is ``max(start, last + 1 / rate)`` instead of its grid point
+    (its offset may then exceed one period, and ``k0`` is meaningless for it)."""
     pos = rate > 0
     r = jnp.where(pos, rate, 1.0)
     x0 = start * r - phase
     x1 = (start + horizon) * r - phase
     k0 = jnp.ceil(x0)
     k1 = jnp.ceil(x1)
-    count = jnp.where(pos, k1 - k0, 0.0).astype(jnp.int32)
+    count = jnp.where(pos, k1 - k0, 0.0)
     delta = k0 - x0  # in [0, 1)
-    return k0, delta, count
+    if last is not None:
+        has = jnp.isfinite(last) & pos
+        own = jnp.maximum((jnp.where(has, last, start) - start) * r + 1.0, 0.0)
+        delta = jnp.where(has, own, delta)
+        count = jnp.where(has, jnp.maximum(jnp.ceil(horizon * r - own), 0.0), count)
+    return k0, delta, count.astype(jnp.int32)
 
 
 def _crawl_counts(rate: ArrayLike, phase: ArrayLike, start: ArrayLike, end: ArrayLike) -> jax.Array:
@@ -286,7 +295,7 @@ def _sorted_events(time, page, valid):
     return time, jnp.where(mask, page, -1), mask
 
 
-def _window_first_host(rate, phase, start, horizon, dtype):
+def _window_first_host(rate, phase, start, horizon, dtype, last=None):
     """:func:`_window_first`'s offset and count computed on the host in float64 (eager
     calls): the window's start enters only through ``start * rate - phase``, which float64
     resolves to a fraction of a period even for epoch-second starts, while the working dtype
@@ -300,14 +309,20 @@ def _window_first_host(rate, phase, start, horizon, dtype):
     delta = np.ceil(x0) - x0  # [0, 1)
     count = np.where(pos, np.ceil(float(horizon) * r - delta), 0.0)
     below_one = np.nextafter(np.asarray(1.0, dtype), np.asarray(0.0, dtype))  # never round up to a whole period
-    delta = np.minimum(delta.astype(dtype), below_one)
-    return jnp.asarray(delta, dtype), jnp.asarray(count.astype(np.int32))
+    delta = np.minimum(delta, float(below_one))
+    if last is not None:  # a last crawl: the first is max(start, last + 1 / rate), then every 1 / rate
+        last = np.broadcast_to(np.asarray(last, np.float64), r.shape)
+        has = np.isfinite(last) & pos
+        own = np.maximum((np.where(has, last, float(start)) - float(start)) * r + 1.0, 0.0)
+        delta = np.where(has, own, delta)
+        count = np.where(has, np.maximum(np.ceil(float(horizon) * r - own), 0.0), count)
+    return jnp.asarray(delta.astype(dtype), dtype), jnp.asarray(count.astype(np.int32))
 
 
 @functools.partial(jax.jit, static_argnames=("capacity", "relative"))
-def _timetable_impl(rate, phase, start, horizon, *, capacity, relative=False, delta=None, count=None):
+def _timetable_impl(rate, phase, start, horizon, *, capacity, relative=False, delta=None, count=None, last=None):
     if delta is None:
-        _, delta, count = _window_first(rate, phase, start, horizon)
+        _, delta, count = _window_first(rate, phase, start, horizon, last)
     page, j, valid, total = _expand(count, capacity)
     r = jnp.where(rate > 0, rate, 1.0)
     rel = (j.astype(rate.dtype) + delta[page]) / r[page]  # >= 0: time since start
@@ -366,9 +381,10 @@ def _sort_by_rank(rel, page, valid, max_tie: int = 16):
 
 
 def _bucket(m: int) -> int:
-    """Smallest size >= m of the form q * 2**k with 8 <= q < 16 (at most 12.5% padding),
-    so repeated timetables of similar size reuse one compilation."""
-    m = max(int(m), 16)
+    """Smallest size >= max(m, 1024) of the form q * 2**k with 8 <= q < 16 (above 1024 at
+    most 12.5% padding), so repeated timetables of similar size -- and every small one --
+    reuse one compilation."""
+    m = max(int(m), 1024)
     k = max(m.bit_length() - 4, 0)
     q = -(-m // (1 << k))
     return q << k
@@ -383,6 +399,7 @@ def timetable(
     capacity: int | None = None,
     relative: bool = False,
     include_signal_pages: bool = False,
+    last_crawl: ArrayLike | None = None,
 ) -> Timetable:
     r"""Every crawl in ``[start, start + horizon)``, page ``i`` at ``(k + phase_i) / rate_i``.
 
@@ -409,6 +426,15 @@ def timetable(
       relative: ``time`` holds each crawl's time since ``start`` (in ``[0, horizon)``)
         instead of its absolute time.
       include_signal_pages: with a Policy, timetable its signal pages too.
+      last_crawl: optional ``(n,)`` absolute time of each page's last crawl before the
+        window (``-inf`` or NaN: none, the page keeps its grid).  A page with a last crawl
+        continues from it: its first crawl in the window is at
+        ``max(start, last_crawl_i + 1 / rate_i)`` (at ``start`` when it is overdue) and the
+        next ones every ``1 / rate_i`` after that, so its next crawl is never later than
+        its last plus its interval.  Without last crawls the grid is anchored at absolute
+        time 0, so consecutive windows tile: the crawls of ``[a, b)`` and ``[b, c)`` are
+        those of ``[a, c)``, and passing the first window's last crawl of each page
+        (on the grid) gives the same crawls again.
 
     Returns:
       :class:`Timetable`.  Warns (``RuntimeWarning``) eagerly if crawls did not fit.
@@ -431,7 +457,11 @@ def timetable(
     rate = _as_rate(rate)
     phase = _resolve_phase(phase, rate)
     _check_rate_phase(rate, phase)
-    concrete = is_concrete(rate, phase, start, horizon)
+    if last_crawl is not None:
+        if np.shape(last_crawl) != tuple(rate.shape):
+            raise ValueError(f"last_crawl must have one time per page, shape {tuple(rate.shape)}; "
+                             f"got {np.shape(last_crawl)}")
+    concrete = is_concrete(rate, phase, start, horizon) and (last_crawl is None or is_concrete(last_crawl))
     start64 = float(np.asarray(start, np.float64)) if concrete else None  # before any rounding
     horizon64 = float(np.asarray(horizon, np.float64)) if concrete else None
     start = jnp.asarray(start, rate.dtype)
@@ -449,8 +479,11 @@ def timetable(
             raise ValueError("rate * horizon must be < 2**30 for every page (int32 crawl counts)")
     window = {}
     if concrete:
-        delta, count = _window_first_host(rate, phase, start64, horizon64, rate.dtype)
+        last64 = None if last_crawl is None else np.asarray(last_crawl, np.float64)  # not rounded to the dtype
+        delta, count = _window_first_host(rate, phase, start64, horizon64, rate.dtype, last=last64)
         window = dict(delta=delta, count=count)
+    elif last_crawl is not None:
+        window = dict(last=jnp.asarray(last_crawl, rate.dtype))
     if capacity is None:
         total = int(np.asarray(count).astype(np.int64).sum())
         if total >= 2 ** 31 - 1:
@@ -486,6 +519,10 @@ class SpacedTimetable(NamedTuple):
         it, shifted into the next window's time coordinates, as the next window's
         ``last_group`` so that the gaps also hold across the windows' boundary.
       last_page: ``(n,)`` the same for pages.
+      first_deferred: ``(n,)`` time each page's first deferred crawl was pushed to (at or
+        past the window's end; ``inf``: none deferred): the page's next fetch when the
+        window keeps none of its crawls.  Without page gaps the host's deferred crawls
+        queue on past the end, each its gap after the one before.
     """
 
     timetable: Timetable
@@ -494,6 +531,7 @@ class SpacedTimetable(NamedTuple):
     max_delay: jax.Array
     last_group: jax.Array
     last_page: jax.Array
+    first_deferred: jax.Array
 
 
 @jax.jit
@@ -529,7 +567,76 @@ def _space_impl(time, page, mask, group, group_gap, page_gap, end, last_group, l
     deferred = jnp.sum(mask & ~keep).astype(jnp.int32)
     t_sorted, p_sorted, m_sorted = _sorted_events(new, page, keep)
     delay = jnp.max(jnp.where(mask, new - time, 0.0), initial=0.0)
-    return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay, out_g, out_p
+    first = _first_deferred(new, page, mask & ~keep, last_page.shape[0])
+    return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay, out_g, out_p, first
+
+
+def _first_deferred(new, page, dropped, n):
+    """Each page's earliest time among its dropped crawls (``inf``: none)."""
+    inf = jnp.asarray(jnp.inf, new.dtype)
+    return jnp.full((n,), inf).at[jnp.maximum(page, 0)].min(jnp.where(dropped, new, inf))
+
+
+def _segmented_cummax(flag, value):
+    """Running maximum of ``value`` restarted where ``flag`` is True (an associative scan)."""
+
+    def combine(a, b):
+        fa, va = a
+        fb, vb = b
+        return fa | fb, jnp.where(fb, vb, jnp.maximum(va, vb))
+
+    return jax.lax.associative_scan(combine, (flag, value))[1]
+
+
+@jax.jit
+def _space_hosts(time, page, mask, group, group_gap, end, last_group, last_page):
+    """:func:`space_crawls` without page gaps, vectorised: within a host the recurrence
+    ``t'_j = max(t_j, t'_{j-1} + g)`` (a max-plus linear recurrence) has the closed form
+    ``t'_j = max(t_j, j g + max_{i <= j} (t_i - i g))`` over the host's crawls in time order
+    (the host's last crawl before the window enters as ``i = -1``), so one sort by host, one
+    segmented running maximum (an associative scan) and one sort by time give every move:
+    O(E log E), no sequential pass.  ``g`` carries a margin of a few ulps of the largest time
+    so that the gaps hold after rounding."""
+    n_groups = group_gap.shape[0]
+    dtype = time.dtype
+    e = time.shape[0]
+    neg, inf = jnp.asarray(-jnp.inf, dtype), jnp.asarray(jnp.inf, dtype)
+    p = jnp.maximum(page, 0)
+    g = group[p]
+    has_g = mask & (g >= 0) & (n_groups > 0)
+    gi = jnp.clip(g, 0, max(n_groups - 1, 0))
+    lp = last_page[p]
+    t0 = jnp.where(mask & (lp > neg), jnp.maximum(time, lp), time)  # a crawl never before its page's last
+    hkey = jnp.where(has_g, gi, n_groups).astype(jnp.int32)
+    idx = jnp.arange(e, dtype=jnp.int32)
+    hk, ts, order = jax.lax.sort((hkey, t0, idx), num_keys=2, is_stable=True)
+    pos = jnp.arange(e, dtype=jnp.int32)
+    first = jnp.concatenate([jnp.ones((1,), bool), hk[1:] != hk[:-1]])
+    rank = (pos - jax.lax.cummax(jnp.where(first, pos, 0), axis=0)).astype(dtype)
+    on = hk < n_groups
+    hg = jnp.clip(hk, 0, max(n_groups - 1, 0))
+    finite = lambda x: jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0)  # noqa: E731
+    big = jnp.maximum(jnp.max(finite(ts), initial=0.0), jnp.max(finite(last_group), initial=0.0))
+    big = jnp.maximum(big, finite(end))
+    gap = jnp.where(on, group_gap[hg], 0.0)
+    gap = gap + 8 * jnp.finfo(dtype).eps * (big + gap)
+    lg = jnp.where(on, last_group[hg], neg)
+    b = ts - rank * gap
+    b = jnp.where(first & (lg > neg), jnp.maximum(b, lg + gap), b)
+    b = jnp.where(on, b, neg)
+    run = _segmented_cummax(first, b)
+    t2s = jnp.where(on, jnp.maximum(ts, run + rank * gap), ts)
+    new = jnp.zeros_like(time).at[order].set(t2s, unique_indices=True)
+    new = jnp.where(mask, new, inf)
+    moved = mask & (new > time)
+    keep = mask & (new < end)
+    deferred = jnp.sum(mask & ~keep).astype(jnp.int32)
+    out_g = jnp.maximum(last_group, jnp.full_like(last_group, neg).at[gi].max(jnp.where(keep & has_g, new, neg)))
+    out_p = jnp.maximum(last_page, jnp.full_like(last_page, neg).at[p].max(jnp.where(keep, new, neg)))
+    t_sorted, p_sorted, m_sorted = _sorted_events(new, page, keep)
+    delay = jnp.max(jnp.where(mask, new - time, 0.0), initial=0.0)
+    first_def = _first_deferred(new, page, mask & ~keep, last_page.shape[0])
+    return t_sorted, p_sorted, m_sorted, jnp.sum(moved).astype(jnp.int32), deferred, delay, out_g, out_p, first_def
 
 
 def _round_up(x, dtype):
@@ -560,8 +667,11 @@ def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
     so, by construction, consecutive crawls of a host are at least its gap apart and
     consecutive crawls of a page at least ``page_gap`` apart (e.g. its ``min_interval``).
     Crawls only move later; crawls moved to or past ``end`` are dropped and counted
-    (``deferred``).  One ``lax.scan`` over the crawls (O(crawls) sequential steps, O(1)
-    work each) and one sort.
+    (``deferred``).  Without page gaps (``page_gap`` None or all 0, what ``jaxcrawl
+    schedule`` uses) each host's recurrence is solved in closed form, vectorised: one sort
+    by host, one segmented running maximum (associative scan), one sort by time --
+    O(E log E) for E crawls.  With page gaps the hosts and pages interact, and one
+    ``lax.scan`` walks the crawls in time order (E sequential steps).
 
     Args:
       table: a :class:`Timetable` (times sorted, e.g. from :func:`timetable`).
@@ -604,10 +714,17 @@ def space_crawls(table: Timetable, group: ArrayLike, group_gap: ArrayLike, *,
             raise ValueError(f"last_group must have one time per group, shape {(gap.shape[0],)}; got {lg.shape}")
     if is_concrete(lg, lp) and (np.any(np.isnan(np.asarray(lg))) or np.any(np.isnan(np.asarray(lp)))):
         raise ValueError("last_group and last_page must not be NaN (-inf: no earlier crawl)")
-    t, p, m, moved, deferred, delay, out_g, out_p = _space_impl(
-        time, jnp.asarray(table.page), jnp.asarray(table.mask), group, gap, pg, jnp.asarray(end, time.dtype), lg, lp)
+    end = jnp.asarray(end, time.dtype)
+    no_page_gaps = page_gap is None or (is_concrete(pg) and not np.any(np.asarray(pg) > 0))
+    if no_page_gaps:
+        gap1 = gap if gap.shape[0] else jnp.zeros((1,), time.dtype)
+        t, p, m, moved, deferred, delay, out_g, out_p, first = _space_hosts(
+            time, jnp.asarray(table.page), jnp.asarray(table.mask), group, gap1, end, lg, lp)
+    else:
+        t, p, m, moved, deferred, delay, out_g, out_p, first = _space_impl(
+            time, jnp.asarray(table.page), jnp.asarray(table.mask), group, gap, pg, end, lg, lp)
     out = Timetable(t, p, m, table.num_crawls, table.overflow)
-    return SpacedTimetable(out, moved, deferred, delay, out_g[:gap.shape[0]], out_p)
+    return SpacedTimetable(out, moved, deferred, delay, out_g[:gap.shape[0]], out_p, first)
 
 
 # --------------------------------------------------------------------------- generator

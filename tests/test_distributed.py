@@ -559,3 +559,68 @@ def test_sigterm_to_one_worker_stops_it_with_143(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 143, out[-3000:]
+
+
+_FAIL_ONE_PART = """
+import sys
+
+import jax
+
+from jaxcrawl import cli
+from jaxcrawl.cli import _solve
+
+real = _solve.write_plan
+
+
+def write_plan(path, *args, **kwargs):  # process 1 fails alone, after the job started
+    if jax.process_index() == 1:
+        raise OSError(28, "No space left on device (process 1's part)")
+    return real(path, *args, **kwargs)
+
+
+_solve.write_plan = write_plan
+sys.argv = ["jaxcrawl", *sys.argv[1:]]
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("separately", [False, True])
+def test_a_process_failing_alone_ends_the_job_and_leaves_no_part(tmp_path, separately):
+    """One process fails after the start (its part cannot be written) while the other waits for
+    it in a collective: the failing process ends at once (not in jax.distributed's shutdown
+    barrier), the other ends with an error naming the cause, and no part is left -- through
+    ``launch`` and with the processes started one by one (no launcher to stop the other)."""
+    script = tmp_path / "fail_one_part.py"
+    script.write_text(_FAIL_ONE_PART)
+    (tmp_path / "pages.csv").write_text("page_id,importance,change_rate\n"
+                                        + "".join(f"p{i},1,{1 + i % 5}\n" for i in range(400)))
+    args = ["solve", "--input", str(tmp_path / "pages.csv"), "--bandwidth", "100",
+            "--output", str(tmp_path / "plan.jsonl"), "--gather-output"]
+    limit = 150  # without the fix, the job waits out this limit
+    if not separately:
+        log = io.StringIO()
+        status = launcher.launch([sys.executable, str(script), *args], 2, env=_env(), timeout=limit, stream=log)
+        out = log.getvalue()
+        assert status == 2, out[-3000:]
+    else:
+        port = launcher.free_port()
+        procs = []
+        for i in range(2):
+            env = dict(_env(), JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
+                       JAX_PROCESS_ID=str(i))
+            procs.append(subprocess.Popen([sys.executable, str(script), *args], env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+        try:
+            outs = [p.communicate(timeout=limit)[0] for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        out = "\n".join(outs)
+        assert [p.returncode for p in procs] == [2, 2], out[-3000:]
+        assert "process 0: another process of the job ended during the barrier 'jaxcrawl.solve.parts'" in outs[0]
+    assert "No space left on device (process 1's part)" in out
+    assert "Traceback" not in out, out[-3000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fail_one_part.py", "pages.csv"]  # no part, no plan

@@ -445,3 +445,21 @@ def test_heuristics_experiment_quick_run(tmp_path):
     assert record["experiment"] == "heuristics_vs_optimal" and record["quick"] is True
     assert record["claims"] and record["passed"] is True, record["claim_details"]
     assert (tmp_path / "heuristics_vs_optimal.png").exists()
+
+
+@pytest.mark.long
+def test_state_counts_each_pages_crawls_and_long_run_per_page_adds_up():
+    """``HeuristicState.crawls`` counts every fetch (its sum is the epochs' num_crawls), and
+    ``long_run(..., per_page=True)`` gives per-page figures whose sum / mean are the page
+    set's totals on the same random numbers."""
+    problem = CrawlProblem(jnp.linspace(0.5, 2.0, 64), jnp.geomspace(0.05, 5.0, 64), 10.0)
+    learner = heuristic("stormcrawler-adaptive")
+    st, info = run_learner(jax.random.key(0), learner, problem, 6)
+    assert int(np.sum(np.asarray(st.crawls))) == int(np.sum(np.asarray(info.num_crawls)))
+    kw = dict(burn_in_fetches=8, num_fetches=32)
+    total = long_run(jax.random.key(1), "heritrix-wait", problem, **kw)
+    page = long_run(jax.random.key(1), "heritrix-wait", problem, per_page=True, **kw)
+    assert page.crawl_rate.shape == (64,)
+    np.testing.assert_allclose(np.sum(page.crawl_rate), total.crawl_rate, rtol=1e-5)
+    np.testing.assert_allclose(np.mean(page.harmonic_cost), total.harmonic_cost, rtol=1e-5)
+    np.testing.assert_allclose(np.mean(page.binary_cost), total.binary_cost, rtol=1e-5)

@@ -55,3 +55,20 @@ def test_multiprocess_solve_reports_its_bounds_and_binding_hosts_as_one_process_
     np.testing.assert_allclose(plan.periodic_rate, np.where(comp, np.maximum(plan.rate - lam, 0), 0), atol=1e-12)
     np.testing.assert_allclose(plan.periodic_rate, one.periodic_rate, atol=1e-7)
     assert np.any(plan.periodic_rate > 0)  # a complete page pinned at its floor above its change rate
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_multiprocess_gather_output_keeps_every_row_in_every_format(tmp_path, suffix):
+    n = 1000
+    rng = np.random.default_rng(2)
+    ids = np.asarray([f"https://h{i % 3}.example/p{i}" for i in range(n)], object)
+    write_problem(str(tmp_path / "t.csv"), ids, rng.uniform(0.5, 2, n), rng.uniform(0.1, 3, n), np.arange(n) % 4 == 0)
+    out = tmp_path / f"plan{suffix}"
+    cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", "2", "--timeout", str(TIMEOUT), "--",
+           "solve", "--input", str(tmp_path / "t.csv"), "--output", str(out), "--gather-output"]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=TIMEOUT + 30)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    plan = read_plan(str(out))
+    assert plan.page_id.tolist() == ids.tolist()  # every part's first row too, in process order
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["t.csv", out.name])  # the parts are gone

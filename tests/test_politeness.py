@@ -434,7 +434,11 @@ def test_caps_from_caps_file_mapping_and_url_hosts(tmp_path):
         f"p{i},H{h}\n" for i, h in enumerate(host) if h >= 0))
     (tmp_path / "caps.csv").write_text("# pages: map.csv\nhost_id,cap\n" + "".join(
         f"H{h},{float(cap[h])!r}\n" for h in range(H)) + "unused,3\n")
-    caps = read_host_caps(str(tmp_path / "caps.csv"), ids)
+    # a caps row whose host has no page: an error naming file, line and host, or a warning
+    with pytest.raises(ValueError, match=rf"caps.csv:{H + 3}: caps row host 'unused' matches no page's host"):
+        read_host_caps(str(tmp_path / "caps.csv"), ids)
+    with pytest.warns(UserWarning, match=rf"caps.csv:{H + 3}: caps row host 'unused' matches no page's host"):
+        caps = read_host_caps(str(tmp_path / "caps.csv"), ids, unmatched="warn")
     np.testing.assert_allclose(np.asarray(jaxcrawl.solve(p, "harmonic", caps=caps).rate), np.asarray(direct.rate),
                                rtol=1e-12)
     with pytest.raises(ValueError, match="no page->host mapping"):

@@ -2,15 +2,41 @@
 and the in-``jit`` convergence check behind every ``throw=True`` option."""
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
+import threading
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
 class NonConvergenceError(RuntimeError):
     """An iterative solve stopped at its step cap (or on a non-finite value) before its
-    tolerance; raised when a caller asked for ``throw=True``."""
+    tolerance; raised when a caller asked for ``throw=True`` (inside your own ``jax.jit``,
+    wrap the call in :func:`jaxcrawl.library_errors` to receive it as this type)."""
+
+
+#: the floating dtypes jaxcrawl computes in (its solves, derivatives and estimators)
+SUPPORTED_FLOATS = ("float32", "float64")
+
+
+def check_precision(dtype: Any, name: str) -> None:
+    """``TypeError`` naming ``name`` for a floating dtype narrower than float32 (float16,
+    bfloat16, the float8s): refused eagerly and under ``jit`` alike (a dtype is static).
+
+    The dual root-find, its closing correction and the implicit derivatives need float32's
+    range and bits: in float16 the solve can report ``converged=True`` while every
+    derivative is NaN or inf, and a bfloat16 budget misses by a few tenths of a percent.
+    """
+    dt = jnp.dtype(dtype)
+    if jnp.issubdtype(dt, jnp.floating) and jnp.finfo(dt).bits < 32:
+        raise TypeError(
+            f"{name} has dtype {dt.name}: jaxcrawl computes in {' or '.join(SUPPORTED_FLOATS)} only "
+            f"({dt.name} has too few bits for the dual root-find and its derivatives); cast it first, "
+            f"e.g. jnp.asarray(x, jnp.float32), and cast the results back if you need {dt.name}")
 
 
 def is_concrete(*xs: Any) -> bool:
@@ -84,15 +110,93 @@ def _raise_unless_converged(what: str, converged, num_steps, residual) -> None:
             "(for budget solves: before the closing correction); raise max_steps or check the inputs")
 
 
-def raise_unless_converged(what: str, converged: jax.Array, num_steps: jax.Array, residual: jax.Array) -> None:
-    """Raise :class:`NonConvergenceError` (through a host callback, so it works inside
-    ``jit`` and ``vmap``) when any entry of ``converged`` is False.
+# the errors the host callback raised lately, so that :func:`library_errors` can hand the
+# caller the library's own exception in place of the runtime's wrapper (the callback may run
+# on another thread than the caller: a short list under a lock, matched by message)
+_RAISED: list[NonConvergenceError] = []
+_RAISED_LOCK = threading.Lock()
+_KEEP = 16
+_CALLBACK_LOGGERS = ("jax._src.debugging", "jax._src.callback")
 
-    A ``jax.debug.callback`` is used rather than ``jax.experimental.checkify``: it needs no
-    functionalisation by the caller (``throw=True`` works inside any user ``jit``), and its
-    cost -- one boolean copied to the host per solve -- is paid only when asked for.  The
-    error surfaces as a ``jax.errors.JaxRuntimeError`` whose message contains this text
-    when the result is computed.
+
+class _QuietOwnErrors(logging.Filter):
+    """Drops the runtime's log record of a :class:`NonConvergenceError` raised in a host
+    callback: the caller gets the error itself, so its traceback is not printed first."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, NonConvergenceError)
+
+
+_QUIET = _QuietOwnErrors()
+
+
+def _quiet_callback_logs() -> None:
+    for name in _CALLBACK_LOGGERS:
+        log = logging.getLogger(name)
+        if _QUIET not in log.filters:
+            log.addFilter(_QUIET)
+
+
+def _callback_check(what: str, converged, num_steps, residual) -> None:
+    try:
+        _raise_unless_converged(what, converged, num_steps, residual)
+    except NonConvergenceError as err:
+        with _RAISED_LOCK:
+            _RAISED.append(err)
+            del _RAISED[:-_KEEP]
+        raise
+
+
+def raise_unless_converged(what: str, converged: jax.Array, num_steps: jax.Array, residual: jax.Array) -> None:
+    """Raise :class:`NonConvergenceError` when any entry of ``converged`` is False.
+
+    Concrete values (an eager call) are checked on the host at once.  Traced values (inside
+    ``jit``, ``vmap``, ``scan``) are checked by a ``jax.debug.callback`` when the result is
+    computed: no functionalisation by the caller is needed (``throw=True`` works inside any
+    user ``jit``), and its cost -- one boolean copied to the host per solve -- is paid only
+    when asked for.  Where the library runs the computation (an eager or vmapped call) the
+    caller gets :class:`NonConvergenceError` itself; inside the caller's own ``jit`` the
+    runtime wraps it in a ``jax.errors.JaxRuntimeError``, which :func:`library_errors` turns
+    back into :class:`NonConvergenceError`.  The runtime's log record of the failed callback
+    is dropped (nothing is printed before the error).
     """
-    jax.debug.callback(lambda c, k, r: _raise_unless_converged(what, c, k, r),
-                       converged, num_steps, residual)
+    if is_concrete(converged, num_steps, residual):
+        _raise_unless_converged(what, converged, num_steps, residual)
+        return
+    _quiet_callback_logs()
+    jax.debug.callback(functools.partial(_callback_check, what), converged, num_steps, residual)
+
+
+def _library_error(err: BaseException) -> NonConvergenceError | None:
+    """The :class:`NonConvergenceError` a runtime error of a host callback wraps, if any."""
+    text = str(err)
+    if "NonConvergenceError" not in text:
+        return None
+    with _RAISED_LOCK:
+        for own in reversed(_RAISED):
+            if str(own) in text:
+                _RAISED.remove(own)
+                return own
+    return NonConvergenceError(text.strip().splitlines()[-1].partition("NonConvergenceError: ")[2] or text)
+
+
+@contextlib.contextmanager
+def library_errors():
+    """Context manager (and decorator) that re-raises a ``throw=True`` failure inside your own
+    ``jax.jit`` as :class:`NonConvergenceError` (the runtime reports it as a
+    ``jax.errors.JaxRuntimeError``); every other error passes unchanged::
+
+        with jaxcrawl.library_errors():
+            policy = jax.jit(lambda p: jaxcrawl.solve(p, throw=True))(problem)
+            jax.block_until_ready(policy)
+    """
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as err:
+        own = _library_error(err)
+        if own is None:
+            raise
+        own.__cause__ = None
+        own.__suppress_context__ = True
+        raise own from None

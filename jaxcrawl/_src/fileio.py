@@ -14,6 +14,22 @@ without an error -- an error in a later output leaves every earlier output untou
 failure removes the temporaries.  Memory-mapped outputs get their disk space before they
 are mapped (:func:`output_memmap`), so a full disk is an ``OSError`` naming the file rather
 than a ``SIGBUS`` in the middle of the run.
+
+Every temporary has a name of its own (``mkstemp``: the process id and a random part), so
+two runs writing one output never share a temporary; the last to finish wins, whole.
+
+Outputs that are not regular files (:func:`output_target`): a symlink is written through
+-- its target is replaced atomically in the target's own directory and the link is kept;
+a FIFO, a character device (``/dev/stdout``, ``/dev/null``) or a ``/proc/*/fd`` name is
+written through directly: the content is still finished in a temporary file (in the
+system's temporary directory), then streamed into it, in append mode (so a shell's
+``>>`` redirection is honoured), only when the command succeeded -- it is never replaced
+by a regular file.  A block device or a socket is refused.
+
+Inputs that cannot be read twice (a pipe, a FIFO, ``/dev/stdin``, a character device) are
+read once: :func:`open_read` (and :func:`input_source`) keep their bytes in memory for the
+rest of the command, so a reader that looks at a file twice (a header sniff, then the
+parse) sees the same bytes both times.
 """
 from __future__ import annotations
 
@@ -23,6 +39,7 @@ import gzip
 import io
 import json
 import os
+import stat
 import sys
 import tempfile
 import threading
@@ -32,7 +49,6 @@ from typing import IO, Any
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from . import interrupts
 
@@ -56,6 +72,101 @@ def same_file(a: PathLike, b: PathLike) -> bool:
     if os.path.realpath(a) == os.path.realpath(b):
         return True
     return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+
+
+def output_target(path: PathLike) -> tuple[str, bool]:
+    """``(file, streamed)``: where an output named ``path`` is written (module docstring).
+
+    A regular file (or a new name) is replaced atomically: ``(path, False)``; a symlink
+    (also a dangling one) is written through: ``(its final target, False)``; a FIFO, a
+    character device or a ``/proc/*/fd`` name is streamed into: ``(path, True)``.  A block
+    device or a socket is ``ValueError`` naming ``path``.
+    """
+    path = os.fspath(path)
+    try:
+        st = os.stat(path)  # follows links (also /dev/stdout's /proc/self/fd/1)
+    except OSError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        if stat.S_ISFIFO(st.st_mode) or stat.S_ISCHR(st.st_mode):
+            return path, True
+        kind = "block device" if stat.S_ISBLK(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode) else \
+            "special file"
+        raise ValueError(f"{path}: is a {kind}; refusing to write it (an output must be a regular file, "
+                         f"a symlink to one, a FIFO or a character device such as /dev/stdout)")
+    if st is not None and _names_a_descriptor(path):  # /dev/stdout redirected to a file: written where
+        return path, True  # the descriptor points (the shell's file), not by replacing the file
+    return (os.path.realpath(path) if os.path.islink(path) else path), False
+
+
+def _names_a_descriptor(path: str) -> bool:
+    """Whether ``path`` or a link on the way to its file is a descriptor's name (``/proc/*/fd/N``,
+    ``/dev/fd/N``), as ``/dev/stdout`` is."""
+    p = os.path.abspath(path)
+    for _ in range(40):
+        if p.startswith(("/proc/", "/dev/fd/")):
+            return True
+        if not os.path.islink(p):
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), os.readlink(p)))
+    return False
+
+
+def _temporary(path: str, directory: str, suffix: str) -> tuple[int, str]:
+    """A new, empty temporary file for the output ``path`` in ``directory``: a name of its own
+    (``.tmp_`` + the process id + a random part), never shared with another run."""
+    return tempfile.mkstemp(dir=directory, prefix=f".tmp_{os.getpid()}_", suffix=suffix)
+
+
+def _install(tmp: str, dest: str) -> str:
+    """Put the finished temporary ``tmp`` in place of the output ``dest`` (:func:`output_target`):
+    renamed over the file (or the symlink's target), or streamed into a FIFO/device (then
+    removed).  Returns the directory to fsync ('' for none)."""
+    target, streamed = output_target(dest)
+    if streamed:
+        for stream in (sys.stdout, sys.stderr):  # what this process printed comes first
+            with contextlib.suppress(Exception):
+                stream.flush()
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_APPEND)
+        except OSError as err:
+            raise OSError(err.errno, f"{dest}: cannot write the output ({os.strerror(err.errno or 0)})") from None
+        try:
+            with open(fd, "wb", closefd=True) as out, open(tmp, "rb") as src:
+                while True:
+                    block = src.read(1 << 20)
+                    if not block:
+                        break
+                    out.write(block)
+                out.flush()
+                for own in (1, 2):  # our own stdout/stderr is that file: what it prints next goes after
+                    with contextlib.suppress(OSError):
+                        if os.path.samestat(os.fstat(own), os.fstat(out.fileno())):
+                            os.lseek(own, 0, os.SEEK_END)
+        except OSError as err:
+            raise OSError(err.errno, f"{dest}: cannot write the output ({os.strerror(err.errno or 0)})") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        return ""
+    try:
+        os.replace(tmp, target)
+    except OSError as err:
+        if err.errno != errno.EXDEV:  # a symlink to another file system: copy next to the target first
+            raise
+        fd, near = _temporary(target, os.path.dirname(target) or ".", os.path.splitext(target)[1])
+        os.close(fd)
+        try:
+            import shutil
+
+            shutil.copyfile(tmp, near)
+            shutil.copymode(tmp, near)
+            os.replace(near, target)
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(near)
+        os.remove(tmp)
+    return os.path.dirname(target) or "."
 
 
 def input_clash(output: PathLike, inp: PathLike) -> str | None:
@@ -110,12 +221,12 @@ class _Outputs:
         with _COMMIT_LOCK:
             dirs = []
             for tmp, dest in self.pending:
-                os.replace(tmp, dest)
+                dirs.append(_install(tmp, dest))
                 _TEMPORARIES.discard(tmp)
-                dirs.append(os.path.dirname(dest) or ".")
             self.pending.clear()
         for d in dict.fromkeys(dirs):
-            _fsync_directory(d)
+            if d:
+                _fsync_directory(d)
 
 
 _ACTIVE: list[_Outputs] = []
@@ -144,6 +255,8 @@ def command_outputs(inputs: Iterable[PathLike | None] = (), outputs: Iterable[Pa
             raise ValueError(f"{os.fspath(out)}: cannot write the output (no such directory: {parent})")
     for out in _flat(directories):
         check_not_input(out, inputs)
+    for out in _flat(outputs):
+        output_target(out)  # a block device or socket: refused before the work
     outs = _Outputs(inputs)
     _ACTIVE.append(outs)
     try:
@@ -152,6 +265,8 @@ def command_outputs(inputs: Iterable[PathLike | None] = (), outputs: Iterable[Pa
     finally:
         outs.discard()
         _ACTIVE.remove(outs)
+        if not _ACTIVE:
+            _READ_ONCE.clear()
 
 
 def add_input(path: PathLike | None) -> None:
@@ -210,6 +325,24 @@ def remove_pending() -> None:
 interrupts.cleanups.append(remove_pending)
 
 
+@contextlib.contextmanager
+def transient(path: PathLike) -> Iterator[None]:
+    """``path`` (written already, e.g. one process's part of a multi-process plan) is removed
+    when the block ends in an error or the command is ended by a signal inside it
+    (:func:`remove_pending`); kept when the block ends normally."""
+    path = os.fspath(path)
+    _TEMPORARIES.add(path)
+    ok = False
+    try:
+        yield
+        ok = True
+    finally:
+        _TEMPORARIES.discard(path)
+        if not ok:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 def _check_output(path: str, inputs: tuple[PathLike | None, ...]) -> None:
     check_not_input(path, inputs)
     if _ACTIVE:
@@ -228,8 +361,61 @@ def stage(tmp: PathLike, path: PathLike) -> None:
         _TEMPORARIES.add(tmp)
         return
     interrupts.raise_if_received()
-    os.replace(tmp, path)
-    _fsync_directory(os.path.dirname(path) or ".")
+    d = _install(tmp, path)
+    if d:
+        _fsync_directory(d)
+
+
+def new_temporary(path: PathLike, suffix: str = "") -> str:
+    """A new, empty temporary file for the output ``path``, in the directory it will be
+    renamed in (a symlink's target's; the system's temporary directory for a FIFO or
+    device), with a name no other run shares (the process id and a random part); removed
+    on a forced exit.  In a multi-process job process 0 creates it and every process gets
+    its name (every process must call this)."""
+    path = os.fspath(path)
+    name, error = "", None
+    if jax.process_index() == 0:
+        try:
+            target, streamed = output_target(path)
+            d = tempfile.gettempdir() if streamed else os.path.dirname(target) or "."
+            try:
+                fd, name = tempfile.mkstemp(dir=d, prefix=f".{os.path.basename(path)}.{os.getpid()}_", suffix=suffix)
+            except OSError as err:
+                why = "no such directory" if not os.path.isdir(d) else os.strerror(err.errno or 0)
+                raise OSError(err.errno, f"{path}: cannot write the output ({why}: {d})") from None
+            os.close(fd)
+            _TEMPORARIES.add(name)
+        except (OSError, ValueError) as err:
+            if jax.process_count() == 1:
+                raise
+            error = str(err)
+    if jax.process_count() > 1:  # the name (or process 0's error), to every process
+        from jax.experimental import multihost_utils
+
+        raw = np.zeros(8192, np.uint8)
+        encoded = (b"E" + error.encode() if error is not None else b"N" + name.encode())[:raw.size]
+        raw[:len(encoded)] = np.frombuffer(encoded, np.uint8)
+        got = np.asarray(multihost_utils.broadcast_one_to_all(raw), np.uint8).tobytes().rstrip(b"\0")
+        if got[:1] == b"E":
+            raise OSError(f"process {jax.process_index()}: " + got[1:].decode(errors="replace"))
+        name = got[1:].decode()
+    return name
+
+
+def write_error(path: str, err: OSError) -> OSError:
+    """``err`` (raised while writing the output ``path``) as an ``OSError`` naming ``path``
+    and the reason (the same errno), never the temporary's name or a bare ``[Errno 27]``."""
+    if err.errno == errno.EFBIG:
+        why = "file too large: the process's file-size limit (ulimit -f) or the file system's was reached"
+    elif err.errno == errno.ENOSPC:
+        why = "no space left on the device"
+    elif err.errno is not None:
+        why = os.strerror(err.errno)
+    else:
+        why = str(err)
+    failure = OSError(f"{path}: cannot write the output ({why})")
+    failure.errno = err.errno
+    return failure
 
 
 def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
@@ -251,10 +437,11 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
     """
     path = os.fspath(path)
     _check_output(path, inputs)
-    d = os.path.dirname(path) or "."
-    mode = _new_file_mode(path)
+    target, streamed = output_target(path)
+    d = tempfile.gettempdir() if streamed else os.path.dirname(target) or "."
+    mode = 0o600 if streamed else _new_file_mode(target)
     try:
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp_", suffix=os.path.splitext(path)[1])
+        fd, tmp = _temporary(path, d, os.path.splitext(path)[1])
     except OSError as err:  # named by the output, not by the temporary's random name
         why = "no such directory" if not os.path.isdir(d) else os.strerror(err.errno or 0)
         failure = OSError(f"{path}: cannot write the output ({why}: {d})")
@@ -264,10 +451,13 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
     _TEMPORARIES.add(tmp)
     staged = False
     try:
-        write_fn(tmp)
-        os.chmod(tmp, mode)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        try:
+            write_fn(tmp)
+            os.chmod(tmp, mode)
+            with open(tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+        except OSError as err:  # a full disk, a file-size limit (ulimit -f): named by the output
+            raise write_error(path, err) from None
         outs = None if keep_if_interrupted else _active()
         if outs is not None:
             outs.pending.append((tmp, path))
@@ -276,8 +466,9 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
             return
         if not keep_if_interrupted:
             interrupts.raise_if_received()
-        os.replace(tmp, path)
-        _fsync_directory(d)
+        synced = _install(tmp, path)
+        if synced:
+            _fsync_directory(synced)
         interrupts.raise_if_received()
     finally:
         if not staged:
@@ -337,9 +528,9 @@ class _GzipRaw(io.RawIOBase):
     """The decompressed bytes of a gzip file, with a truncated or corrupt file reported as
     ``ValueError`` naming it (not ``EOFError``/``zlib.error`` from deep inside a reader)."""
 
-    def __init__(self, path: str):
+    def __init__(self, source, path: str):
         self._path = path
-        self._gz = gzip.open(path, "rb")
+        self._gz = gzip.open(source, "rb")
 
     def readable(self) -> bool:
         return True
@@ -355,13 +546,46 @@ class _GzipRaw(io.RawIOBase):
         super().close()
 
 
+_READ_ONCE: dict[tuple[str, int, int], bytes] = {}  # the bytes of inputs that cannot be read twice
+
+
+def read_once(path: PathLike) -> bytes | None:
+    """The bytes of ``path`` when it cannot be read twice (a pipe, a FIFO, ``/dev/stdin``, a
+    character device): read at its first use and kept until the command ends (or for the
+    process, outside a command); None for a regular file (read it as often as needed)."""
+    path = os.fspath(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return None
+    key = (path, st.st_dev, st.st_ino)
+    if key not in _READ_ONCE:
+        with open(path, "rb") as fh:
+            _READ_ONCE[key] = fh.read()
+    return _READ_ONCE[key]
+
+
+def input_source(path: PathLike):
+    """What a reader that opens files by name (pyarrow) should open: ``path`` itself for a
+    regular file, else an in-memory copy of its bytes (:func:`read_once`)."""
+    data = read_once(path)
+    return os.fspath(path) if data is None else io.BytesIO(data)
+
+
 def open_read(path: PathLike, text: bool = False):
     """Open ``path`` for reading (binary, or UTF-8 text with a BOM dropped), through gzip
     when its name ends in ``.gz``; a truncated or corrupt gzip file raises ``ValueError``
-    naming the file."""
+    naming the file.  A pipe or FIFO is read once (:func:`read_once`): every opening of it
+    in one command sees the same bytes."""
     path = os.fspath(path)
+    data = read_once(path)
     if path.lower().endswith(".gz"):
-        raw = io.BufferedReader(_GzipRaw(path))
+        raw = io.BufferedReader(_GzipRaw(path if data is None else io.BytesIO(data), path))
+        return io.TextIOWrapper(raw, encoding="utf-8-sig") if text else raw
+    if data is not None:
+        raw = io.BytesIO(data)
         return io.TextIOWrapper(raw, encoding="utf-8-sig") if text else raw
     return open(path, encoding="utf-8-sig") if text else open(path, "rb")
 
@@ -432,6 +656,8 @@ def progress_bar(total: int | None, desc: str, *, quiet: bool = False, unit: str
     """A ``tqdm`` bar on stderr, disabled when ``quiet`` or (unless ``force``) stderr is not
     a terminal, shown only after one second (``update(k)`` advances it; use it as a
     context manager)."""
+    from tqdm.auto import tqdm  # imported where used: import jaxcrawl stays light
+
     disable = quiet or not (force or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty()))
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, delay=0.0 if force else 1.0,
                 leave=False, file=sys.stderr)

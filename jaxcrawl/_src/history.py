@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxcrawl._src.checks import is_concrete
+from jaxcrawl._src.checks import check_precision, is_concrete
 
 __all__ = [
     "DEFAULT_MIN_RATE",
@@ -59,6 +59,8 @@ def validate_history(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike |
     Intervals must be finite and > 0 under the mask; ``changed`` 0/1 (or, with
     ``counts=True``, non-negative integer counts, L2C App. K); the arrays must broadcast.
     """
+    if hasattr(intervals, "dtype"):  # eager and traced alike: no float16 / bfloat16 histories
+        check_precision(intervals.dtype, "intervals")
     if not is_concrete(intervals, changed, mask):
         return
     w = np.asarray(intervals)

@@ -1,8 +1,11 @@
-"""Pages grouped by host: dense host indices, caps merged from two sources, the data set's
-host constraints, and the host name of a URL page id."""
+"""Pages grouped by host: the host rule (:func:`canonical_host`), dense host indices, caps
+merged from two sources, the data set's host constraints, and the host of a URL page id."""
 from __future__ import annotations
 
+import encodings.idna
+import functools
 import os
+import re
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 
@@ -11,19 +14,136 @@ from jax.typing import ArrayLike
 
 from .fileio import open_read
 
+#: The web's default ports (http's and https's), left out of a host key whatever the scheme.
+DEFAULT_PORTS = frozenset((80, 443))
+# IDNA 2003's label separators (RFC 3490 3.1): the full stop and its ideographic,
+# full-width and half-width forms
+_DOTS = re.compile("[\u002e\u3002\uff0e\uff61]")
+# a URL whose host needs no parsing beyond this: scheme://host[:port] then /, ? or # or the end,
+# the host of ASCII letters, digits, dots and dashes (no userinfo, no IPv6 literal, no space)
+_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.?)(?::([0-9]{1,5}))?"
+                        r"(?:[/?#][^\x00-\x20]*)?\Z")
+
+
+def canonical_host(text: object) -> str:
+    """The host key of a host name, a ``host:port`` or a URL: the one rule by which host caps,
+    crawl delays, robots.txt files, page -> host mappings, URL page ids and URLFrontier queue
+    keys name a host.
+
+    * letters lower-cased; a label with non-ASCII characters written in its IDNA ASCII form
+      (Python's ``idna`` codec, IDNA 2003: ``Bücher.de`` -> ``xn--bcher-kva.de``); the
+      ideographic and full-width full stops separate labels like ``.``;
+    * one trailing dot removed (``example.com.`` is ``example.com``);
+    * userinfo removed (``user:pw@example.com`` is ``example.com``);
+    * the default ports removed: ``:80`` (http's) and ``:443`` (https's), whatever the scheme
+      (so a key never carries them and a bare ``example.com:443`` row is the https pages'
+      host); any other port stays part of the key (``example.com:8080``): robots.txt rules
+      and crawl delays apply per host and port, so a non-default port is a host of its own;
+    * an IPv6 literal without its brackets (``[::1]`` is ``::1``), in brackets with a port
+      (``[::1]:8080``).
+
+    ASCII labels are only lower-cased (so host ids of a page -> host table that are not DNS
+    names stay usable; a ``:`` followed by a non-number is part of such an id).  The rule is
+    idempotent: ``canonical_host(canonical_host(h)) == canonical_host(h)``.
+
+    Raises:
+      ValueError: naming the host, for an empty host or label, a label that IDNA refuses (e.g.
+        longer than 63 characters once encoded), a port above 65535, or a URL that
+        ``urllib.parse.urlsplit`` refuses.
+    """
+    text = str(text).strip()
+    if "://" in text:
+        m = _PLAIN_URL.match(text)
+        if m is not None:
+            return _host_key(m.group(1), m.group(2) or "", text)
+        try:
+            netloc = urllib.parse.urlsplit(text).netloc
+        except ValueError as err:
+            raise ValueError(f"{text!r} is not a valid URL ({err})") from None
+    else:
+        netloc = re.split(r"[/?#]", text, maxsplit=1)[0]
+    return _canonical_netloc(netloc, text)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _canonical_netloc(netloc: str, text: str) -> str:
+    hostport = netloc.rpartition("@")[2]
+    if hostport.startswith("["):  # an IPv6 literal
+        end = hostport.find("]")
+        rest = hostport[end + 1:] if end >= 0 else "?"
+        if end < 0 or (rest and not re.fullmatch(r":[0-9]*", rest)):
+            raise ValueError(f"host {text!r}: an IPv6 literal must be [ADDRESS] or [ADDRESS]:PORT")
+        return _host_key(hostport[1:end], rest[1:], text, ipv6=True)
+    if hostport.count(":") > 1:  # a bare IPv6 literal (it has no port)
+        return _host_key(hostport, "", text, ipv6=True)
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not re.fullmatch(r"[0-9]*", port):  # no port ('shard:x' is a name)
+        host, port = hostport, ""
+    return _host_key(host, port, text)
+
+
+def _host_key(host: str, port: str, text: str, *, ipv6: bool = False) -> str:
+    if port:
+        number = int(port)
+        if number > 65535:
+            raise ValueError(f"host {text!r}: port {number} is not in [0, 65535]")
+        port = "" if number in DEFAULT_PORTS else str(number)
+    if ipv6:
+        host = host.lower()
+        if not host:
+            raise ValueError(f"host {text!r}: empty IPv6 literal")
+        return f"[{host}]:{port}" if port else host
+    host = _DOTS.sub(".", host)
+    if host.endswith("."):
+        host = host[:-1]
+    if not host:
+        raise ValueError(f"host {text!r}: empty host name")
+    if host.isascii():
+        key = host.lower()
+        if ".." in key or key.startswith("."):
+            raise ValueError(f"host {text!r}: empty label (two dots in a row, or a leading dot)")
+    else:
+        labels = []
+        for label in host.split("."):
+            if not label:
+                raise ValueError(f"host {text!r}: empty label (two dots in a row, or a leading dot)")
+            if label.isascii():
+                labels.append(label.lower())
+                continue
+            try:
+                labels.append(encodings.idna.ToASCII(label).decode("ascii").lower())
+            except UnicodeError as err:
+                raise ValueError(f"host {text!r}: label {label!r} has no IDNA ASCII form ({err}); write the host "
+                                 "in its ASCII (xn--) form") from None
+        key = ".".join(labels)
+    return f"{key}:{port}" if port else key
+
+
+def canonical_hosts(hosts: Sequence[object]) -> list[str]:
+    """:func:`canonical_host` of each of ``hosts``."""
+    return [canonical_host(h) for h in hosts]
+
 
 def url_host(page_id: object) -> str | None:
-    """The lower-cased host name of a URL page id, or None when it is not a URL;
-    ``ValueError`` naming the page when ``urllib.parse.urlsplit`` refuses it (e.g. an
-    unclosed IPv6 bracket)."""
+    """The host key (:func:`canonical_host`) of a URL page id, or None when it is not a URL
+    (no ``://``) or has no host; ``ValueError`` naming the page when the URL cannot be read
+    (e.g. an unclosed IPv6 bracket) or its host breaks the host rule."""
     text = str(page_id)
     if "://" not in text:
         return None
+    m = _PLAIN_URL.match(text)
+    if m is not None:
+        return _host_key(m.group(1), m.group(2) or "", text)
     try:
-        host = urllib.parse.urlsplit(text).hostname
+        parts = urllib.parse.urlsplit(text)
     except ValueError as err:
         raise ValueError(f"page {text!r} is not a valid URL ({err})") from None
-    return host.lower() if host else None
+    if not parts.hostname:
+        return None
+    try:
+        return _canonical_netloc(parts.netloc, text)
+    except ValueError as err:
+        raise ValueError(f"page {text!r}: {err}") from None
 
 
 def caps_pages_path(path: str | os.PathLike) -> str | None:
@@ -53,7 +173,8 @@ def host_index(page_host: Sequence[str | None], host_ids: ArrayLike, host_caps: 
     """Dense host indices of the pages and the caps they index.
 
     Args:
-      page_host: ``(n,)`` each page's host id (string), or None / "" for no host.
+      page_host: ``(n,)`` each page's host id (string; a host key of :func:`canonical_host`,
+        compared as written with ``host_ids``), or None / "" for no host.
       host_ids, host_caps: the hosts and their caps (``inf``: uncapped).
       all_hosts: index every finite-cap host in the order given (the same indices on every
         process of a job, whatever pages it holds); default: only the hosts that have
@@ -84,19 +205,19 @@ def host_index(page_host: Sequence[str | None], host_ids: ArrayLike, host_caps: 
 
 def host_delays(page_host: Sequence[str | None], hosts: ArrayLike,
                 delays: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Dense host indices of the pages whose host has a crawl delay.
+    """Dense host indices of the pages whose host has a crawl delay (``page_host`` and
+    ``hosts`` host keys of :func:`canonical_host`, compared as written).
 
     Returns:
       ``(host_index, delay, names)``: ``(n,)`` int32 (``-1``: no delay known), ``(H,)``
       float64 seconds and the ``(H,)`` host names.
     """
-    delay_of = {str(h).lower(): float(d) for h, d in zip(np.asarray(hosts).tolist(), np.asarray(delays).tolist())}
+    delay_of = {str(h): float(d) for h, d in zip(np.asarray(hosts).tolist(), np.asarray(delays).tolist())}
     used: dict[str, int] = {}
     idx = np.full(len(page_host), -1, np.int32)
     for i, h in enumerate(page_host):
         if h is None:
             continue
-        h = h.lower()
         if h in delay_of:
             idx[i] = used.setdefault(h, len(used))
     names = np.asarray(list(used), object)
@@ -168,7 +289,12 @@ def merge_host_caps(index_a: ArrayLike, cap_a: ArrayLike, index_b: ArrayLike, ca
     ids = np.arange(a.size) if page_id is None else np.asarray(page_id)
     some = (a >= 0) | (b >= 0)
     pair = np.stack([a[some], b[some]], axis=1)
-    uniq, first = np.unique(pair, axis=0, return_index=True)
+    # the distinct (a, b) pairs in lexicographic order, as np.unique(pair, axis=0) gives them, through
+    # one int64 key per pair (a 1-D sort: several times faster than sorting rows)
+    width = (int(pair[:, 1].max()) + 2) if pair.size else 1
+    _, first, inverse = np.unique((pair[:, 0] + 1) * width + (pair[:, 1] + 1), return_index=True,
+                                  return_inverse=True)
+    uniq = pair[first]
     rows = np.flatnonzero(some)
     for col, (this, other) in ((0, what), (1, what[::-1])):
         keys, counts = np.unique(uniq[:, col], return_counts=True)
@@ -178,9 +304,15 @@ def merge_host_caps(index_a: ArrayLike, cap_a: ArrayLike, index_b: ArrayLike, ca
             parts = uniq[uniq[:, col] == h]
             pages = [ids[rows[first[np.flatnonzero((uniq == q).all(axis=1))[0]]]] for q in parts[:2]]
             pages = [p.item() if hasattr(p, "item") else p for p in pages]
-            host = (f"#{int(h)}" if names is None or names[col] is None
-                    else repr(str(np.asarray(names[col], object)[h])))
-            raise ValueError(f"{this} and {other} group the pages differently: host {host} of {this} has pages "
+            if names is not None and names[col] is not None:
+                host = f"host {str(np.asarray(names[col], object)[h])!r} of {this}"
+            else:  # named by its first page (and that page's URL host), never by an index
+                try:
+                    name = url_host(str(pages[0]))
+                except ValueError:
+                    name = None
+                host = (f"host {name!r} of {this}" if name else f"the host of page {pages[0]!r} in {this}")
+            raise ValueError(f"{this} and {other} group the pages differently: {host} has pages "
                              f"in {len(parts)} groups of {other} (e.g. pages {pages[0]!r} and {pages[1]!r}); "
                              "map pages to hosts the same way for both (one --hosts file or URL page ids)")
     inf = np.inf
@@ -188,5 +320,5 @@ def merge_host_caps(index_a: ArrayLike, cap_a: ArrayLike, index_b: ArrayLike, ca
                      np.where(uniq[:, 1] >= 0, cb[np.maximum(uniq[:, 1], 0)] if cb.size else inf, inf))
     index = np.full(a.size, -1, np.int32)
     # each page's group: the row of its (a, b) pair among the unique pairs
-    index[rows] = np.unique(pair, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int32)
+    index[rows] = inverse.reshape(-1).astype(np.int32)
     return index, cap

@@ -128,11 +128,13 @@ def page_limits(obj, params, bandwidth, num_pages, dtype, lower, upper, shape=No
 
 
 # ------------------------------------------------------------------ pages in memory
-def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> None:
+def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None, page_id=None) -> None:
     """Eager checks of one problem's limits (concrete values): ``lower <= upper``, the budget
     within ``[sum(lower), sum(upper)]``, and with host caps every cap above its pages'
     floors and the budget within what the caps allow.  ``dtype``: the solve's (default:
-    the limits'), for the hint to solve in float64 when a refusal is within its rounding."""
+    the limits'), for the hint to solve in float64 when a refusal is within its rounding.
+    ``page_id``: the pages' ids, to name a page and a host (by a page of it: its URL's host)
+    in the messages instead of their indices."""
     dtype = np.result_type(np.asarray(lower), np.asarray(upper)) if dtype is None else np.dtype(dtype)
     lo = np.asarray(lower, np.float64)
     hi = np.asarray(upper, np.float64)
@@ -143,8 +145,11 @@ def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> Non
         raise ValueError("bounds must not be NaN")
     if np.any(lo > hi):
         idx = int(np.flatnonzero(np.ravel(lo > hi))[0])
-        raise ValueError(f"bounds: lower must be <= upper for every page; page {idx} has "
-                         f"lower {np.ravel(lo)[idx]!r} > upper {np.ravel(hi)[idx]!r}")
+        raise ValueError(f"bounds: lower must be <= upper for every page; {_page_label(page_id, idx)} has "
+                         f"lower {float(np.ravel(lo)[idx])!r} > upper {float(np.ravel(hi)[idx])!r} (its revisit "
+                         "bounds, or an "
+                         "upper bound below the objective's own floor, e.g. binary-epsilon's epsilon R / n)"
+                         + (f" -- {int(np.sum(lo > hi))} such pages" if np.sum(lo > hi) > 1 else ""))
     if host is None:
         if b < lo.sum() * (1 - 1e-12) or b > hi.sum() * (1 + 1e-12):
             hint = (rounding_hint(dtype, lo.sum(), b, lo.size) if b < lo.sum()
@@ -160,17 +165,42 @@ def check_feasible(budget, lower, upper, host=None, cap=None, dtype=None) -> Non
     hi_h = np.bincount(hid[has], weights=hi[has], minlength=H)
     if np.any(lo_h > c * (1 + 1e-12)):
         h = int(np.flatnonzero(lo_h > c * (1 + 1e-12))[0])
-        raise ValueError(f"caps: host {h}'s cap {float(c[h])!r} is below the sum of its pages' lower bounds "
-                         f"{float(lo_h[h])!r} (e.g. BLC-epsilon floors): infeasible"
+        raise ValueError(f"caps: the cap {float(c[h])!r} of {_host_label(page_id, hid, h)} is below the sum of its "
+                         f"{int(np.sum(hid == h))} pages' lower bounds {float(lo_h[h])!r} (their revisit floors, "
+                         "or the objective's, e.g. BLC-epsilon floors): infeasible"
                          + rounding_hint(dtype, lo_h[h], c[h], np.sum(hid == h)))
     most = np.sum(np.where(has, 0.0, hi)) + np.sum(np.minimum(c, hi_h))
     if b > most * (1 + 1e-12):
         raise ValueError(f"bandwidth {b!r} exceeds the most the host caps allow ({most!r}: uncapped pages' "
                          "upper bounds plus each host's min(cap, sum of its pages' upper bounds)); lower the "
-                         "bandwidth or raise the caps")
+                         "bandwidth or raise the caps" + rounding_hint(dtype, b, most, lo.size))
     if b < np.sum(lo) * (1 - 1e-12):
         raise ValueError(f"bandwidth {b!r} is below the sum of the lower bounds {float(np.sum(lo))!r}"
                          + rounding_hint(dtype, np.sum(lo), b, lo.size))
+
+
+def _page_label(page_id, i: int) -> str:
+    """``page 'ID'`` (``page I`` without ids)."""
+    if page_id is None:
+        return f"page {i}"
+    p = np.asarray(page_id, object).reshape(-1)[i]
+    return f"page {(p.item() if hasattr(p, 'item') else p)!r}"
+
+
+def _host_label(page_id, host, h: int) -> str:
+    """A host named by its first page: ``host 'example.com' (of page 'ID')``, ``the host of
+    page 'ID'`` when the page id is not a URL (``host H`` without ids)."""
+    if page_id is None:
+        return f"host {h}"
+    from .hostmap import url_host  # the host rule; imported on a refusal only
+
+    i = int(np.flatnonzero(np.asarray(host) == h)[0])
+    page = _page_label(page_id, i)
+    try:
+        name = url_host(str(np.asarray(page_id, object).reshape(-1)[i]))
+    except ValueError:
+        name = None
+    return f"host {name!r} (of {page})" if name else f"the host of {page}"
 
 
 def rounding_hint(dtype, larger, smaller, count) -> str:
@@ -181,8 +211,10 @@ def rounding_hint(dtype, larger, smaller, count) -> str:
         return ""
     if larger - smaller > (int(count) + 1) * np.finfo(dtype).eps * abs(smaller):
         return ""
-    return (f" -- within {np.dtype(dtype).name} rounding of the inputs (each rounded to {np.dtype(dtype).name} and "
-            "summed): solve in float64 (--x64 on the command line; jax_enable_x64 and float64 arrays in Python)")
+    name = np.dtype(dtype).name
+    return (f" -- {name} rounding makes it infeasible (it is off by no more than the rounding of the inputs to "
+            f"{name} and of their sum): solve in float64; --x64 on the command line (jax_enable_x64 and float64 "
+            "arrays in Python) solves it when the inputs themselves are feasible")
 
 
 def check_caps(host, cap, num_pages) -> None:

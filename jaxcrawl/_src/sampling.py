@@ -88,6 +88,26 @@ def uniform_fine(key: jax.Array, size: int, dtype) -> jax.Array:
     return hi + lo
 
 
+def fine_from_bits(bits: jax.Array, dtype) -> jax.Array:
+    """:func:`uniform_fine` from ``(2, ...)`` random ``uint32`` words drawn by the caller (one
+    ``jax.random.bits`` call for several samplers: every call site of the threefry hash is
+    compiled separately, and on XLA:CPU each costs a tenth of a second or more)."""
+    return (bits[0].astype(dtype) * jnp.asarray(2.0 ** -32, dtype)
+            + (bits[1].astype(dtype) + 0.5) * jnp.asarray(2.0 ** -64, dtype))
+
+
+def open_uniform_from_bits(bits: jax.Array, dtype) -> jax.Array:
+    """Uniforms on the open interval (0, 1) from random ``uint32`` words (one word each for a
+    float of at most 32 bits: ``((b >> 9) + 1/2) 2^-23``, exact in float32; two words,
+    ``(2, ...)``, for float64: ``((b0 >> 6) 2^26 + (b1 >> 6) + 1/2) 2^-52``) -- never 0, so
+    ``-log(u)`` is a finite exponential."""
+    if jnp.finfo(dtype).bits <= 32:
+        return ((bits >> 9).astype(dtype) + 0.5) * jnp.asarray(2.0 ** -23, dtype)
+    hi = (bits[0] >> 6).astype(dtype)   # 26 bits
+    lo = (bits[1] >> 6).astype(dtype)   # 26 bits
+    return (hi * 2.0 ** 26 + lo + 0.5) * jnp.asarray(2.0 ** -52, dtype)
+
+
 def max_inversion_mean(dtype) -> float:
     """Largest mean whose ``exp(-mean)`` is a normal number in ``dtype`` (with margin)."""
     return 0.9 * -math.log(float(jnp.finfo(dtype).tiny))
@@ -188,7 +208,7 @@ def poisson_any(key: jax.Array, mean: jax.Array) -> jax.Array:
 
 
 def poisson_counts(
-    key: jax.Array, mean: jax.Array, heavy: jax.Array, cap: int, num_heavy: int
+    key: jax.Array, mean: jax.Array, heavy: jax.Array, cap: int, num_heavy: int, u: jax.Array | None = None
 ) -> tuple[jax.Array, jax.Array]:
     """Poisson(mean) for every page, with an overflow flag per page.
 
@@ -197,12 +217,17 @@ def poisson_counts(
     drawn by :func:`poisson_inverse` with capacity ``cap`` (flagged past it); means
     above 16 of the first ``num_heavy`` heavy pages are gathered and drawn by
     :func:`poisson_ptrs` (exact for means >= 10) in one loop; heavy pages past them are
-    flagged.
+    flagged.  ``u``: the inversion's uniforms (``mean``'s shape, e.g. :func:`fine_from_bits`),
+    drawn by the caller; then ``key`` is used only for the heavy pages (may be ``None`` when
+    ``num_heavy`` is 0).
     """
     n = mean.shape[-1]
-    key_light, key_heavy = jax.random.split(key)
     small = mean <= LIGHT_MEAN
-    u = uniform_fine(key_light, mean.size, mean.dtype).reshape(mean.shape)
+    if u is None:
+        key_light, key_heavy = jax.random.split(key)
+        u = uniform_fine(key_light, mean.size, mean.dtype).reshape(mean.shape)
+    else:
+        key_heavy = key
     count = poisson_inverse(u, jnp.where(small, mean, 0.0), cap)
     lead = tuple(range(mean.ndim - 1))
     rank = cumsum(heavy.astype(jnp.int32)) - 1

@@ -76,11 +76,31 @@ def iso_utc(epoch_seconds: ArrayLike, unit: str = "ms") -> np.ndarray:
     return np.datetime_as_string(ticks, unit=unit, timezone="UTC")
 
 
-def next_fetch(rate: ArrayLike, phase: ArrayLike, start_epoch: float, unit: float) -> np.ndarray:
-    """Epoch seconds of each page's first crawl at or after ``start_epoch``: ``phase / rate``
-    units after it (the timetable's ``k = 0`` crawl, :mod:`jaxcrawl.timetable`); ``inf``
-    for rate 0.  Computed in float64 on the host."""
+def first_crawl(rate: ArrayLike, phase: ArrayLike, start: float, last: ArrayLike | None = None) -> np.ndarray:
+    """Each page's first crawl at or after ``start`` (float64, on the host, in the rates' unit
+    of absolute time): the grid point ``(k + phase) / rate`` (the grid anchored at absolute
+    time 0, :mod:`jaxcrawl.timetable`), or, for a page with a finite ``last`` crawl,
+    ``max(start, last + 1 / rate)``; ``inf`` for rate 0."""
     r = np.asarray(rate, np.float64)
-    p = np.asarray(phase, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(r > 0, start_epoch + unit * p / np.where(r > 0, r, 1.0), np.inf)
+    p = np.broadcast_to(np.asarray(phase, np.float64), r.shape)
+    pos = r > 0
+    rr = np.where(pos, r, 1.0)
+    x0 = float(start) * rr - p
+    first = float(start) + (np.ceil(x0) - x0) / rr
+    if last is not None:
+        lc = np.broadcast_to(np.asarray(last, np.float64), r.shape)
+        has = np.isfinite(lc)
+        first = np.where(has, np.maximum(float(start), np.where(has, lc, 0.0) + 1.0 / rr), first)
+    return np.where(pos, first, np.inf)
+
+
+def next_fetch(rate: ArrayLike, phase: ArrayLike, start_epoch: float, unit: float, *,
+               last_fetch: ArrayLike | None = None) -> np.ndarray:
+    """Epoch seconds of each page's first crawl at or after ``start_epoch``: its grid point
+    ``(k + phase) / rate`` units after 1970-01-01T00:00:00Z (the grid of
+    :mod:`jaxcrawl.timetable`, anchored at the epoch, not at ``start_epoch``, so consecutive
+    runs continue one grid), or with a finite ``last_fetch`` (epoch seconds)
+    ``max(start_epoch, last_fetch + unit / rate)``; ``inf`` for rate 0 (:func:`first_crawl`).
+    Computed in float64 on the host."""
+    last = None if last_fetch is None else np.asarray(last_fetch, np.float64) / unit
+    return unit * first_crawl(rate, phase, float(start_epoch) / unit, last)

@@ -91,33 +91,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def compile_cache_dir() -> Path:
     """Where the command line keeps compiled programs: ``$JAXCRAWL_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/jaxcrawl/xla``, else ``~/.cache/jaxcrawl/xla``."""
-    explicit = os.environ.get("JAXCRAWL_CACHE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "jaxcrawl" / "xla"
+    ``$XDG_CACHE_HOME/jaxcrawl/xla``, else ``~/.cache/jaxcrawl/xla``
+    (:func:`jaxcrawl.compile_cache.compile_cache_dir`)."""
+    from jaxcrawl.compile_cache import compile_cache_dir as default_dir
+
+    return default_dir()
 
 
 def setup_compile_cache(enabled: bool = True) -> Path | None:
     """Turn on JAX's persistent compilation cache in :func:`compile_cache_dir` (every
-    program, however quick to compile).  Returns the directory, or None when ``enabled``
-    is false, ``JAXCRAWL_COMPILE_CACHE=0`` is set, the directory cannot be created, or
-    JAX already has a cache directory configured (which is then left as it is)."""
+    program, however quick to compile) by :func:`jaxcrawl.compile_cache.enable_compile_cache`.
+    Returns the directory, or None when ``enabled`` is false, ``JAXCRAWL_COMPILE_CACHE=0`` is
+    set, the directory cannot be created, or JAX already has a cache directory configured
+    (which is then left as it is)."""
+    from jaxcrawl.compile_cache import enable_compile_cache
 
-    if not enabled or os.environ.get("JAXCRAWL_COMPILE_CACHE", "1") in ("0", "false", "no"):
+    if not enabled:
         return None
-    if jax.config.jax_compilation_cache_dir:
-        return None
-    path = compile_cache_dir()
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
+    return enable_compile_cache(override=False)
 
 
 def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None) -> int:
@@ -136,9 +127,12 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     """
     with _interrupts.handlers() as fired:
         status = _main(argv, compile_cache, fired)
-    if argv is None and status in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+    if argv is None and (status in (EXIT_INTERRUPTED, EXIT_TERMINATED)
+                         or (status != 0 and jax.distributed.is_initialized())):
         # run as a program and interrupted: end here, without the interpreter's teardown
-        # racing JAX's/XLA's threads (which crashed with SIGSEGV after Ctrl-C)
+        # racing JAX's/XLA's threads (which crashed with SIGSEGV after Ctrl-C); a process of a
+        # failed multi-process job ends here too, not in jax.distributed's shutdown barrier,
+        # where it would wait (minutes) for processes that wait for it in a collective
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()

@@ -221,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
                            max_observations=args.max_observations, hint=_SKIP_HINT,
                            quiet=getattr(args, "quiet", False))
     except TableError as err:
+        if (err.reason or "").startswith("interval outside"):  # not a malformed line: --x64, not --errors skip
+            raise
         raise err.with_hint(_SKIP_HINT) from None
     read_seconds = time.perf_counter() - t0
     n = h.page_id.shape[0]

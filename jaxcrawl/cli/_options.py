@@ -3,9 +3,12 @@ processes (``jax.distributed``), and the final guard before a command writes its
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import sys
 import time as _time
+import warnings
 from typing import Any
 
 import jax
@@ -14,7 +17,7 @@ import numpy as np
 import jaxcrawl
 from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl._src.timeunits import TIME_UNITS, parse_start
-from jaxcrawl.io import read_crawl_delays
+from jaxcrawl.io import read_crawl_delays, read_host_caps
 from jaxcrawl.parallel import initialize
 
 
@@ -96,18 +99,44 @@ def add_time_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_host_arguments(p: argparse.ArgumentParser) -> None:
-    """``--hosts``, ``--crawl-delays``, ``--robots`` and ``--user-agent``."""
+    """``--hosts``, ``--crawl-delays``, ``--robots``, ``--user-agent`` and ``--unmatched-hosts``."""
     p.add_argument("--hosts", help="page -> host mapping (page_id,host_id); default: the host of URL page ids")
     delays = p.add_mutually_exclusive_group()
     delays.add_argument("--crawl-delays", help="table host,crawl_delay (seconds between two fetches of a host)")
     delays.add_argument("--robots", help="directory of robots.txt files (HOST.txt or HOST/robots.txt); "
                         "their Crawl-delay (or Request-rate) for --user-agent")
     p.add_argument("--user-agent", default="*", help="user agent whose robots.txt rules apply (default *)")
+    p.add_argument("--unmatched-hosts", choices=("error", "warn"), default="error",
+                   help="a host caps or crawl-delay row whose host has no page: an error naming the row "
+                        "(default), or a warning and the row ignored")
+
+
+@contextlib.contextmanager
+def host_warnings():
+    """Warnings of the host readers (a row whose host has no page, ``--unmatched-hosts warn``)
+    printed to stderr as ``jaxcrawl: warning: FILE:LINE: ...``, one line each."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        try:
+            yield
+        finally:
+            for w in caught:
+                if issubclass(w.category, UserWarning):
+                    print(f"jaxcrawl: warning: {w.message}", file=sys.stderr)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def host_caps(args: argparse.Namespace, page_id: np.ndarray):
+    """:func:`jaxcrawl.io.read_host_caps` of ``--host-caps`` for the pages, under
+    ``--unmatched-hosts``."""
+    with host_warnings():
+        return read_host_caps(args.host_caps, page_id, unmatched=getattr(args, "unmatched_hosts", "error"))
 
 
 def host_gaps(args: argparse.Namespace, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """``(host_index, delay_seconds, host_names)`` of the pages from ``--crawl-delays`` /
-    ``--robots`` (None when neither is given)."""
+    ``--robots`` (None when neither is given), under ``--unmatched-hosts``."""
 
     if not (args.crawl_delays or args.robots):
         if getattr(args, "hosts", None):
@@ -116,8 +145,9 @@ def host_gaps(args: argparse.Namespace, page_id: np.ndarray) -> tuple[np.ndarray
     if args.robots and not os.path.isdir(args.robots):
         raise ValueError(f"{args.robots}: not a directory (expected robots.txt files named HOST.txt "
                          "or HOST/robots.txt)")
-    return read_crawl_delays(args.crawl_delays or args.robots, page_id, pages_path=args.hosts,
-                             user_agent=args.user_agent)
+    with host_warnings():
+        return read_crawl_delays(args.crawl_delays or args.robots, page_id, pages_path=args.hosts,
+                                 user_agent=args.user_agent, unmatched=getattr(args, "unmatched_hosts", "error"))
 
 
 def start_epoch(args: argparse.Namespace) -> float:

@@ -6,8 +6,13 @@ Reads the plan that ``jaxcrawl solve --output`` writes (``page_id,rate,prob``;
 ``[--start, --start + --horizon)`` (:func:`jaxcrawl.io.write_timetable`); with crawl
 delays, :func:`jaxcrawl.timetable.space_crawls` keeps every host's fetches apart:
 page ``i`` is crawled at ``(k + phase_i) / rate_i`` (:func:`jaxcrawl.timetable.timetable`),
-so its gaps are ``1 / rate_i`` and its count in any window is within ±1 of ``rate_i``
-times the window's length.
+a grid anchored at the Unix epoch (0 for a numeric ``--start``), so its gaps are
+``1 / rate_i``, its count in any window is within ±1 of ``rate_i`` times the window's
+length, and consecutive windows continue one grid.  A page with a last fetch (``--after``:
+a previous window's timetable; ``--last-fetch``: a crawler's ``page_id,last_fetch``)
+continues from it instead: next fetch ``max(start, last + 1 / rate_i)``, then every
+``1 / rate_i``; a crawl that crawl delays pushed out of the ``--after`` window is overdue
+and comes first.
 
 Rows with ``prob > 0`` are pages crawled on change signals (NeurIPS-19 Π°): their crawls
 follow the signals, so they are left out of the timetable (and counted) unless
@@ -32,10 +37,10 @@ import numpy as np
 from jaxcrawl import timetable as tt
 from jaxcrawl._src.fileio import progress_bar
 from jaxcrawl._src.limits import check_size
-from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, parse_start, unit_seconds
+from jaxcrawl._src.timeunits import first_crawl, iso_utc, parse_duration, parse_start, unit_seconds
 from jaxcrawl.io import (
     check_output,
-    read_crawl_delays,
+    read_last_fetch,
     read_plan,
     read_timetable,
     write_nutch_seeds,
@@ -44,6 +49,7 @@ from jaxcrawl.io import (
 )
 
 from ._options import add_host_arguments, check_result, host_gaps
+from ._stages import Stages
 
 __all__ = ["register", "run", "PHASES"]
 
@@ -63,9 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Parquet or JSON Lines). Output: a table time,page_id with every crawl in "
             "[start, start + horizon), sorted by time (with an ISO 8601 --start: "
             "time,epoch_seconds,page_id in UTC). Each page is crawled every 1/rate, at times "
-            "(k + phase)/rate after the start, so over any window its number of crawls is within 1 "
-            "of rate x window. With crawl delays (--crawl-delays/--robots) no host is crawled twice "
-            "within its delay: crawls are moved later as needed. Pages with prob > 0 are crawled on "
+            "(k + phase)/rate since the Unix epoch (0 for a numeric --start), so over any window its number "
+            "of crawls is within 1 of rate x window and consecutive windows continue one grid; with --after "
+            "(the previous window's timetable) or --last-fetch each page continues from its last fetch. "
+            "With crawl delays (--crawl-delays/--robots) no host is crawled twice within its delay: crawls are "
+            "moved later as needed. Pages with prob > 0 are crawled on "
             "change signals and are left out unless --include-signal-pages, except for their periodic_rate "
             "(periodic crawls beside the signals), which is timetabled. --urlfrontier and "
             "--nutch write crawler-native queue files. The last line printed is one JSON object."
@@ -88,9 +96,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--include-signal-pages", action="store_true",
                    help="also timetable pages with prob > 0, periodically at their whole rate")
     add_host_arguments(p)
-    p.add_argument("--after", metavar="TIMETABLE",
-                   help="the previous window's timetable (what this command wrote for it): with crawl delays, "
-                        "its last fetch of each host is kept its delay apart from this window's first")
+    p.add_argument("--after", metavar="TIMETABLE", action="append",
+                   help="a previous window's timetable (what this command wrote for it; repeatable): each page's "
+                        "last crawl in it is its last fetch, and the page continues from it (next fetch = last "
+                        "fetch + 1/rate, or this window's start when overdue); with crawl delays each host's "
+                        "last fetch is kept its delay apart from this window's first")
+    p.add_argument("--last-fetch", metavar="TABLE",
+                   help="a crawler's state page_id,last_fetch (ISO 8601 UTC, or a number: epoch seconds with an "
+                        "ISO --start, else the plan's unit): each page continues from its last fetch as with --after")
     p.add_argument("--urlfrontier", help="also write a URLFrontier JSON Lines file (each page's next fetch as "
                    "refetchable_from_date, epoch seconds; needs an ISO --start)")
     p.add_argument("--nutch", help="also write a Nutch injector seed list (url<TAB>nutch.fetchInterval=<s>)")
@@ -116,20 +129,27 @@ def _start(text: str | None) -> tuple[float, float | None]:
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl schedule``; returns the exit status."""
 
-
-
+    stages = Stages("schedule", quiet=args.quiet)
     horizon = parse_duration(args.horizon, args.time_unit, name="--horizon")
     if not (math.isfinite(horizon) and horizon > 0):
         raise ValueError(f"--horizon must be finite and > 0; got {args.horizon}")
     start, epoch = _start(args.start)
+    unit = unit_seconds(args.time_unit)
+    # the window's start on the absolute time line of the grids (plan units since time 0:
+    # the Unix epoch for an ISO --start), so consecutive windows continue one grid
+    origin = start if epoch is None else epoch / unit
     if (args.urlfrontier) and epoch is None:
         raise ValueError("--urlfrontier needs an ISO 8601 --start (absolute time)")
     outputs = [o for o in (args.output, args.urlfrontier, args.nutch) if o]
     for out in outputs:
-        check_output(out, args.plan, args.crawl_delays, args.hosts)
+        check_output(out, args.plan, args.crawl_delays, args.hosts, *(args.after or ()),
+                     *([args.last_fetch] if args.last_fetch else []))
     if len(set(map(os.path.realpath, outputs))) < len(outputs):
         raise ValueError("--output, --urlfrontier and --nutch must be different files")
-    plan = read_plan(args.plan)
+    with stages.stage("read"):
+        plan = read_plan(args.plan)
+        gaps = host_gaps(args, plan.page_id)
+        last, state = _last_fetches(args, plan.page_id, epoch, unit, outputs)
     signal = plan.prob > 0
     left_out = signal & ~args.include_signal_pages
     # a signal page's crawls follow its signals; its periodic crawls beside them (a complete
@@ -149,40 +169,67 @@ def run(args: argparse.Namespace) -> int:
         phase = tt.hashed_phase(jnp.asarray(_page_keys(plan.page_id)), seed=args.seed, dtype=dtype)
     else:
         phase = jnp.zeros_like(rate_j)
-    gaps = host_gaps(args, plan.page_id)
-    last_group = None
-    if args.after:
-        if gaps is None:
-            raise ValueError("--after carries crawl-delay gaps from the previous window; give --crawl-delays "
-                             "or --robots (without them the timetable does not depend on earlier windows)")
-        last_group = _last_host_fetch(args, gaps, epoch, start)
+    phase64 = np.asarray(phase, np.float64)
+    # the grids are those of the rates in the working dtype (what the timetable computes with):
+    # near an epoch-day origin (2e4 days) a float32 rate's rounding moves a grid by ~1e-3 periods
+    rate = np.asarray(rate_j, np.float64)
+    # each page's first crawl at or after the window's start (float64, plan units since 0):
+    # its grid point, or max(start, last fetch + 1 / rate) for a page with a last fetch
+    last_group = None  # each crawl-delay host's last fetch (real fetches only)
+    if gaps is not None and last is not None:
+        hidx = gaps[0]
+        last_group = np.full(len(gaps[2]), -np.inf)
+        on = (hidx >= 0) & np.isfinite(last)
+        np.maximum.at(last_group, hidx[on], last[on] - origin)
+    if state.get("after_from") is not None:
+        # a page with a grid point inside the --after window but no crawl in it had that crawl
+        # deferred past the window (crawl delays): it is overdue, crawled at this window's start
+        pos = rate > 0
+        r = np.where(pos, rate, 1.0)
+        grid_prev = first_crawl(rate, phase64, origin) - 1.0 / r
+        carried = pos & ~np.isfinite(last) & (grid_prev >= state["after_from"]) & (grid_prev < origin)
+        last = np.where(carried, origin - 1.0 / r, last)
+        state["num_pages_carried_over"] = int(np.sum(carried))
+    state.pop("after_from", None)
+    first = first_crawl(rate, phase64, origin, last)
     check_size("--horizon", float(np.sum(np.asarray(rate, np.float64)) * horizon) + len(rate), 32,
                "crawls in the window")  # the timetable's size, before it is allocated
     t0 = time.perf_counter()
-    with progress_bar(None, "timetable", quiet=args.quiet, unit="step"):
+    with progress_bar(None, "timetable", quiet=args.quiet, unit="step"), stages.stage("timetable"):
         # times since --start (exact in the working dtype over the window); the window's place
-        # on each page's grid is computed in float64 (timetable's eager path), and --start is
-        # added back in float64 below, so epoch-second starts keep float32's precision
-        table = jax.block_until_ready(tt.timetable(rate_j, horizon, start=start, phase=phase, relative=True))
-        spaced = None
-        if gaps is not None:
+        # on each page's grid is computed in float64 (timetable's eager path)
+        table = jax.block_until_ready(tt.timetable(rate_j, horizon, start=origin, phase=phase, relative=True,
+                                                   last_crawl=last))
+    spaced = None
+    if gaps is not None:
+        with progress_bar(None, "crawl delays", quiet=args.quiet, unit="step"), stages.stage("crawl delays"):
             hidx, delay, _ = gaps
-            gap = delay / unit_seconds(args.time_unit)
             plain = table
-            spaced = tt.space_crawls(table, hidx, gap, end=horizon, last_group=last_group)
+            spaced = tt.space_crawls(table, hidx, delay / unit, end=horizon, last_group=last_group)
             table = jax.block_until_ready(spaced.timetable)
     seconds = time.perf_counter() - t0
-    mask = np.asarray(table.mask)
-    times = start + np.asarray(table.time)[mask].astype(np.float64)
-    pages = np.asarray(table.page)[mask]
-    failure = check_result({"crawl times": times}, plan.page_id[pages] if pages.size else plan.page_id,
-                           dtype=dtype, what="the timetable")
-    if failure is not None:
-        raise ValueError(failure + "; no timetable written")
-    counts = np.bincount(pages, minlength=len(rate))
-    dev = np.abs(counts - rate * horizon)
-    if spaced is None:
-        _check_periodic(times, pages, rate, np.asarray(phase, np.float64), start, horizon, dtype, plan.page_id)
+    with stages.stage("check"):
+        mask = np.asarray(table.mask)
+        rel = np.asarray(table.time)[mask].astype(np.float64)
+        times = start + rel
+        pages = np.asarray(table.page)[mask]
+        failure = check_result({"crawl times": times}, plan.page_id[pages] if pages.size else plan.page_id,
+                               dtype=dtype, what="the timetable")
+        if failure is not None:
+            raise ValueError(failure + "; no timetable written")
+        counts = np.bincount(pages, minlength=len(rate))
+        dev = np.abs(counts - rate * horizon)
+        if spaced is None:
+            _check_periodic(rel, pages, rate, first - origin, horizon, dtype, plan.page_id)
+        # each page's next fetch after this window's start: its first kept crawl, else the time
+        # a crawl delay pushed its first crawl to (past the window), else its first crawl
+        due = first - origin
+        if spaced is not None:
+            kept = np.full(len(rate), np.inf)
+            np.minimum.at(kept, pages, rel)
+            pushed = np.asarray(spaced.first_deferred, np.float64)
+            due = np.where(np.isfinite(kept), kept, np.where(np.isfinite(pushed), np.maximum(pushed, horizon), due))
+        late = _late_pages(due, last, origin, rate)
     summary = {
         "plan": args.plan,
         "num_pages": int(len(rate)),
@@ -197,51 +244,66 @@ def run(args: argparse.Namespace) -> int:
         "expected_crawls": float(np.sum(rate) * horizon),
         "max_count_deviation": float(dev.max()) if dev.size else 0.0,
         "overflow": int(table.overflow),
+        **state,
+        "num_pages_overdue": int(np.sum(np.isfinite(last) & (rate > 0) & (last + 1 / np.where(rate > 0, rate, 1)
+                                                                          < origin))) if last is not None else 0,
+        "num_pages_later_than_last_fetch_plus_interval": late,
         "timetable_seconds": seconds,
         "dtype": str(np.dtype(dtype)),
     }
     if spaced is not None:
-        hidx, delay, names = gaps
-        summary["num_crawl_delay_hosts"] = int(delay.size)
-        summary["crawls_moved_for_crawl_delays"] = int(spaced.moved)
-        summary["crawls_deferred_past_horizon"] = int(spaced.deferred)
-        summary["max_move"] = float(spaced.max_delay)
-        h = hidx[pages]
-        order = np.lexsort((times, h))
-        hs, ts = h[order], times[order]
-        same = (hs[1:] == hs[:-1]) & (hs[1:] >= 0)
-        gaps_seen = (ts[1:] - ts[:-1])[same] * unit_seconds(args.time_unit)
-        need = delay[hs[1:][same]]
-        summary["min_host_gap_over_delay"] = float(np.min(gaps_seen / np.where(need > 0, need, np.inf))) \
-            if gaps_seen.size else None
-        summary.update(_delay_hosts(plain, table, hidx, delay, names, horizon, unit_seconds(args.time_unit)))
+        with stages.stage("report"):
+            hidx, delay, names = gaps
+            summary["num_crawl_delay_hosts"] = int(delay.size)
+            summary["crawls_moved_for_crawl_delays"] = int(spaced.moved)
+            summary["crawls_deferred_past_horizon"] = int(spaced.deferred)
+            summary["max_move"] = float(spaced.max_delay)
+            h = hidx[pages]
+            order = np.lexsort((times, h))
+            hs, ts = h[order], times[order]
+            same = (hs[1:] == hs[:-1]) & (hs[1:] >= 0)
+            gaps_seen = (ts[1:] - ts[:-1])[same] * unit
+            need = delay[hs[1:][same]]
+            summary["min_host_gap_over_delay"] = float(np.min(gaps_seen / np.where(need > 0, need, np.inf))) \
+                if gaps_seen.size else None
+            summary.update(_delay_hosts(plain, table, hidx, delay, names, horizon, unit))
     if args.output:
-        with progress_bar(times.shape[0], "writing timetable", quiet=args.quiet) as bar:
+        with progress_bar(times.shape[0], "writing timetable", quiet=args.quiet) as bar, stages.stage("write"):
             write_timetable(args.output, times - (start if epoch is not None else 0.0), pages, plan.page_id,
                             start_epoch=epoch, unit=args.time_unit, progress=bar)
         summary["output"] = args.output
-    if args.urlfrontier:
-        phase64 = np.asarray(phase, np.float64)
-        due = next_fetch(rate, phase64, epoch, unit_seconds(args.time_unit))
-        if gaps is not None and pages.size:  # the first timetabled (spaced) crawl of each page
-            first = np.full(len(rate), np.inf)
-            np.minimum.at(first, pages, epoch + times * unit_seconds(args.time_unit))
-            due = np.where(np.isfinite(first), first, due)
-        key = None
-        if gaps is not None:
-            hidx, _, names = gaps
-            if names.size:
-                key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], "")  # "": the URL's host
-        k = write_urlfrontier(args.urlfrontier, plan.page_id, rate, due, unit=args.time_unit, key=key)
-        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
-    if args.nutch:
-        k = write_nutch_seeds(args.nutch, plan.page_id, rate, unit=args.time_unit)
-        summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
+    if args.urlfrontier or args.nutch:
+        with stages.stage("crawler files"):
+            # signal-only pages (no periodic crawls) are told their planned signal-driven rate:
+            # due on that rate's grid (or one interval after their last fetch), flagged on_signal
+            only_signal = left_out & (rate == 0) & (plan.rate > 0)
+            files_rate = np.where(only_signal, plan.rate, np.where(left_out, plan.periodic_rate, plan.rate))
+            with np.errstate(over="ignore"):
+                signal_rate = np.asarray(plan.rate).astype(jnp.dtype(dtype)).astype(np.float64)
+            files_due = np.where(only_signal, first_crawl(signal_rate, phase64, origin, last) - origin, due)
+            if args.urlfrontier:
+                key = None
+                if gaps is not None:
+                    hidx, _, names = gaps
+                    if names.size:
+                        key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], "")  # "": the URL's host
+                k = write_urlfrontier(args.urlfrontier, plan.page_id, files_rate, epoch + files_due * unit,
+                                      unit=args.time_unit, key=key, on_signal=signal)
+                summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls,
+                                          "num_clamped": k.num_clamped}
+            if args.nutch:
+                k = write_nutch_seeds(args.nutch, plan.page_id, files_rate, unit=args.time_unit, on_signal=signal)
+                summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
+            summary["num_signal_only_pages_in_crawler_files"] = int(np.sum(only_signal))
+    summary["seconds"] = stages.seconds()
     print(f"plan         {args.plan}: {summary['num_pages']} pages, "
           f"{summary['num_timetabled_pages']} timetabled, "
           f"{summary['num_signal_pages_left_out']} crawled on change signals (left out"
           + (f"; {summary['num_signal_pages_with_periodic_crawls']} of them timetabled at their periodic_rate"
              if summary["num_signal_pages_with_periodic_crawls"] else "") + ")")
+    if last is not None:
+        print(f"last fetches {summary['num_pages_with_last_fetch']} pages continue from their last fetch "
+              f"({summary['num_pages_overdue']} overdue: crawled at the window's start); the others keep their grid")
     window = (f"[{summary['start']}, + {horizon:g} {args.time_unit})" if epoch is not None
               else f"[{start:g}, {start + horizon:g})")
     print(f"timetable    {summary['num_crawls']} crawls in {window} "
@@ -262,12 +324,83 @@ def run(args: argparse.Namespace) -> int:
         if summary["num_hosts_moved_or_deferred"] > 10:
             print(f"             ... {summary['num_hosts_moved_or_deferred'] - 10} more (the JSON line lists up to "
                   f"{MAX_LISTED_HOSTS})")
-    print(f"time         {seconds:.3f} s (including compilation)")
+    secs = summary["seconds"]
+    print(f"time         {secs['total']:.3f} s: " + ", ".join(f"{k} {v:.3f}" for k, v in secs.items() if k != "total")
+          + " (including compilation)")
     if args.output:
         print(f"written to   {args.output}")
     report_crawler_files(summary)
     print(json.dumps(summary))
     return 0
+
+
+def _late_pages(due, last, origin, rate) -> int:
+    """Pages whose next fetch (``due``, since the window's start) is later than their last
+    fetch plus their interval -- only a crawl-delay deferral can do that (reported)."""
+    if last is None:
+        return 0
+    pos = (rate > 0) & np.isfinite(last)
+    r = np.where(pos, rate, 1.0)
+    bound = np.maximum(last + 1.0 / r - origin, 0.0)
+    return int(np.sum(pos & (due > bound + 1e-9 * (1.0 + np.abs(bound)))))
+
+
+def _match(page_id: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Index of each of ``ids`` among the plan's ``page_id`` (-1: not in the plan); one sort."""
+    a, b = np.asarray(page_id), np.asarray(ids)
+    if a.dtype.kind != b.dtype.kind:
+        a, b = a.astype(str), b.astype(str)
+    if not a.size or not b.size:
+        return np.full(b.shape, -1, np.int64)
+    order = np.argsort(a, kind="stable")
+    pos = np.minimum(np.searchsorted(a[order], b), a.size - 1)
+    idx = order[pos]
+    return np.where(a[idx] == b, idx, -1).astype(np.int64)
+
+
+def _last_fetches(args: argparse.Namespace, page_id: np.ndarray, epoch: float | None, unit: float,
+                  outputs: list[str]) -> tuple[np.ndarray | None, dict]:
+    """Each page's last fetch before this window (absolute, plan units since time 0; NaN:
+    none) from ``--after`` timetables (each page's latest crawl in them) and ``--last-fetch``
+    (a crawler's ``page_id,last_fetch``), the latest of them; and the summary's counts
+    (with ``after_from``: the earliest crawl in the ``--after`` files, where the windows
+    they cover are taken to begin; they end at this window's start).  ``None`` when neither
+    is given."""
+
+    sources = list(args.after or ())
+    if not sources and not args.last_fetch:
+        return None, {}
+    outs = {os.path.realpath(o) for o in outputs}
+    last = np.full(len(page_id), -np.inf)
+    unmatched = 0
+    after_from = None
+    for path in sources + ([args.last_fetch] if args.last_fetch else []):
+        if os.path.realpath(path) in outs:
+            flag = "--after" if path in sources else "--last-fetch"
+            raise ValueError(f"{flag} {path} is also an output of this run; give the previous window's file")
+        if path in sources:
+            t, ids, absolute = read_timetable(path)
+            if absolute != (epoch is not None):
+                have, need = ("epoch_seconds", "plan-unit times") if absolute else ("plan-unit times", "epoch_seconds")
+                raise ValueError(f"--after {path} has {have} but this run's --start gives {need}; schedule both "
+                                 "windows with the same kind of --start (ISO 8601 or a number)")
+        else:
+            t, ids, absolute = read_last_fetch(path)
+            if absolute and epoch is None:
+                raise ValueError(f"--last-fetch {path} has ISO 8601 dates but this run's --start is a number; give "
+                                 "an ISO 8601 --start or last fetches in the plan's unit")
+            absolute = epoch is not None  # a number with an ISO --start: epoch seconds
+        t = t / unit if absolute else t
+        if path in sources and t.size:
+            after_from = float(t.min()) if after_from is None else min(after_from, float(t.min()))
+        idx = _match(page_id, ids)
+        ok = idx >= 0
+        unmatched += int(np.sum(~ok))
+        np.maximum.at(last, idx[ok], t[ok])
+    has = np.isfinite(last)
+    last = np.where(has, last, np.nan)
+    return last, {"num_pages_with_last_fetch": int(np.sum(has)), "num_last_fetch_rows_not_in_plan": unmatched,
+                  "after_from": after_from}
 
 
 #: Crawl-delay hosts listed in the JSON line (the most deferred first); the report shows ten.
@@ -320,70 +453,44 @@ def report_crawler_files(summary: dict) -> None:
             print(f"{key:<12} {entry['num_urls']} URLs written to {entry['path']}{clamped}")
 
 
-def _last_host_fetch(args: argparse.Namespace, gaps, epoch: float | None, start: float) -> np.ndarray:
-    """Each crawl-delay host's last fetch in the ``--after`` timetable, in this window's
-    time coordinates (time since ``--start`` in the plan's unit; ``-inf``: none)."""
-
-    if os.path.realpath(args.after) in {os.path.realpath(o) for o in (args.output, args.urlfrontier, args.nutch) if o}:
-        raise ValueError(f"--after {args.after} is also an output of this run; give the previous window's file")
-    time, page_id, absolute = read_timetable(args.after)
-    if absolute != (epoch is not None):
-        have, need = ("epoch_seconds", "plan-unit times") if absolute else ("plan-unit times", "epoch_seconds")
-        raise ValueError(f"--after {args.after} has {have} but this run's --start gives {need}; schedule both "
-                         "windows with the same kind of --start (ISO 8601 or a number)")
-    rel = (time - epoch) / unit_seconds(args.time_unit) if absolute else time - start
-    hidx, _, names = gaps
-    last = np.full(len(names), -np.inf)
-    if time.size and len(names):
-        where = {str(x): i for i, x in enumerate(names.tolist())}
-        idx, _, seen = read_crawl_delays(args.crawl_delays or args.robots, page_id, pages_path=args.hosts,
-                                         user_agent=args.user_agent, unknown_pages="ignore")
-        to_gaps = np.asarray([where.get(str(x), -1) for x in seen.tolist()] + [-1], np.int64)
-        h = to_gaps[idx]
-        ok = h >= 0
-        np.maximum.at(last, h[ok], rel[ok])
-    return last
-
-
-def _check_periodic(times, pages, rate, phase, start, horizon, dtype, page_id) -> None:
+def _check_periodic(rel, pages, rate, first, horizon, dtype, page_id) -> None:
     """The final guard of a periodic timetable (no crawl-delay spacing), recomputed in float64:
-    every crawl in ``[start, start + horizon)`` on its page's grid ``(k + phase) / rate``, and
-    each page's count ``ceil(rate (start + horizon) - phase) - ceil(rate start - phase)``
-    (one more or one fewer where a window end falls within the working dtype's rounding --
-    over the window's length, not the absolute time -- of a grid point).  ``ValueError`` naming the first bad page, suggesting ``--x64`` in float32."""
+    every crawl in ``[0, horizon)`` (times since the window's start) on its page's grid
+    ``first_i + k / rate_i`` (``first``: each page's first crawl since the start, from its grid
+    or its last fetch), and each page's count ``max(ceil(horizon rate - first rate), 0)`` (one
+    more or one fewer where the window's end falls within the working dtype's rounding, over
+    the window's length, of a crawl).  ``ValueError`` naming the first bad page, suggesting
+    ``--x64`` in float32."""
     eps = float(np.finfo(dtype).eps)
     hint = "; --x64 (float64) may help" if np.dtype(dtype).itemsize < 8 else ""
-    end = start + horizon
-    outside = (times < start - 4 * eps * abs(start)) | (times >= end + 4 * eps * abs(end))
+    outside = (rel < -4 * eps * horizon) | (rel >= horizon * (1 + 4 * eps))
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"the timetable has {int(outside.sum())} crawls outside [{start:g}, {end:g}) (first: page "
-                         f"{page_id[pages[i]]!r} at {times[i]:.17g}){hint}; no timetable written")
-    r = rate[pages]
-    x = times * r - phase[pages]
+        raise ValueError(f"the timetable has {int(outside.sum())} crawls outside the window (first: page "
+                         f"{page_id[pages[i]]!r} at {rel[i]:.17g} after its start){hint}; no timetable written")
+    pos = rate > 0
+    r = np.where(pos, rate, 1.0)
+    delta = np.where(pos & np.isfinite(first), first * r, 0.0)  # the first crawl, in periods after the start
+    x = rel * r[pages] - delta[pages]
     off = np.abs(x - np.round(x))
-    # a thousandth of the crawl interval, or the dtype's rounding over the window (not over
-    # the absolute time: a --start far from 0 must not excuse a coarse grid)
-    tol = 1e-3 + 16 * eps * (1 + r * horizon)
-    bad = off > tol
+    # a thousandth of the crawl interval, or the dtype's rounding over the window
+    tol = 1e-3 + 16 * eps * (1 + r[pages] * horizon + delta[pages])
+    bad = (off > tol) | (x < -tol)
     if bad.any():
-        i = int(np.argmax(np.where(bad, off, -1.0)))
+        i = int(np.argmax(np.where(bad, off + np.maximum(-x, 0), -1.0)))
         raise ValueError(f"the timetable's crawl times of {int(np.unique(pages[bad]).size)} pages are off their "
                          f"period (first: page {page_id[pages[i]]!r}, {off[i]:.3g} of its crawl interval off) "
-                         f"-- the working dtype cannot resolve times near --start {start:g}{hint}; "
-                         "no timetable written")
+                         f"-- the working dtype cannot resolve these times{hint}; no timetable written")
     counts = np.bincount(pages, minlength=len(rate))
-    hi, lo = rate * end - phase, rate * start - phase
-    slack = 16 * eps * (1 + rate * horizon) + 4 * np.finfo(np.float64).eps * np.maximum(np.abs(hi), np.abs(lo))
-    # a window end within rounding of a grid point may count that crawl or not: one either way
-    fewest, most = np.ceil(hi - slack) - np.ceil(lo + slack), np.ceil(hi + slack) - np.ceil(lo - slack)
-    exact = np.ceil(hi) - np.ceil(lo)
-    wrong = ((counts < fewest) | (counts > most)) & (rate > 0)
+    span = horizon * r - delta
+    slack = 16 * eps * (1 + r * horizon + delta)
+    fewest, most = np.maximum(np.ceil(span - slack), 0), np.maximum(np.ceil(span + slack), 0)
+    wrong = ((counts < fewest) | (counts > most)) & pos
     if wrong.any():
         i = int(np.flatnonzero(wrong)[0])
         raise ValueError(f"the timetable gives {int(wrong.sum())} pages the wrong number of crawls (first: page "
-                         f"{page_id[i]!r}, {int(counts[i])} crawls where its period gives {int(exact[i])}){hint}; "
-                         "no timetable written")
+                         f"{page_id[i]!r}, {int(counts[i])} crawls where its period gives "
+                         f"{int(max(np.ceil(span[i]), 0))}){hint}; no timetable written")
 
 
 def _page_keys(page_id) -> np.ndarray:

@@ -18,8 +18,9 @@ import functools
 import json
 import math
 import os
+import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -30,10 +31,12 @@ from jaxcrawl import check_rate_bounds, objective_names, rate_bounds
 from jaxcrawl import parallel as dist
 from jaxcrawl import timetable as tt
 from jaxcrawl._src.checks import check_representable
-from jaxcrawl._src.fileio import immediate, progress_bar, write_file, write_json
+from jaxcrawl._src.fileio import immediate, progress_bar, transient, write_json
 from jaxcrawl._src.hostmap import caps_pages_path, merge_host_caps, url_host
 from jaxcrawl._src.limits import check_size
+from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
+from jaxcrawl.core.solve import check_solvable
 from jaxcrawl.debug import checked
 from jaxcrawl.io import (
     Column,
@@ -42,6 +45,7 @@ from jaxcrawl.io import (
     check_output,
     read_host_caps,
     read_local_rows,
+    read_plan,
     read_problem,
     read_table,
     write_nutch_seeds,
@@ -57,6 +61,7 @@ from ._options import (
     bandwidth_from_args,
     budget_tolerance,
     check_result,
+    host_caps,
     host_gaps,
     join,
     objective_from_args,
@@ -65,6 +70,7 @@ from ._options import (
     start_epoch,
 )
 from ._schedule import report_crawler_files
+from ._stages import Stages
 
 __all__ = ["register", "run", "check_plan"]
 
@@ -177,6 +183,51 @@ def _load(args: argparse.Namespace) -> tuple[Any, str]:
                                   np.asarray(syn.complete)), f"synthetic(seed={args.seed}, num_pages={n})")
 
 
+def _startup_seconds() -> float | None:
+    """Seconds from this process's start to now (Python, the imports of JAX and jaxcrawl),
+    when the process is the ``jaxcrawl`` command itself and Linux's ``/proc`` says when it
+    started; else None (e.g. ``jaxcrawl.cli.main`` called from a Python program)."""
+    prog = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if prog not in ("jaxcrawl", "__main__.py") or (prog == "__main__.py" and "jaxcrawl" not in sys.argv[0]):
+        return None
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        with open("/proc/uptime") as fh:
+            uptime = float(fh.read().split()[0])
+        return max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_caps(args, page_id, dtype):
+    """The pages' host caps: ``(gaps, caps, cap64, num_delay_hosts)`` -- the crawl delays
+    (:func:`host_gaps`), the :class:`~jaxcrawl.HostCaps` in ``dtype`` (None: uncapped), the caps in
+    float64 (the files' values, what the written plan honours) and the number of crawl-delay hosts."""
+
+    gaps = host_gaps(args, page_id)
+    cap64 = None
+    num_delay_hosts = 0
+    caps = None
+    if args.host_caps and gaps is None:
+        hidx, hcap = host_caps(args, page_id)
+        cap64 = np.asarray(hcap, np.float64)
+        caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(hcap, dtype))
+    elif gaps is not None:
+        hidx, delay, names = gaps
+        num_delay_hosts = int(delay.size)
+        with np.errstate(divide="ignore"):
+            cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
+        if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
+            c_idx, c_cap = host_caps(args, page_id)
+            hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
+                                        what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
+                                        names=(None, names))
+        cap64 = np.asarray(cap, np.float64)
+        caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(cap, dtype))
+    return gaps, caps, cap64, num_delay_hosts
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl solve``; returns the exit status (raises ``NonConvergenceError``
     for status 3)."""
@@ -184,6 +235,11 @@ def run(args: argparse.Namespace) -> int:
 
     if requested(args):  # several processes: each solves from its own rows
         return run_solve(args)
+    stages = Stages("solve", quiet=args.quiet)
+    startup = _startup_seconds()
+    if startup is not None:  # the command is its own process: its total counts from the process's start
+        stages._start -= startup
+        stages.add("start-up", startup)
     if args.max_steps < 1:
         raise ValueError(f"--max-steps must be >= 1; got {args.max_steps}")
     if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol < 1):
@@ -202,9 +258,8 @@ def run(args: argparse.Namespace) -> int:
     if len(set(map(os.path.realpath, outputs))) < len(outputs):
         raise ValueError("--output, --urlfrontier and --nutch must be different files")
     start = start_epoch(args) if (args.urlfrontier or args.nutch) else None
-    t_read = time.perf_counter()
-    rows, source = _load(args)
-    read_seconds = time.perf_counter() - t_read
+    with stages.stage("read"):
+        rows, source = _load(args)
     page_id, imp, lam, comp = rows.page_id, rows.importance, rows.change_rate, rows.complete
     n = len(page_id)
     bandwidth = bandwidth_from_args(args, n)
@@ -227,25 +282,10 @@ def run(args: argparse.Namespace) -> int:
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth,
                                     jnp.asarray(comp))
     bounds = (jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)) if bounded else None
-    gaps = host_gaps(args, page_id)
-    num_delay_hosts = 0
-    caps = None
-    if args.host_caps and gaps is None:
-
-        hidx, hcap = read_host_caps(args.host_caps, page_id)
-        caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(hcap, dtype))
-    elif gaps is not None:
-        hidx, delay, names = gaps
-        num_delay_hosts = int(delay.size)
-        with np.errstate(divide="ignore"):
-            cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
-        if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
-
-            c_idx, c_cap = read_host_caps(args.host_caps, page_id)
-            hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
-                                        what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
-                                        names=(None, names))
-        caps = jaxcrawl.HostCaps(jnp.asarray(hidx), jnp.asarray(cap, dtype))
+    with stages.stage("hosts"):
+        gaps, caps, cap64, num_delay_hosts = _read_caps(args, page_id, dtype)
+    # the solve's feasibility checks, eagerly and naming pages and hosts (the jitted solve cannot run them)
+    check_solvable(problem, obj, caps=caps, bounds=bounds, page_id=page_id)
     options = dict(max_steps=args.max_steps, rtol=args.rtol)
     if caps is None:
         solve = functools.partial(jax.jit(lambda pr, b: jaxcrawl.solve(pr, obj, bounds=b, **options)), b=bounds)
@@ -254,64 +294,67 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "check", False):  # debug mode: inputs and rates checked by page (jaxcrawl.debug)
 
         solve = checked(solve)
-    t0 = time.perf_counter()
-    with progress_bar(None, "solving", quiet=args.quiet, unit="pass"):
+    with stages.stage("solve"), progress_bar(None, "solving", quiet=args.quiet, unit="pass"):
         policy = jax.block_until_ready(solve(problem))
-    seconds = time.perf_counter() - t0
+    seconds = stages.seconds()["solve"]
 
-    rate = np.asarray(policy.rate, np.float64)
-    prob = np.asarray(policy.prob, np.float64)
-    converged = bool(np.all(np.asarray(policy.converged)))
-    eps = float(jnp.finfo(problem.dtype).eps)
-    tolerance = budget_tolerance(args.rtol, problem.dtype, float(bandwidth))
-    residual = float(np.sum(rate, dtype=np.float64)) - float(bandwidth)
-    failure = check_plan(rate, prob, float(bandwidth), converged, float(policy.residual),
-                         int(policy.num_steps), tolerance, page_id, dtype=problem.dtype)
-    if failure is None and bounded:
-        slack = 8 * eps
-        off = np.flatnonzero((rate < lo * (1 - slack)) | (rate > hi * (1 + slack)))
-        if off.size:
-            failure = (f"the plan misses the revisit bounds of {off.size} pages (first: page "
-                       f"{page_id[off[0]]!r}, rate {rate[off[0]]!r} outside [{lo[off[0]]!r}, {hi[off[0]]!r}])")
-    costs = jax.jit(lambda pr, pol: (jaxcrawl.harmonic_cost(pr, pol), jaxcrawl.binary_cost(pr, pol)))
-    harmonic, binary = (float(c) for c in costs(problem, policy))
-    summary = {
-        "source": source,
-        "num_pages": int(n),
-        "num_complete": int(np.sum(comp)),
-        "bandwidth": float(bandwidth),
-        "time_unit": args.time_unit,
-        "objective": args.objective,
-        "converged": converged,
-        "harmonic_cost": _number(harmonic),
-        "binary_cost": _number(binary),
-        "dual": _number(policy.dual),
-        "budget_residual": _number(residual),
-        "residual_before_correction": _number(policy.residual),
-        "budget_tolerance": tolerance,
-        "root_steps": int(policy.num_steps),
-        "num_pages_at_min_rate": 0,
-        "num_pages_at_max_rate": 0,
-        "num_crawl_delay_hosts": num_delay_hosts,
-        "read_seconds": read_seconds,
-        "solve_seconds": seconds,
-        "first_call_seconds": seconds,
-        "dtype": str(problem.dtype),
-    }
-    explained = _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps) \
-        if failure is None and (caps is not None or bounded) else None
-    if explained is not None:
-        summary.update(explained)
-    t_write = time.perf_counter()
+    with stages.stage("check"):
+        prob = np.asarray(policy.prob, np.float64)
+        converged = bool(np.all(np.asarray(policy.converged)))
+        eps = float(jnp.finfo(problem.dtype).eps)
+        rtol = args.rtol or default_rtol(problem.dtype)
+        tolerance = budget_tolerance(args.rtol, problem.dtype, float(bandwidth))
+        rate = np.asarray(policy.rate, np.float64)
+        failure = check_plan(rate, prob, float(bandwidth), converged, float(policy.residual),
+                             int(policy.num_steps), tolerance, page_id, dtype=problem.dtype)
+        periodic = None
+        if failure is None:  # the written plan: bounds, signal pages and caps exact (exact_plan)
+            host = None if caps is None else np.asarray(caps.host_id, np.int64)
+            rate, periodic, miss = exact_plan(rate, prob, lam, comp, lo, hi, host, cap64, rtol=rtol, eps=eps)
+            if miss is not None:
+                failure = _miss_message(miss, rate, lo, hi, host, cap64, page_id,
+                                        lambda pages: _host_names(args, page_id, pages, gaps))
+        residual = float(np.sum(rate, dtype=np.float64)) - float(bandwidth)
+    with stages.stage("report"):
+        costs = jax.jit(lambda pr, pol: (jaxcrawl.harmonic_cost(pr, pol), jaxcrawl.binary_cost(pr, pol)))
+        harmonic, binary = (float(c) for c in costs(problem, policy))
+        summary = {
+            "source": source,
+            "num_pages": int(n),
+            "num_complete": int(np.sum(comp)),
+            "bandwidth": float(bandwidth),
+            "time_unit": args.time_unit,
+            "objective": args.objective,
+            "converged": converged,
+            "harmonic_cost": _number(harmonic),
+            "binary_cost": _number(binary),
+            "dual": _number(policy.dual),
+            "budget_residual": _number(residual),
+            "residual_before_correction": _number(policy.residual),
+            "budget_tolerance": tolerance,
+            "root_steps": int(policy.num_steps),
+            "num_pages_at_min_rate": 0,
+            "num_pages_at_max_rate": 0,
+            "num_crawl_delay_hosts": num_delay_hosts,
+            "read_seconds": stages.seconds()["read"],
+            "solve_seconds": seconds,
+            "first_call_seconds": seconds,
+            "dtype": str(problem.dtype),
+        }
+        explained = _explain(args, problem, obj, policy, rate, lo, hi, caps, cap64, gaps, page_id) \
+            if failure is None and (caps is not None or bounded) else None
+        if explained is not None:
+            summary.update(explained)
     if failure is None and args.output:
-        with progress_bar(n, "writing plan", quiet=args.quiet) as bar:
-            write_plan(args.output, page_id, rate, prob, periodic_rate=_periodic_rate(rate, lam, comp), progress=bar)
+        with stages.stage("write plan"), progress_bar(n, "writing plan", quiet=args.quiet) as bar:
+            write_plan(args.output, page_id, rate, prob, periodic_rate=periodic, progress=bar)
         summary["output"] = args.output
     if failure is None and (args.urlfrontier or args.nutch):
-        _write_crawler_files(args, page_id, rate, start, summary, gaps)
-    summary["write_seconds"] = time.perf_counter() - t_write
+        _write_crawler_files(args, page_id, rate, start, summary, gaps, stages)
+    summary["write_seconds"] = sum(v for k, v in stages.seconds().items() if k.startswith("write "))
     if failure is not None:
         summary["error"] = failure
+    summary["seconds"] = stages.seconds()
     print(f"problem      {source}: {n} pages, {summary['num_complete']} complete, bandwidth {bandwidth:g} "
           f"crawls per {args.time_unit[:-1]}")
     print(f"objective    {args.objective}")
@@ -322,6 +365,7 @@ def run(args: argparse.Namespace) -> int:
         _report_constraints(summary, args.time_unit[:-1])
     print(f"solve time   {seconds:.2f} s including compilation, {summary['root_steps']} root-finding steps, "
           f"converged: {converged}")
+    print("time         " + ", ".join(f"{k} {v:.2f} s" for k, v in summary["seconds"].items()))
     if "output" in summary:
         print(f"plan         written to {args.output}: page_id, rate (crawls per {args.time_unit[:-1]}), "
               "prob (chance of crawling a complete page on each change signal), periodic_rate (a complete "
@@ -335,26 +379,107 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _periodic_rate(rate, change_rate, complete) -> np.ndarray:
-    """The plan's ``periodic_rate``: a complete page pinned above its change rate (its revisit
-    floor) crawls every signal plus ``rate - change_rate`` periodically; every other page 0."""
+class PlanMiss(NamedTuple):
+    """Where a solved plan misses its constraints by more than rounding (:func:`exact_plan`):
+    the pages outside their revisit bounds and the hosts above their caps (indices)."""
 
-    rate = np.asarray(rate, np.float64)
-    extra = np.maximum(rate - np.asarray(change_rate, np.float64), 0.0)
-    return np.where(np.asarray(complete).astype(bool), extra, 0.0)
+    pages: np.ndarray
+    hosts: np.ndarray
+
+
+def exact_plan(rate, prob, change_rate, complete, lo=None, hi=None, host=None, cap=None, *,
+               rtol: float, eps: float, reduce=None) -> tuple[np.ndarray, np.ndarray, PlanMiss | None]:
+    """The plan as written: ``(rate, periodic_rate, miss)``, float64, from the solver's rates.
+
+    The solver meets its constraints to its tolerance in its dtype; the written plan meets
+    them exactly where the model is exact, by corrections of rounding size only:
+
+    * **revisit bounds**: a rate outside its bounds by at most ``slack`` (relative) is set onto the bound,
+      where ``slack`` is ``4 rtol`` (the tolerance to which the solve meets its budget and
+      caps) plus, for a page of a capped host, ``eps`` times the host's number of pages (the
+      rounding of the host's sum in the solve's dtype, which the solver's final per-host
+      scaling carries into its pages' rates);
+    * **signal pages** (``complete`` and ``prob > 0``): the rate is at most ``change_rate``
+      unless the page's floor ``lo`` is above ``change_rate``; ``periodic_rate`` is
+      ``rate - change_rate`` for a signal page whose floor is above its change rate and
+      exactly 0 for every other page, by construction;
+    * **host caps**: a host whose load (its pages' rates summed in float64) is above its cap
+      ``cap`` (float64, the files' values) has its pages' rates above their floors scaled by
+      one factor so that the load is the cap (to float64 rounding).
+
+    A page outside its bounds, or a host above its cap, by more than its ``slack`` is not
+    rounding: it is returned in ``miss`` (None when there is none) and the plan must not be
+    written.  ``reduce`` (a job of several processes: the all-reduce sum over processes)
+    makes the hosts' page counts and loads global; every process then calls it equally often.
+    """
+    reduce = reduce if reduce is not None else (lambda a: a)
+    rate = np.array(rate, np.float64)
+    lam = np.asarray(change_rate, np.float64)
+    n = rate.size
+    lo = np.zeros(n) if lo is None else np.broadcast_to(np.asarray(lo, np.float64), (n,))
+    hi = np.full(n, np.inf) if hi is None else np.broadcast_to(np.asarray(hi, np.float64), (n,))
+    slack = np.full(n, 4.0 * rtol)
+    capped = None
+    if host is not None and cap is not None and np.size(cap):
+        host = np.asarray(host, np.int64)
+        cap = np.asarray(cap, np.float64)
+        on = host >= 0
+        count = np.asarray(reduce(np.bincount(host[on], minlength=cap.size).astype(np.float64)))
+        host_slack = 4.0 * rtol + eps * count
+        capped = on & np.isfinite(cap[np.maximum(host, 0)])
+        slack = np.where(capped, host_slack[np.maximum(host, 0)], slack)
+    off = np.flatnonzero((rate < lo * (1 - slack)) | (rate > hi * (1 + slack)))
+    rate = np.clip(rate, lo, hi)
+    signal = np.asarray(complete, bool) & (np.asarray(prob) > 0)
+    floor_above = signal & (lo > lam)
+    rate = np.where(signal & ~floor_above, np.minimum(rate, lam), rate)
+    over_hosts = np.zeros(0, np.int64)
+    if capped is not None:
+        h = host[capped]
+        sums = np.asarray(reduce(np.concatenate([np.bincount(h, weights=rate[capped], minlength=cap.size),
+                                                 np.bincount(h, weights=lo[capped], minlength=cap.size)])))
+        host_load, base = sums[:cap.size], sums[cap.size:]
+        over = host_load > cap
+        over_hosts = np.flatnonzero(host_load > cap * (1 + host_slack))
+        if over.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                factor = np.where(over, np.clip((cap - base) / (host_load - base), 0.0, 1.0), 1.0)
+            f = factor[h]
+            rate[capped] = np.clip(lo[capped] + (rate[capped] - lo[capped]) * f, lo[capped], hi[capped])
+    periodic = np.where(floor_above, np.maximum(rate - lam, 0.0), 0.0)
+    miss = PlanMiss(off, over_hosts) if off.size or over_hosts.size else None
+    return rate, periodic, miss
+
+
+def _miss_message(miss: PlanMiss, rate, lo, hi, host, cap, page_id, host_names) -> str:
+    """What :func:`exact_plan` found beyond rounding, naming the first page or host."""
+    parts = []
+    if miss.pages.size:
+        i = int(miss.pages[0])
+        lo_i = 0.0 if lo is None else float(np.broadcast_to(lo, rate.shape)[i])
+        hi_i = math.inf if hi is None else float(np.broadcast_to(hi, rate.shape)[i])
+        parts.append(f"the plan misses the revisit bounds of {miss.pages.size} pages (first: page "
+                     f"{page_id[i]!r}, rate outside [{lo_i!r}, {hi_i!r}] by more than rounding)")
+    if miss.hosts.size:
+        h = int(miss.hosts[0])
+        first = int(np.flatnonzero(np.asarray(host) == h)[0])
+        parts.append(f"the plan exceeds the caps of {miss.hosts.size} hosts by more than rounding (first: host "
+                     f"{host_names(np.asarray([first]))[0]!r}, cap {float(cap[h])!r})")
+    return "; ".join(parts)
 
 
 #: Binding hosts listed in the JSON line (the most held back first); the text report shows the first ten.
 MAX_LISTED_HOSTS = 1000
 
 
-def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps) -> dict:
+def _explain(args, problem, obj, policy, rate, lo, hi, caps, cap, gaps, page_id) -> dict:
     """What bound the plan (docs/io.md, "What bound the plan"): the hosts at their cap and
     the pages at their revisit bounds, each with the bandwidth it moves against the
     *unconstrained plan* -- the same solve (objective, bandwidth) without host caps and
-    revisit bounds.  A host binds when its load (the sum of its pages' rates) is within the
-    solve's tolerance of its cap; ``held_back`` is its load in the unconstrained plan minus
-    its load in this one, ``multiplier`` its ``Policy.host_dual``."""
+    revisit bounds.  A host binds when its multiplier ``Policy.host_dual`` is > 0
+    (:func:`_binding`); ``load`` is the sum of its pages' written rates ``rate``, ``cap`` its
+    float64 cap ``cap``, ``held_back`` its load in the unconstrained plan minus its load in
+    this one."""
 
     n = rate.size
     at_lo, at_hi = _at_bounds(rate, lo, hi)
@@ -362,10 +487,10 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
     binding = np.zeros(0, np.int64)
     if caps is not None:
         hidx = np.asarray(caps.host_id, np.int64)
-        cap = np.asarray(caps.cap, np.float64)
         on = hidx >= 0
         host_load = np.bincount(hidx[on], weights=rate[on], minlength=cap.size)
-        binding = _binding(cap, host_load, eps)
+        kappa = None if policy.host_dual is None else np.asarray(policy.host_dual, np.float64)
+        binding = _binding(cap, kappa)
         out["num_capped_hosts"] = int(np.sum(np.isfinite(cap)))
         out["num_binding_hosts"] = int(binding.size)
     x0 = None
@@ -379,7 +504,7 @@ def _explain(args, problem, obj, policy, rate, lo, hi, caps, gaps, page_id, eps)
     out["bandwidth_held_back_by_max_rate"] = float(np.sum((x0 - rate)[at_hi])) if x0 is not None else 0.0
     if caps is None:
         return out
-    kappa = np.zeros(cap.size) if policy.host_dual is None else np.asarray(policy.host_dual, np.float64)
+    kappa = np.zeros(cap.size) if kappa is None else kappa
     free = np.bincount(hidx[on], weights=x0[on], minlength=cap.size) if x0 is not None else host_load
     held = free - host_load
     out["bandwidth_held_back_by_host_caps"] = float(np.sum(held[binding]))
@@ -408,11 +533,16 @@ def _at_bounds(rate, lo, hi) -> tuple[np.ndarray, np.ndarray]:
     return at_lo, at_hi
 
 
-def _binding(cap, host_load, eps) -> np.ndarray:
-    """The capped hosts whose load is within the solve's default tolerance (``eps`` the
-    dtype's) of their cap."""
-    slack = max(1e-6, 4 * eps ** 0.75)
-    return np.flatnonzero(np.isfinite(cap) & (host_load >= cap * (1 - slack)))
+def _binding(cap, kappa) -> np.ndarray:
+    """The capped hosts that bind: those whose multiplier (``Policy.host_dual``, the solver's
+    own verdict that the host's unconstrained load at the global dual is above its cap) is
+    > 0.  Decided by the multipliers, not by comparing a sum of rates with the cap, so
+    that float32 and float64 solves of one table list the same hosts (a sum of thousands of
+    float32 rates misses its cap by more than any fixed tolerance)."""
+    cap = np.asarray(cap, np.float64)
+    if kappa is None:
+        return np.zeros(0, np.int64)
+    return np.flatnonzero(np.isfinite(cap) & (np.asarray(kappa, np.float64) > 0))
 
 
 def _host_names(args, page_id, pages, gaps) -> list[str]:
@@ -471,28 +601,37 @@ def _report_constraints(summary: dict, unit: str) -> None:
               f"{summary['bandwidth_held_back_by_max_rate']:.4g} held back")
 
 
-def _write_crawler_files(args, page_id, rate, start, summary, gaps) -> None:
-    """The URLFrontier / Nutch outputs of a plan (``rate`` per ``--time-unit``)."""
+def _write_crawler_files(args, page_id, rate, start, summary, gaps, stages=None) -> None:
+    """The URLFrontier / Nutch outputs of a plan (``rate`` per ``--time-unit``), each timed
+    as a stage of ``stages`` when given."""
 
+    stages = stages if stages is not None else Stages("solve", quiet=True)
     summary["start"] = str(iso_utc(np.asarray([start]))[0])
     if args.urlfrontier:
-        phase = np.asarray(tt.golden_phase(len(rate), dtype=np.float32), np.float64)
-        due = next_fetch(rate, phase, start, unit_seconds(args.time_unit))
-        key = None
-        if gaps is not None:
-            hidx, _, names = gaps
-            key = np.where(hidx >= 0, names[np.maximum(hidx, 0)] if names.size else "", "")  # "": the URL's host
-        k = write_urlfrontier(args.urlfrontier, page_id, rate, due, unit=args.time_unit, key=key)
-        summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
+        with stages.stage("write urlfrontier"):
+            _write_urlfrontier(args, page_id, rate, start, summary, gaps)
     if args.nutch:
-        k = write_nutch_seeds(args.nutch, page_id, rate, unit=args.time_unit)
+        with stages.stage("write nutch"):
+            k = write_nutch_seeds(args.nutch, page_id, rate, unit=args.time_unit)
         summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
+
+
+def _write_urlfrontier(args, page_id, rate, start, summary, gaps) -> None:
+    """The URLFrontier file of a plan: each page's next fetch from its rate and golden phase."""
+    phase = np.asarray(tt.golden_phase(len(rate), dtype=np.float32), np.float64)
+    due = next_fetch(rate, phase, start, unit_seconds(args.time_unit))
+    key = None
+    if gaps is not None:
+        hidx, _, names = gaps
+        key = np.where(hidx >= 0, names[np.maximum(hidx, 0)] if names.size else "", "")  # "": the URL's host
+    k = write_urlfrontier(args.urlfrontier, page_id, rate, due, unit=args.time_unit, key=key)
+    summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
 
 
 def _host_ids(caps_path: str, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Global host indices (the caps file's order, finite caps only) of this process's pages."""
 
-    return read_host_caps(caps_path, page_id, unknown_pages="ignore", all_hosts=True)
+    return read_host_caps(caps_path, page_id, unknown_pages="ignore", all_hosts=True, unmatched="ignore")
 
 
 def run_solve(args: argparse.Namespace) -> int:
@@ -580,25 +719,39 @@ def run_solve(args: argparse.Namespace) -> int:
                    budget_residual=total - bandwidth, root_steps=sol.num_steps, solve_seconds=seconds,
                    dtype=np.dtype(dtype).name, process=pid, num_processes=nproc, rows=[src.start, len(sol.rate)])
     explained = None
+    rate, periodic = np.asarray(sol.rate, np.float64), None
+    if failure is None:  # the written plan (exact_plan, global over the processes), then the report
+        lo, hi = _process_bounds(bounds, src, rate.size)
+        rate, periodic, miss = exact_plan(
+            rate, sol.prob, lam, comp, lo, hi, host_id, host_cap, rtol=args.rtol or default_rtol(dtype),
+            eps=float(np.finfo(dtype).eps), reduce=dist.allreduce_sum)
+        num_off = int(dist.allreduce_sum([0.0 if miss is None else float(miss.pages.size)])[0])
+        if num_off or (miss is not None and miss.hosts.size):
+            local = miss if miss is not None else PlanMiss(np.zeros(0, np.int64), np.zeros(0, np.int64))
+            failure = (f"the plan misses the revisit bounds of {num_off} pages or exceeds "
+                       f"{local.hosts.size} host caps by more than rounding"
+                       + (f" (first here: page {page_id[local.pages[0]]!r})" if local.pages.size else ""))
+        summary["budget_residual"] = float(dist.allreduce_sum([np.sum(rate)])[0]) - bandwidth
     if failure is None:  # every process takes part in the report's all-reduces
-        explained = _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype)
+        explained = _explain_processes(args, sol, rate, lo, hi, host_id, host_cap, dtype)
         summary.update(explained)
     if failure is None and args.output:
 
         part = part_path(args.output, pid, nproc)
         with immediate():  # the parts are read by process 0 before the command ends
-            write_plan(part, page_id, sol.rate, sol.prob, periodic_rate=_periodic_rate(sol.rate, lam, comp))
-        dist.barrier("jaxcrawl.solve.parts")
-        if pid == 0:
-            parts = [part_path(args.output, i, nproc) for i in range(nproc)]
-            if args.gather_output:
-                _join_parts(parts, args.output)
-                summary["output"] = args.output
-            else:
-                manifest = dict(summary, parts=[os.path.basename(p) for p in parts])
-                write_json(args.output + ".manifest.json", manifest, sort_keys=False)
-                summary["output"] = args.output + ".manifest.json"
-        dist.barrier("jaxcrawl.solve.written")
+            write_plan(part, page_id, rate, sol.prob, periodic_rate=periodic)
+        with transient(part):  # removed if the job fails (or is stopped) before the plan is whole
+            dist.barrier("jaxcrawl.solve.parts")
+            if pid == 0:
+                parts = [part_path(args.output, i, nproc) for i in range(nproc)]
+                if args.gather_output:
+                    _join_parts(parts, args.output)
+                    summary["output"] = args.output
+                else:
+                    manifest = dict(summary, parts=[os.path.basename(p) for p in parts])
+                    write_json(args.output + ".manifest.json", manifest, sort_keys=False)
+                    summary["output"] = args.output + ".manifest.json"
+            dist.barrier("jaxcrawl.solve.written")
     if failure is not None:
         summary["error"] = failure
     print(f"process {pid}/{nproc}: rows {src.start}..{src.start + len(sol.rate)} of {num_pages}, dual {sol.dual:.10g}, "
@@ -617,21 +770,25 @@ _HOST_CAPS = Schema("host caps", (Column("host_id"), Column("cap", "number", min
                     comments=True)
 
 
-def _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype) -> dict:
-    """What bound a multi-process plan, global over the processes (all-reduces; the same on
-    every process): the pages at their revisit bounds and the hosts at their cap, with
-    each host's load and multiplier -- :func:`_explain` without the comparison with the
-    unconstrained plan (no second solve across the processes): the ``held_back`` and
-    ``bandwidth_*`` fields are absent."""
-
-    rate = np.asarray(sol.rate, np.float64)
-    k = rate.size
+def _process_bounds(bounds, src, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """This process's pages' rate bounds ``(lo, hi)`` (float64): the arguments' and the rows'."""
     lo, hi = np.zeros(k), np.full(k, np.inf)
     for (b_lo, b_hi) in (bounds, src.rate_bounds):
         if b_lo is not None:
             lo = np.maximum(lo, np.broadcast_to(np.asarray(b_lo, np.float64), (k,)))
         if b_hi is not None:
             hi = np.minimum(hi, np.broadcast_to(np.asarray(b_hi, np.float64), (k,)))
+    return lo, hi
+
+
+def _explain_processes(args, sol, rate, lo, hi, host_id, host_cap, dtype) -> dict:
+    """What bound a multi-process plan, global over the processes (all-reduces; the same on
+    every process): the pages at their revisit bounds and the hosts at their cap, with
+    each host's load and multiplier -- :func:`_explain` without the comparison with the
+    unconstrained plan (no second solve across the processes): the ``held_back`` and
+    ``bandwidth_*`` fields are absent."""
+
+    k = rate.size
     at_lo, at_hi = _at_bounds(rate, lo, hi)
     H = 0 if host_cap is None else int(np.size(host_cap))
     on = (np.asarray(host_id) >= 0) if H else np.zeros(k, bool)
@@ -643,8 +800,9 @@ def _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype) -> dict
         return out
     cap = np.asarray(host_cap, np.float64)
     host_load, count = tot[2:2 + H], tot[2 + H:]
-    binding = _binding(cap, host_load, float(np.finfo(dtype).eps))
-    kappa = np.zeros(H) if sol.host_dual is None else np.asarray(sol.host_dual, np.float64)
+    kappa = None if sol.host_dual is None else np.asarray(sol.host_dual, np.float64)
+    binding = _binding(cap, kappa)
+    kappa = np.zeros(H) if kappa is None else kappa
     binding = binding[np.argsort(-kappa[binding], kind="stable")]  # the largest multiplier first
     table = read_table(args.host_caps, _HOST_CAPS)
     names = [str(h) for h, c in zip(table["host_id"].tolist(), table["cap"].tolist()) if np.isfinite(c)]
@@ -656,17 +814,14 @@ def _explain_processes(args, sol, src, bounds, host_id, host_cap, dtype) -> dict
 
 
 def _join_parts(parts: list[str], output: str) -> None:
-    """Concatenate CSV parts (one header) into ``output`` atomically, then remove them."""
+    """The parts' plans, in process order, as one plan ``output`` (CSV, Parquet or JSON Lines,
+    by its name, as the parts), written atomically; then the parts are removed.  Each part is
+    read as a plan (:func:`jaxcrawl.io.read_plan`), so a format's header (or its absence) is
+    the reader's business, never a line count."""
 
-    def fill(fh):
-        for i, p in enumerate(parts):
-            with open(p) as f:
-                header = f.readline()
-                if i == 0:
-                    fh.write(header)
-                for line in f:
-                    fh.write(line)
-
-    write_file(output, fill)
+    plans = [read_plan(p) for p in parts]
+    write_plan(output, np.concatenate([p.page_id for p in plans]), np.concatenate([p.rate for p in plans]),
+               np.concatenate([p.prob for p in plans]),
+               periodic_rate=np.concatenate([p.periodic_rate for p in plans]))
     for p in parts:
         os.remove(p)

@@ -23,7 +23,7 @@ import numpy as np
 import jaxcrawl
 from jaxcrawl import objective_names
 from jaxcrawl import parallel as dist
-from jaxcrawl._src.fileio import check_not_input, stage
+from jaxcrawl._src.fileio import check_not_input, new_temporary, stage
 from jaxcrawl.io import PageTable, check_output
 from jaxcrawl.parallel import StreamedTable
 
@@ -88,8 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output(args.output, args.table)
         check_not_input(args.output, [args.table])  # nor inside the table's directory
-    partial = (os.path.join(os.path.dirname(args.output) or ".", "." + os.path.basename(args.output) + ".partial.npy")
-               if args.output else None)
+    partial = new_temporary(args.output, ".partial.npy") if args.output else None  # a name of this run's own
     dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
     staged = False

@@ -114,3 +114,28 @@ def check_rate_bounds(lower: ArrayLike, upper: ArrayLike, bandwidth: float, *,
             f"revisit bounds are infeasible: the maximum rates (1/min_interval) sum to {most:.6g}"
             f"{per}, less than the bandwidth {bandwidth:.6g}; smallest maximum rates: "
             f"{_names(page_id, order)} -- lower the bandwidth or shorten their min_interval")
+
+
+def check_usable_bandwidth(bandwidth: ArrayLike, num_incomplete: ArrayLike, complete_change_rate: ArrayLike) -> None:
+    """``ValueError`` when every page is complete and the bandwidth is at least their total
+    change rate: a complete page gains nothing from more crawls than it has changes
+    (NeurIPS-19 Problem 2 needs ``bandwidth < sum of change rates``), whatever the objective.
+
+    The one rule of every page source -- a :class:`~jaxcrawl.CrawlProblem`, a streamed table,
+    rows spread over processes -- from its (global) sums: ``num_incomplete`` pages not
+    complete and ``complete_change_rate`` the complete pages' total change rate (arrays of
+    a batch's shape: the first problem that breaks it is named).
+    """
+    bw = np.asarray(bandwidth, np.float64)
+    incomplete = np.asarray(num_incomplete)
+    usable = np.asarray(complete_change_rate, np.float64)
+    shape = np.broadcast_shapes(bw.shape, incomplete.shape, usable.shape)
+    bw, incomplete, usable = (np.broadcast_to(a, shape) for a in (bw, incomplete, usable))
+    over = (incomplete == 0) & (bw >= usable)
+    if np.any(over):
+        i = np.flatnonzero(over.reshape(-1))[0]
+        b, u = float(bw.reshape(-1)[i]), float(usable.reshape(-1)[i])
+        raise ValueError(f"bandwidth exceeds what the problem can use: every page is complete and their total change "
+                         f"rate is {u!r}, but bandwidth is {b!r}; a complete page gains nothing from more crawls "
+                         "than changes (NeurIPS-19 Problem 2 needs bandwidth < sum of change rates) -- lower the "
+                         "bandwidth below the total change rate, or add pages that are not complete")

@@ -23,7 +23,9 @@ Example -- weighted log utility :math:`u_i(x)=\zeta_i\log x` (proportional fairn
     policy = jaxcrawl.solve(problem, log_utility)
 
 An objective is a static argument of the compiled solve: define its functions at module
-level (a new closure per call compiles again).
+level (a new closure per call compiles again).  It is a pytree with no leaves (its whole
+value is static aux data), so it also passes through ``jax.jit`` as a plain argument and
+``tree_map`` does not visit its functions.
 """
 from __future__ import annotations
 
@@ -155,6 +157,19 @@ class Objective(NamedTuple):
         if self.on_signal is None:
             return jnp.zeros(shape, bool)
         return jnp.broadcast_to(self.on_signal(params), shape)
+
+
+def _static_node(cls):
+    """Register ``cls`` (a NamedTuple of functions, names and flags) as a pytree node with no
+    leaves whose whole value is its static aux data: an objective passes through ``jax.jit``
+    as a plain argument (hashed and compared, never traced), and ``tree_map`` over a pytree
+    holding one does not visit its functions -- the role of equinox's static fields."""
+    jax.tree_util.register_pytree_node(cls, lambda obj: ((), obj), lambda obj, _: obj)
+    return cls
+
+
+_static_node(GapForm)
+_static_node(Objective)
 
 
 # ------------------------------------------------------------------------- registry

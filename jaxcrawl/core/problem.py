@@ -33,24 +33,28 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._src.checks import check_positive_finite, check_representable, is_concrete
+from .._src.checks import check_positive_finite, check_precision, check_representable, is_concrete
+from .bounds import check_usable_bandwidth
 
 __all__ = ["CrawlProblem", "Policy", "make_policy", "stack"]
 
 
 def _as_float_array(x, name):
-    if isinstance(x, jax.core.Tracer):
-        return x
-    if not isinstance(x, jax.Array):
+    """``x`` as a JAX float array (integers become the default float); refuses booleans,
+    complex and non-numeric values, and floats narrower than float32 (under ``jit`` too)."""
+    if not isinstance(x, jax.core.Tracer | jax.Array):
         x = np.asarray(x)
         if x.dtype == object:
             try:
                 x = x.astype(float)
             except (TypeError, ValueError):
                 raise TypeError(f"{name} must be a real-valued array") from None
-    dt = x.dtype
-    if dt == np.bool_ or not (np.issubdtype(dt, np.floating) or np.issubdtype(dt, np.integer)):
+    dt = jnp.dtype(x.dtype)  # jnp knows bfloat16 and the float8s, np.issubdtype does not
+    if dt == jnp.bool_ or not (jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer)):
         raise TypeError(f"{name} must be a real-valued array, got dtype {dt}")
+    check_precision(dt, name)
+    if isinstance(x, jax.core.Tracer):
+        return x
     if not isinstance(x, jax.Array):  # a host array: validated in the dtype it is used in
         check_representable(x, name, jnp.result_type(float) if np.issubdtype(dt, np.floating) else dt)
     arr = jnp.asarray(x)
@@ -88,12 +92,17 @@ class CrawlProblem:
     complete: jax.Array
 
     def __init__(self, importance, change_rate, bandwidth, complete=None):
+        if _is_axis_spec(importance, change_rate, bandwidth, complete):
+            _set_fields(self, (importance, change_rate, bandwidth, complete))
+            return
         importance = _as_float_array(importance, "importance")
         change_rate = _as_float_array(change_rate, "change_rate")
         if is_concrete(importance, change_rate):
             dtype = jnp.result_type(importance.dtype, change_rate.dtype)
             importance = importance.astype(dtype)
             change_rate = change_rate.astype(dtype)
+        if hasattr(bandwidth, "dtype"):
+            check_precision(bandwidth.dtype, "bandwidth")
         if not isinstance(bandwidth, jax.core.Tracer):
             if not isinstance(bandwidth, jax.Array):
                 check_representable(np.asarray(bandwidth, np.float64), "bandwidth", importance.dtype)
@@ -117,7 +126,8 @@ class CrawlProblem:
     def _validate(self):
         imp, lam = self.importance, self.change_rate
         if imp.ndim == 0:
-            raise ValueError("importance must have at least one axis (the pages)")
+            raise ValueError("importance must have at least one axis (the pages); for a vmap in_axes prefix "
+                             "write CrawlProblem.in_axes(importance=0, ...) (None: not mapped)")
         if imp.shape != lam.shape:
             raise ValueError(
                 f"importance and change_rate must have the same shape; got {imp.shape} and {lam.shape}"
@@ -141,18 +151,32 @@ class CrawlProblem:
         if not np.all(np.isfinite(bw)) or np.any(bw <= 0):
             raise ValueError(f"bandwidth must be finite and > 0; got {bw}")
         comp = np.asarray(self.complete) != 0
-        all_complete = comp.all(axis=-1)
-        if np.any(all_complete):
-            usable = np.where(comp, np.asarray(lam), 0).sum(axis=-1)
-            over = np.broadcast_to(bw, batch) >= usable
-            if np.any(all_complete & over):
-                raise ValueError(
-                    "bandwidth exceeds what the problem can use: every page is complete and "
-                    f"their total change rate is {usable[all_complete & over].ravel()[0]!r}, "
-                    f"but bandwidth is {np.broadcast_to(bw, batch)[all_complete & over].ravel()[0]!r}; "
-                    "a complete page gains nothing from more crawls than changes "
-                    "(NeurIPS-19 Problem 2 needs bandwidth < sum of change rates)"
-                )
+        if np.any(comp.all(axis=-1)):  # the one rule of every page source (core.bounds)
+            check_usable_bandwidth(np.broadcast_to(bw, batch), np.sum(~comp, axis=-1),
+                                   np.where(comp, np.asarray(lam, np.float64), 0.0).sum(axis=-1))
+
+    @classmethod
+    def in_axes(cls, importance: int | None = None, change_rate: int | None = None, bandwidth: int | None = None,
+                complete: int | None = None) -> CrawlProblem:
+        """A ``jax.vmap`` ``in_axes`` / ``out_axes`` prefix for problems: each field is the axis
+        that field is mapped over, or ``None`` (not mapped, the default)::
+
+            axes = CrawlProblem.in_axes(importance=0, change_rate=0, complete=0)
+            jax.vmap(f, in_axes=(axes, None))(problems, x)
+
+        maps over the leading axis of the pages' fields of a batch of problems that share one
+        scalar bandwidth (``in_axes=0`` would ask for a bandwidth axis too).  The same object
+        comes from ``CrawlProblem(0, None, None, None)``: a construction whose fields are all
+        ints or ``None``, with ``None`` among the first three, is a prefix and is not
+        validated.  No leaf of a prefix is an array: pass it only as an axis specification.
+        """
+        fields = (importance, change_rate, bandwidth, complete)
+        for name, v in zip(_FIELDS, fields):
+            if not (v is None or _is_int(v)):
+                raise TypeError(f"CrawlProblem.in_axes: {name} must be an int axis or None; got {v!r}")
+        obj = object.__new__(cls)
+        _set_fields(obj, fields)
+        return obj
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -182,24 +206,50 @@ class CrawlProblem:
         )
 
     def __repr__(self):
+        if not hasattr(self.importance, "shape"):  # an in_axes prefix
+            return "CrawlProblem.in_axes(" + ", ".join(
+                f"{k}={getattr(self, k)!r}" for k in _FIELDS) + ")"
         return (
             f"CrawlProblem(num_pages={self.importance.shape[-1]}, batch={self.importance.shape[:-1]}, "
             f"dtype={self.importance.dtype}, bandwidth={self.bandwidth!r})"
         )
 
 
+_FIELDS = ("importance", "change_rate", "bandwidth", "complete")
+_KEYS = tuple(jax.tree_util.GetAttrKey(name) for name in _FIELDS)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_)
+
+
+def _is_axis_spec(*fields) -> bool:
+    """Fields of a ``vmap`` axis prefix: all ints or ``None``, a ``None`` among the first three
+    (a real problem needs arrays there; ``CrawlProblem(1, 2, 3)`` stays an error)."""
+    return all(v is None or _is_int(v) for v in fields) and any(v is None for v in fields[:3])
+
+
+def _set_fields(obj, values) -> None:
+    for name, value in zip(_FIELDS, values):
+        object.__setattr__(obj, name, value)
+
+
 def _flatten(p: CrawlProblem):
     return (p.importance, p.change_rate, p.bandwidth, p.complete), None
 
 
+def _flatten_with_keys(p: CrawlProblem):
+    return tuple(zip(_KEYS, (p.importance, p.change_rate, p.bandwidth, p.complete))), None
+
+
 def _unflatten(_, leaves):
     obj = object.__new__(CrawlProblem)
-    for name, leaf in zip(("importance", "change_rate", "bandwidth", "complete"), leaves):
-        object.__setattr__(obj, name, leaf)
+    _set_fields(obj, leaves)
     return obj
 
 
-jax.tree_util.register_pytree_node(CrawlProblem, _flatten, _unflatten)
+# keyed, so that ``jax.tree_util.tree_flatten_with_path`` names the fields (``.importance``)
+jax.tree_util.register_pytree_with_keys(CrawlProblem, _flatten_with_keys, _unflatten, _flatten)
 
 
 class Policy(NamedTuple):

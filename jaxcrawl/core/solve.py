@@ -29,7 +29,7 @@ from jax.typing import ArrayLike
 
 from .._src import budget as _budget
 from .._src import pipeline as _pipeline
-from .._src.checks import is_concrete, raise_unless_converged
+from .._src.checks import check_precision, is_concrete, raise_unless_converged
 from . import objectives as _objectives
 from .objectives import Objective, binary, delay, harmonic, harmonic_approx, uniform
 from .problem import CrawlProblem, Policy, make_policy
@@ -124,10 +124,36 @@ def solve(pages: CrawlProblem | PageSource, objective: str | Objective = "harmon
     if not isinstance(pages, CrawlProblem):
         raise TypeError(f"pages must be a jaxcrawl.CrawlProblem or a page source of jaxcrawl.parallel; "
                         f"got {type(pages).__name__}")
+    check_precision(pages.dtype, "the problem")  # also one built by tree_map / tree_unflatten
     return _solve_problem(pages, obj, caps, tuple(bounds), opts)
 
 
-def _solve_problem(problem: CrawlProblem, obj: Objective, caps, bounds, opts) -> Policy:
+def check_solvable(problem: CrawlProblem, objective: str | Objective = "harmonic", *,
+                   caps: HostCaps | tuple | None = None, bounds: tuple | None = None,
+                   page_id: ArrayLike | None = None) -> None:
+    """The feasibility checks :func:`solve` runs eagerly on a concrete problem, on their own:
+    for a caller that then solves under ``jax.jit`` (where they cannot run, and an infeasible
+    problem would only come back not converged), and with ``page_id`` (the pages' ids) so
+    that the messages name pages and hosts (a host by its first page's URL host) rather
+    than indices.
+
+    Raises:
+      ValueError: a page whose lower bound (its revisit floor, or the objective's own floor,
+        e.g. binary-epsilon's) is above its upper bound; a bandwidth outside what the bounds
+        and caps allow; a cap below the sum of its pages' floors -- with the hint to solve in
+        float64 when the refusal is within float32 rounding.
+    """
+    obj = _objectives.objective(objective)
+    if caps is not None:
+        caps = HostCaps(*caps)
+    pages, lower, upper, host, cap = _prepare(problem, caps, tuple(bounds or (None, None)))
+    if not is_concrete(pages, lower, upper, cap):
+        raise ValueError("check_solvable needs concrete arrays (call it outside jit)")
+    _check_limits(obj, pages, lower, upper, host, cap, page_id=page_id)
+
+
+def _prepare(problem: CrawlProblem, caps, bounds):
+    """The solve's inputs in the problem's dtype: ``(pages, lower, upper, host, cap)``."""
     dtype = problem.dtype
     shape = problem.importance.shape
     batch = shape[:-1]
@@ -145,6 +171,13 @@ def _solve_problem(problem: CrawlProblem, obj: Objective, caps, bounds, opts) ->
         cap = jnp.broadcast_to(cap, batch + cap.shape[-1:])
     pages = _pipeline.Pages(problem.importance, problem.change_rate,
                             jnp.broadcast_to(jnp.asarray(problem.bandwidth, dtype), batch), problem.complete)
+    return pages, lower, upper, host, cap
+
+
+def _solve_problem(problem: CrawlProblem, obj: Objective, caps, bounds, opts) -> Policy:
+    shape = problem.importance.shape
+    batch = shape[:-1]
+    pages, lower, upper, host, cap = _prepare(problem, caps, bounds)
     if is_concrete(pages, lower, upper, cap):
         _check_limits(obj, pages, lower, upper, host, cap)
 
@@ -166,9 +199,10 @@ def _solve_problem(problem: CrawlProblem, obj: Objective, caps, bounds, opts) ->
                   num_steps=res.num_steps, converged=res.converged, host_dual=host_dual)
 
 
-def _check_limits(obj, pages, lower, upper, host, cap) -> None:
+def _check_limits(obj, pages, lower, upper, host, cap, *, page_id=None) -> None:
     """Eager feasibility checks of every problem of a (possibly batched) concrete input: the
-    limits of all rows at once (row by row for an objective whose parameters do not batch)."""
+    limits of all rows at once (row by row for an objective whose parameters do not batch);
+    ``page_id`` names the pages and hosts in the messages."""
     dtype = pages.importance.dtype
     shape = pages.importance.shape
     n = shape[-1]
@@ -196,7 +230,8 @@ def _check_limits(obj, pages, lower, upper, host, cap) -> None:
         rows_to_check = range(rows)
     for i in rows_to_check:  # the message of the first bad row (every row with host caps)
         _pipeline.check_feasible(budgets[i], lo[i], hi[i], host,
-                                 None if cap is None else np.asarray(cap).reshape(rows, -1)[i], dtype=dtype)
+                                 None if cap is None else np.asarray(cap).reshape(rows, -1)[i], dtype=dtype,
+                                 page_id=page_id)
 
 
 # ------------------------------------------------------------------ paper-named solvers

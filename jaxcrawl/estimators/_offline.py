@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .._src.checks import library_errors
 from .._src.history import (
     DEFAULT_MAX_RATE,
     DEFAULT_MIN_RATE,
@@ -118,8 +119,9 @@ def mle(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | None = None,
     validate_history(intervals, changed, mask)
     validate_bounds(min_rate, max_rate)
     max_steps, rtol = solve_options(max_steps, rtol)
-    est = _mle_impl(intervals, changed, mask, min_rate, max_rate, max_steps=max_steps, rtol=rtol,
-                    throw=bool(throw))
+    with library_errors():  # a throw=True failure of the compiled solve as NonConvergenceError
+        est = _mle_impl(intervals, changed, mask, min_rate, max_rate, max_steps=max_steps, rtol=rtol,
+                        throw=bool(throw))
     return est if return_info else est.rate
 
 
@@ -156,8 +158,9 @@ def moment_matching(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | 
     validate_history(intervals, changed, mask)
     validate_bounds(min_rate, max_rate)
     max_steps, rtol = solve_options(max_steps, rtol)
-    est = _mm_impl(intervals, changed, mask, min_rate, max_rate, max_steps=max_steps, rtol=rtol,
-                   throw=bool(throw))
+    with library_errors():
+        est = _mm_impl(intervals, changed, mask, min_rate, max_rate, max_steps=max_steps, rtol=rtol,
+                       throw=bool(throw))
     return est if return_info else est.rate
 
 
@@ -208,8 +211,9 @@ def mle_smoothed(intervals: ArrayLike, changed: ArrayLike, mask: ArrayLike | Non
     validate_bounds(min_rate, max_rate)
     validate_window(window, smoothing)
     max_steps, rtol = solve_options(max_steps, rtol)
-    est = _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate,
-                             max_rate, max_steps=max_steps, rtol=rtol, throw=bool(throw))
+    with library_errors():
+        est = _mle_smoothed_impl(intervals, changed, mask, window, time, offset, smoothing, min_rate,
+                                 max_rate, max_steps=max_steps, rtol=rtol, throw=bool(throw))
     return est if return_info else est.rate
 
 

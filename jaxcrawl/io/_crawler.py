@@ -27,12 +27,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 from typing import NamedTuple
 
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._src.bulk_text import first_match, float_repr, json_strings, url_host_codes, utf8_blocks
 from .._src.fileio import atomic_write
 from .._src.hostmap import url_host
 from .._src.timeunits import iso_utc, unit_seconds
@@ -64,11 +64,10 @@ class CrawlerFile(NamedTuple):
 
 
 def _write_lines(path: PathLike, lines, gz: bool) -> None:
-    def write(tmp: str) -> None:
-        with (gzip.open(tmp, "wt", encoding="utf-8", newline="") if gz
-              else open(tmp, "w", encoding="utf-8", newline="")) as fh:
+    def write(tmp: str) -> None:  # blocks of text: str, or UTF-8 bytes written as they are
+        with gzip.open(tmp, "wb") if gz else open(tmp, "wb") as fh:
             for block in lines:
-                fh.write(block)
+                fh.write(block if isinstance(block, bytes) else block.encode("utf-8"))
 
     atomic_write(path, write)
 
@@ -93,27 +92,20 @@ def _string_list(value: str) -> str:
 
 _quote = json.encoder.encode_basestring_ascii  # json.dumps of one string, without the call's overhead
 
-# a URL whose host ``urllib.parse.urlsplit`` reads as written: scheme://host[:port] then /, ?, #
-# or the end, the host of letters, digits, dots and dashes, no whitespace anywhere
-_PLAIN_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([A-Za-z0-9.-]+)(?::[0-9]*)?(?:[/?#]|\Z)")
-_SPACE = re.compile(r"[\x00-\x20]")
-
-
 def _queue_key(url: str) -> str:
-    """The URL's lower-cased host name (``url_host``, without ``urlsplit`` for plain URLs), or
-    the URL itself when it has none; ``ValueError`` naming a URL ``urlsplit`` refuses."""
-    m = _PLAIN_URL.match(url)
-    if m is not None and _SPACE.search(url) is None:
-        return m.group(1).lower()
+    """The URL's host key (:func:`~jaxcrawl.io.canonical_host`, the host rule of caps, crawl
+    delays and robots.txt: ``HTTP://WWW.Example.com.:80/`` is ``www.example.com``, a
+    non-default port stays, ``example.com:8080``), or the URL itself when it has none;
+    ``ValueError`` naming a URL that cannot be read."""
     try:
         return url_host(url) or url
-    except ValueError as err:  # urlsplit: e.g. an unclosed IPv6 bracket
+    except ValueError as err:  # e.g. an unclosed IPv6 bracket, an empty label
         raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
 
 
 def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoch: ArrayLike, *,
                       unit: str = "days", key: ArrayLike | None = None, crawl_id: str = "",
-                      chunk: int = 1 << 16) -> CrawlerFile:
+                      on_signal: ArrayLike | None = None, chunk: int = 1 << 16) -> CrawlerFile:
     """Write a URLFrontier JSON Lines file (module docstring): one ``KnownURLItem`` per page
     with rate > 0, atomically.
 
@@ -128,6 +120,9 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
       key: ``(n,)`` queue keys (default, and for an empty key: the URL's host name, or the URL
         itself).
       crawl_id: the ``crawlID`` of every item (default ``""``, the frontier's default crawl).
+      on_signal: ``(n,)`` True for a page crawled on its change signals (NeurIPS-19 Π°):
+        its item carries ``"jaxcrawl.on_signal": ["true"]`` (its ``rate`` is then the
+        planned rate of its signal-driven crawls, or its periodic crawls beside them).
 
     Returns:
       a ``CrawlerFile`` ``(num_urls, num_clamped)``.
@@ -143,6 +138,7 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
     _check_rates(r, ids)
     keep = np.flatnonzero(r > 0)
     keys = _text_ids(key) if key is not None else None
+    sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
     tk = t[keep]
     with np.errstate(invalid="ignore"):
         bad = np.flatnonzero(~(np.ceil(tk - 1e-6) >= 1))
@@ -158,28 +154,58 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
         interval = unit_seconds(unit) / r[keep]
     tail = ("}," if not crawl_id else ',"crawlID":' + json.dumps(str(crawl_id)) + "},")
     unit_meta = ',"jaxcrawl.time_unit":' + _string_list(unit) + "}"
+    signal_meta = ',"jaxcrawl.on_signal":' + _string_list("true")
 
-    queue = [(keys[i] if keys is not None else "") or _queue_key(ids[i]) for i in keep.tolist()]
-    for i, k in zip(keep.tolist(), queue):
-        if len(k) > MAX_KEY_LENGTH // 2 and len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
-            raise ValueError(f"page {ids[i]!r}: queue key {k[:40]!r}... is longer than {MAX_KEY_LENGTH} characters, "
-                             "which the URLFrontier services skip; give the pages' hosts (--hosts)")
-
-    def blocks():
-        for s in range(0, keep.size, chunk):
-            out = []
-            for j in range(s, min(s + chunk, keep.size)):
-                i = int(keep[j])
-                u, k = ids[i], queue[j]
-                out.append(
-                    '{"known":{"info":{"url":' + _quote(u) + (',"key":' + _quote(k) if k else "")
-                    + ',"metadata":{"jaxcrawl.rate":' + _string_list(repr(float(r[i])))
-                    + ',"jaxcrawl.interval_seconds":' + _string_list(repr(float(interval[j])))
-                    + unit_meta + tail + '"refetchableFromDate":"' + str(int(due[j])) + '"}}\n')
-            yield "".join(out)
-
-    _write_lines(path, blocks(), os.fspath(path).lower().endswith(".gz"))
+    # columns of text, joined per line column-wise (jaxcrawl._src.bulk_text); the queue keys
+    # (a few per host) found, checked and written once per distinct key
+    pa, pc = _arrow()
+    url_text = pa.array([ids[i] for i in keep.tolist()], pa.string())
+    given = pa.array([keys[i] for i in keep.tolist()] if keys is not None else [""] * keep.size, pa.string())
+    need = pc.equal(given, "")  # no key given: the URL's host, or the URL
+    try:
+        codes, hosts = url_host_codes(url_text.filter(need), url_host)
+    except ValueError as err:  # e.g. an unclosed IPv6 bracket, an empty label
+        raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
+    need_rows = np.flatnonzero(need.to_numpy(zero_copy_only=False))
+    for c in np.flatnonzero(np.asarray([not h for h in hosts], bool)).tolist():  # no host: the URL
+        rows = np.flatnonzero(codes == c)
+        hosts[c] = url_text[int(need_rows[rows[0]])].as_py()
+        if rows.size > 1:  # several URLs behind one host-less prefix: each its own key
+            codes[rows[1:]] = len(hosts) + np.arange(rows.size - 1)
+            hosts += [url_text[int(need_rows[j])].as_py() for j in rows[1:].tolist()]
+    enc = pc.dictionary_encode(given)
+    for distinct in (enc.dictionary.to_pylist(), hosts):
+        for k in distinct:
+            if len(k) > MAX_KEY_LENGTH // 2 and len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
+                j = [i for i in range(keep.size) if _key_of(i, given, need_rows, codes, hosts) == k][0]
+                raise ValueError(f"page {ids[int(keep[j])]!r}: queue key {k[:40]!r}... is longer than "
+                                 f"{MAX_KEY_LENGTH} characters, which the URLFrontier services skip; give the "
+                                 "pages' hosts (--hosts)")
+    as_json = lambda texts: pa.array([',"key":' + _quote(k) if k else "" for k in texts], pa.string())  # noqa: E731
+    key_json = pc.take(as_json(enc.dictionary.to_pylist()), enc.indices)
+    if need_rows.size:
+        key_json = pc.replace_with_mask(key_json, need, pc.take(as_json(hosts), pa.array(codes)))
+    lines = pc.binary_join_element_wise(
+        '{"known":{"info":{"url":', json_strings(url_text), key_json,
+        ',"metadata":{"jaxcrawl.rate":{"values":["', float_repr(r[keep]),
+        '"]},"jaxcrawl.interval_seconds":{"values":["', float_repr(interval), '"]}',
+        pc.if_else(pa.array(sig[keep]), signal_meta, ""), unit_meta + tail + '"refetchableFromDate":"',
+        pc.cast(pa.array(due), pa.string()), '"}}\n', "")
+    _write_lines(path, utf8_blocks(lines, chunk), os.fspath(path).lower().endswith(".gz"))
     return CrawlerFile(int(keep.size), int(np.sum(clamped)))
+
+
+def _arrow():
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa, pc
+
+
+def _key_of(j, given, need_rows, codes, hosts) -> str:
+    """The queue key of the ``j``-th written page (for a message only)."""
+    k = int(np.searchsorted(need_rows, j))
+    return hosts[codes[k]] if k < need_rows.size and need_rows[k] == j else given[j].as_py()
 
 
 def _java_trim(text: str) -> str:
@@ -188,9 +214,11 @@ def _java_trim(text: str) -> str:
 
 
 def write_nutch_seeds(path: PathLike, url: ArrayLike, rate: ArrayLike, *, unit: str = "days",
-                      chunk: int = 1 << 16) -> CrawlerFile:
+                      on_signal: ArrayLike | None = None, chunk: int = 1 << 16) -> CrawlerFile:
     """Write an Apache Nutch injector seed list (module docstring): ``URL<TAB>nutch.fetchInterval=S``
     for every page with rate > 0, atomically; ``S`` is clamped to ``[1, MAX_FETCH_INTERVAL]``.
+    A page flagged in ``on_signal`` (crawled on its change signals) also carries
+    ``jaxcrawl.on_signal=true``, which the injector keeps as the page's metadata.
 
     Returns a ``CrawlerFile`` ``(num_urls, num_clamped)`` (``num_clamped``: intervals
     longer than ``MAX_FETCH_INTERVAL``).  A rate that is not finite and >= 0, or a URL the
@@ -206,16 +234,17 @@ def write_nutch_seeds(path: PathLike, url: ArrayLike, rate: ArrayLike, *, unit: 
         exact = np.rint(unit_seconds(unit) / r[keep])
     clamped = ~(exact <= MAX_FETCH_INTERVAL)
     seconds = np.clip(np.where(clamped, MAX_FETCH_INTERVAL, exact), 1, MAX_FETCH_INTERVAL).astype(np.int64)
-    for i in keep.tolist():
-        u = ids[i]
-        if "\t" in u or "\n" in u or "\r" in u or not u or _java_trim(u) != u or u.startswith("#"):
-            raise ValueError(f"page id {u!r} cannot be a Nutch seed URL (the injector splits lines at line breaks "
-                             "and the URL at the first tab, trims whitespace, and skips empty and '#' lines)")
-
-    def blocks():
-        for s in range(0, keep.size, chunk):
-            yield "".join(f"{ids[int(keep[j])]}\tnutch.fetchInterval={int(seconds[j])}\n"
-                          for j in range(s, min(s + chunk, keep.size)))
-
-    _write_lines(path, blocks(), os.fspath(path).lower().endswith(".gz"))
+    sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
+    pa, pc = _arrow()
+    url_text = pa.array([ids[i] for i in keep.tolist()], pa.string())
+    # a tab or line break anywhere, empty, a leading '#', or a character <= U+0020 at either end
+    bad = first_match(url_text, r"[\t\n\r]|^$|^#|^[\x00-\x20]|[\x00-\x20]$")
+    if bad is not None:
+        u = ids[int(keep[bad])]
+        raise ValueError(f"page id {u!r} cannot be a Nutch seed URL (the injector splits lines at line breaks "
+                         "and the URL at the first tab, trims whitespace, and skips empty and '#' lines)")
+    lines = pc.binary_join_element_wise(
+        url_text, "\tnutch.fetchInterval=", pc.cast(pa.array(seconds), pa.string()),
+        pc.if_else(pa.array(sig[keep]), "\tjaxcrawl.on_signal=true\n", "\n"), "")
+    _write_lines(path, utf8_blocks(lines, chunk), os.fspath(path).lower().endswith(".gz"))
     return CrawlerFile(int(keep.size), int(np.sum(clamped)))

@@ -39,7 +39,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .._src.fileio import atomic_write, open_read
+from .._src.fileio import atomic_write, open_read, read_once
 from ._schema import BLANKS, FALSE_WORDS, INT64_MAX, TRUE_WORDS, RowError, TableError, check_groups
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -110,7 +110,7 @@ def _read_csv_arrow(path: str, schema) -> tuple[Any, np.ndarray] | None:
     types = {h: pa.string() for h in header}
     try:
         table = pcsv.read_csv(
-            path,
+            path if read_once(path) is None else open_read(path),  # a pipe: its bytes, read once
             read_options=pcsv.ReadOptions(use_threads=True, block_size=1 << 24),
             parse_options=pcsv.ParseOptions(ignore_empty_lines=False),
             convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False,
@@ -178,11 +178,42 @@ def _read_parquet(path: str):
     import pyarrow.parquet as pq
 
     pa, _ = _pa()
-    try:
-        table = pq.read_table(path)
+    data = read_once(path)  # a pipe or FIFO: its bytes, read once
+    try:  # ParquetFile keeps two columns of one name (read_table's dataset cannot): the header rule names them
+        table = pq.ParquetFile(path if data is None else pa.BufferReader(data)).read()
     except (pa.ArrowInvalid, OSError) as err:
         raise TableError(path, None, f"not a readable Parquet file ({err})") from None
+    for name, typ in zip(table.column_names, table.schema.types):
+        if pa.types.is_nested(typ):  # a list, struct or map per row: named, not broadcast
+            raise TableError(path, None, f"column {name!r} holds {typ} values; every column must hold one "
+                             f"value per row (a number, a boolean or a text)", column=name, reason="nested column")
     return table, np.arange(1, table.num_rows + 1, dtype=np.int64)
+
+
+class RepeatedKeyError(ValueError):
+    """A JSON object naming one key twice (:func:`unique_keys`)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"field {key!r} appears twice")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of the JSON readers: the object, or :class:`RepeatedKeyError`
+    when a key repeats -- the rule of a CSV header (a column named twice is an error),
+    never "the last one wins"."""
+    obj: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in obj:
+            raise RepeatedKeyError(k)
+        obj[k] = v
+    return obj
+
+
+def repeated_key_error(key: str) -> RowError:
+    """The row error of a JSON Lines object that names ``key`` twice."""
+    return RowError("repeated field", f"field {key!r} appears twice (every field once, as every column of a "
+                    f"CSV header)", column=key)
 
 
 def raw_cell(col, i: int) -> Any:

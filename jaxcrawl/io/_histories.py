@@ -18,7 +18,7 @@ from jax.typing import ArrayLike
 
 from ._formats import file_format, write_table
 from ._neurips19 import CrawlDataset, LoadReport, load_crawl_dataset
-from ._schema import Column, FileReport, Schema
+from ._schema import Column, FileReport, Schema, TableError
 from ._tables import finite_or_blank, read_table, write_csv
 
 #: History CSV: ``page_id,interval,changed[,importance]``.
@@ -123,9 +123,33 @@ def _read_history_table(path: str | os.PathLike[str], *, errors: str = "raise",
     by_page = np.argsort(page, kind="stable")  # rows grouped by page, time order kept
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     first_rows = first[order]
+    _check_narrowing(t, "interval", dtype)
     return Histories(ids[first_rows], t["importance"][first_rows],
                      np.asarray(t["interval"], dtype)[by_page], np.asarray(t["changed"], bool)[by_page], offsets,
                      np.zeros(n, bool), np.full(n, np.nan), t.path, t.report)
+
+
+def _check_narrowing(t, column: str, dtype: type) -> None:
+    """:class:`~jaxcrawl.io.TableError` naming the file, the line and ``column`` when a value
+    (read in float64) is outside ``dtype``'s normal range: cast, it would become inf or 0 and
+    the page's observations would be lost to a non-finite likelihood.  Suggests float64."""
+    dt = np.dtype(dtype)
+    v = np.asarray(t[column])
+    if dt.kind != "f" or v.dtype.kind != "f" or v.dtype.itemsize <= dt.itemsize or v.size == 0:
+        return
+    info = np.finfo(dt)
+    mag = np.abs(v)
+    bad = np.isfinite(v) & (v != 0) & ((mag < info.tiny) | (mag > info.max))
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    becomes = "0" if mag[i] < info.tiny else "inf"
+    raise TableError(t.path, int(t.line[i]),
+                     f"{column} {float(v[i])!r} is outside {dt.name}'s normal range [{float(info.tiny):.3g}, "
+                     f"{float(info.max):.3g}] (it would become {becomes}; {int(bad.sum())} such "
+                     f"value{'s' if bad.sum() > 1 else ''} in all); estimate in "
+                     f"float64 (--x64, or dtype=np.float64) or choose another time unit", column=column,
+                     reason=f"{column} outside {dt.name}")
 
 
 def _from_dataset(ds: CrawlDataset, source: str) -> Histories:

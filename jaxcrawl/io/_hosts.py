@@ -3,18 +3,23 @@
 A caps table ``host_id,cap`` gives each host's largest total crawl rate; a crawl-delay
 table ``host,crawl_delay`` (or a directory of robots.txt files) the least time between two
 fetches of a host.  Pages are mapped to hosts by a ``page_id,host_id`` table, else by the
-host name of URL page ids.
+host of URL page ids.  Every host -- a caps or crawl-delay row, a robots.txt file's name, a
+mapping's host id, a URL's host -- is read by one rule, :func:`canonical_host` (case, IDNA,
+one trailing dot, userinfo, default ports); a caps or crawl-delay row whose host has no page
+is an error naming its line (``unmatched="warn"``: a warning).
 """
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._src.hostmap import host_delays, host_index, url_host
+from .._src.bulk_text import url_hosts
+from .._src.hostmap import canonical_host, host_delays, host_index, url_host
 from ..core.solve import HostCaps
 from ._schema import Column, PathLike, Schema, TableError
 from ._tables import read_table
@@ -58,33 +63,90 @@ CRAWL_DELAYS = Schema(
 
 
 def _page_hosts(page_id: ArrayLike, pages_path: PathLike | None, unknown_pages: str, *,
-                lower: bool = False, hint: str = "--hosts FILE") -> list[str | None]:
-    """The host of every page: from a ``page_id,host_id`` table when given (a row whose
-    page is not in ``page_id``: ``TableError`` naming its line, or ignored), else the host
-    name of URL page ids (None for a page without one)."""
+                hint: str = "--hosts FILE") -> list[str | None]:
+    """The host key (:func:`canonical_host`) of every page: from a ``page_id,host_id`` table
+    when given (a row whose page is not in ``page_id``: ``TableError`` naming its line, or
+    ignored), else the host of URL page ids (None for a page without one)."""
     if unknown_pages not in ("error", "ignore"):
         raise ValueError("unknown_pages must be 'error' or 'ignore'")
     ids = [str(p) for p in np.asarray(page_id).tolist()]
     if pages_path is None:
         try:
-            return [url_host(p) for p in ids]
+            return url_hosts(ids, url_host)  # url_host once per distinct scheme://authority
         except ValueError as err:  # err names the page; say where its host could come from instead
             raise ValueError(f"{err}: its host is unknown; give a page_id,host_id mapping ({hint})") from None
     table = read_table(pages_path, PAGE_HOSTS)
     pos = {p: i for i, p in enumerate(ids)}
     out: list[str | None] = [None] * len(ids)
+    keys: dict[str, str] = {}
     for lineno, p, h in zip(table.line.tolist(), table["page_id"].tolist(), table["host_id"].tolist()):
         i = pos.get(str(p))
         if i is None:
             if unknown_pages == "error":
                 raise TableError(os.fspath(pages_path), lineno, f"page_id {p!r} is not one of the problem's pages")
             continue
-        out[i] = str(h).lower() if lower else h
+        key = keys.get(h)
+        if key is None:
+            try:
+                key = keys[h] = canonical_host(h)
+            except ValueError as err:
+                raise TableError(os.fspath(pages_path), lineno, f"host_id: {err}", column="host_id") from None
+        out[i] = key
     return out
 
 
+def _row_hosts(path: str, table, column: str) -> list[str]:
+    """The host keys (:func:`canonical_host`) of a caps or crawl-delay table's rows;
+    :class:`TableError` naming the line of a host the rule refuses, or of two rows that
+    name one host (e.g. ``Example.com`` and ``example.com.``)."""
+    keys: list[str] = []
+    first: dict[str, tuple[int, str]] = {}
+    for lineno, h in zip(table.line.tolist(), table[column].tolist()):
+        try:
+            key = canonical_host(h)
+        except ValueError as err:
+            raise TableError(path, lineno, f"{column}: {err}", column=column) from None
+        if key in first:
+            line0, h0 = first[key]
+            raise TableError(path, lineno, f"{column} {h!r} is the host {key!r} of line {line0} ({h0!r}): one row "
+                             "per host (hosts are compared case-insensitively, in IDNA form, without a trailing "
+                             "dot or a default port)", column=column)
+        first[key] = (lineno, str(h))
+        keys.append(key)
+    return keys
+
+
+def _check_unmatched(path: str, table, column: str, keys: Sequence[str], page_host: Sequence[str | None],
+                     unmatched: str, what: str) -> None:
+    """A row whose host has no page: :class:`TableError` naming its file, line and host
+    (``unmatched="error"``), a ``UserWarning`` per such row (``"warn"``), or nothing."""
+    if unmatched == "ignore":
+        return
+    have = set(page_host)
+    missing = [(lineno, h, k) for lineno, h, k in zip(table.line.tolist(), table[column].tolist(), keys)
+               if k not in have]
+    if not missing:
+        return
+    lineno, h, k = missing[0]
+    more = f" ({len(missing)} such rows)" if len(missing) > 1 else ""
+    text = (f"{what} host {h!r}" + (f" (host {k!r})" if k != h else "")
+            + f" matches no page's host{more}: a misspelt host, or a page -> host mapping that misses its pages")
+    if unmatched == "error":
+        raise TableError(path, lineno, text, column=column,
+                         hint="-- fix the row or the mapping, or let such rows pass with a warning "
+                              "(--unmatched-hosts warn of solve and schedule; unmatched='warn' in Python)")
+    for lineno, h, k in missing:
+        warnings.warn(f"{path}:{lineno}: {what} host {h!r}" + (f" (host {k!r})" if k != h else "")
+                      + " matches no page's host; the row is ignored", UserWarning, stacklevel=3)
+
+
+def _check_unmatched_option(unmatched: str) -> None:
+    if unmatched not in ("error", "warn", "ignore"):
+        raise ValueError(f"unmatched must be 'error', 'warn' or 'ignore'; got {unmatched!r}")
+
+
 def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike | None = None,
-                   unknown_pages: str = "error", all_hosts: bool = False) -> HostCaps:
+                   unknown_pages: str = "error", all_hosts: bool = False, unmatched: str = "error") -> HostCaps:
     """The host caps of the table ``path`` for the pages ``page_id`` (what
     ``solve(..., caps=...)`` takes; Kolobov et al., SIGIR-19).
 
@@ -98,7 +160,8 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
     ``# pages: FILE``; else, when every page id is a URL, its host name (so a caps table
     keyed by host names needs no mapping).  The mapping is a table ``page_id,host_id`` (both
     non-empty, page ids distinct).  Pages whose host has no cap row (or an ``inf`` cap) are
-    uncapped.
+    uncapped.  Hosts of the caps rows, the mapping and the URLs are compared by
+    :func:`~jaxcrawl.io.canonical_host` (``WWW.Example.com.`` is ``www.example.com``).
 
     Args:
       path: the caps table.
@@ -109,6 +172,9 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
       all_hosts: index every finite-cap host in file order (the same indices on every
         process of a job, whatever pages it holds); default: only the hosts with pages, in
         order of their first page.
+      unmatched: a caps row whose host has no page among ``page_id``: ``"error"`` (default,
+        :class:`TableError` naming file, line and host), ``"warn"`` (a ``UserWarning`` per
+        row) or ``"ignore"`` (e.g. a process holding only part of the pages).
 
     Returns:
       :class:`~jaxcrawl.HostCaps` ``(host_id, cap)``: ``(n,)`` int32 index into ``cap``
@@ -117,10 +183,13 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
     Raises:
       TableError: (a ``ValueError``) naming the file and line, for a missing or wrong
         header, a wrong number of fields, an empty id, a cap that is not a number > 0, a
-        duplicate host or page, or a mapping row of an unknown page.
+        duplicate host (after the host rule) or page, a mapping row of an unknown page, a
+        host the host rule refuses, or a row whose host has no page.
       ValueError: no mapping and page ids that are not URLs.
     """
+    _check_unmatched_option(unmatched)
     t = read_table(path, HOST_CAPS)
+    keys = _row_hosts(t.path, t, "host_id")
     named = _pages_comment(t.path, t.comments)
     mapping = os.fspath(pages_path) if pages_path is not None else named
     page_host = _page_hosts(page_id, mapping, unknown_pages,
@@ -129,11 +198,12 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
         raise ValueError(
             f"{os.fspath(path)}: no page->host mapping: add a line '# pages: FILE' naming a "
             "page_id,host_id CSV (or use URLs as page ids)")
-    return HostCaps(*host_index(page_host, t["host_id"], t["cap"], all_hosts=all_hosts))
+    _check_unmatched(t.path, t, "host_id", keys, page_host, unmatched, "caps row")
+    return HostCaps(*host_index(page_host, np.asarray(keys, object), t["cap"], all_hosts=all_hosts))
 
 
 def read_crawl_delays(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike | None = None,
-                      user_agent: str = "*", unknown_pages: str = "error",
+                      user_agent: str = "*", unknown_pages: str = "error", unmatched: str = "error",
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The crawl delays of the pages' hosts: the least time between two fetches of a host.
 
@@ -142,27 +212,34 @@ def read_crawl_delays(path: PathLike, page_id: ArrayLike, *, pages_path: PathLik
     (``HOST.txt``, ``HOST/robots.txt`` or ``HOST``), parsed by the standard library's
     :class:`urllib.robotparser.RobotFileParser`: a host's ``Crawl-delay`` for
     ``user_agent`` (the ``*`` group when no group names it), else the interval of its
-    ``Request-rate``; hosts with neither have no delay.  Host names are matched
-    case-insensitively.  Pages are mapped to hosts by ``pages_path`` (``page_id,host_id``)
-    or, without it, by the host name of URL page ids.
+    ``Request-rate``; hosts with neither have no delay.  Hosts are compared by
+    :func:`~jaxcrawl.io.canonical_host` (case, IDNA, one trailing dot, userinfo, default
+    ports).  Pages are mapped to hosts by ``pages_path`` (``page_id,host_id``) or, without
+    it, by the host of URL page ids.  A table row whose host has no page is an error naming
+    its line (``unmatched``: ``"error"``, ``"warn"`` or ``"ignore"``, as for
+    :func:`read_host_caps`); a robots.txt directory may hold files of hosts without pages.
 
     Returns:
       ``(host_index, delay, names)``: ``(n,)`` int32 (``-1``: no delay known), ``(H,)``
-      float64 seconds and the ``(H,)`` host names.
+      float64 seconds and the ``(H,)`` host keys.
 
     Raises:
       ValueError: a malformed table (:class:`TableError`, naming file and line) or
         robots.txt delay, or no mapping and no page id a URL.
     """
+    _check_unmatched_option(unmatched)
+    t = None
     if os.path.isdir(path):
         hosts, delays = _robots_crawl_delays(path, user_agent=user_agent)
     else:
         t = read_table(path, CRAWL_DELAYS)
-        hosts = np.asarray([str(h).lower() for h in t["host"].tolist()], object)
+        hosts = np.asarray(_row_hosts(t.path, t, "host"), object)
         delays = t["crawl_delay"]
-    page_host = _page_hosts(page_id, pages_path, unknown_pages, lower=True)
+    page_host = _page_hosts(page_id, pages_path, unknown_pages)
     if pages_path is None and all(h is None for h in page_host):
         raise ValueError("no page -> host mapping: give --hosts FILE (page_id,host_id) or use URLs as page ids")
+    if t is not None:
+        _check_unmatched(t.path, t, "host", hosts.tolist(), page_host, unmatched, "crawl-delay row")
     return host_delays(page_host, hosts, delays)
 
 
@@ -173,10 +250,12 @@ def _robots_crawl_delays(directory: PathLike, *, user_agent: str = "*") -> tuple
     A file ``HOST.txt``, ``HOST/robots.txt`` or ``HOST`` holds the robots.txt of ``HOST``.
     A host's delay is its ``Crawl-delay`` for ``user_agent`` (the ``*`` group when no group
     names the agent), else the interval of its ``Request-rate`` (``requests/seconds`` ->
-    ``seconds / requests``); hosts with neither are left out (no delay).
+    ``seconds / requests``); hosts with neither are left out (no delay).  Two files of one
+    host (:func:`~jaxcrawl.io.canonical_host`, e.g. ``Example.com.txt`` and
+    ``example.com/robots.txt``) are an error naming both.
 
     Returns:
-      ``(hosts, delays)``: object array of host names (lower-cased), float64 seconds.
+      ``(hosts, delays)``: object array of host keys, float64 seconds.
     """
     import urllib.robotparser
 
@@ -186,6 +265,7 @@ def _robots_crawl_delays(directory: PathLike, *, user_agent: str = "*") -> tuple
                          "or HOST/robots.txt)")
     hosts: list[str] = []
     delays: list[float] = []
+    seen: dict[str, str] = {}
     for name in sorted(os.listdir(directory)):
         full = os.path.join(directory, name)
         if os.path.isdir(full):
@@ -195,6 +275,13 @@ def _robots_crawl_delays(directory: PathLike, *, user_agent: str = "*") -> tuple
             host = name
         else:
             host = name[:-4] if name.lower().endswith(".txt") else name
+        try:
+            key = canonical_host(host)
+        except ValueError as err:
+            raise ValueError(f"{full}: its name is not a host: {err}") from None
+        if key in seen:
+            raise ValueError(f"{full} and {seen[key]} are robots.txt files of one host {key!r}; keep one")
+        seen[key] = full
         with open(full, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()
         rp = urllib.robotparser.RobotFileParser()
@@ -209,6 +296,6 @@ def _robots_crawl_delays(directory: PathLike, *, user_agent: str = "*") -> tuple
         delay = float(delay)
         if not (math.isfinite(delay) and delay >= 0):
             raise ValueError(f"{full}: Crawl-delay must be a number >= 0; got {delay!r}")
-        hosts.append(host.lower())
+        hosts.append(key)
         delays.append(delay)
     return np.asarray(hosts, object), np.asarray(delays, np.float64)

@@ -42,6 +42,16 @@ TIMETABLE = Schema(
 )
 
 
+#: A crawler's state: ``page_id,last_fetch``, one page a row: each page's last fetch, ISO 8601
+#: text (UTC without an offset) or a number (epoch seconds for an ISO ``--start``, else the
+#: plan's unit).
+LAST_FETCH = Schema(
+    "last-fetch table",
+    (Column("page_id"), Column("last_fetch", strip=True)),
+    key="page_id", rows="pages",
+)
+
+
 class Plan(NamedTuple):
     """A crawl plan read from disk: page ids, rates, signal-crawl probabilities and the
     periodic crawls of signalling pages (zeros when the file has no ``periodic_rate``)."""
@@ -139,3 +149,41 @@ def _is_number(x: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def read_last_fetch(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Read a crawler's state ``page_id,last_fetch`` (CSV, Parquet or JSON Lines by name):
+    ``(page_id, time, absolute)``.  ``last_fetch`` is either ISO 8601 text on every row
+    (``time`` in epoch seconds, ``absolute`` True) or a finite number on every row
+    (``absolute`` False: the caller decides the unit); page ids distinct.  A malformed row
+    is a :class:`~jaxcrawl.io.TableError` naming the file, line and column."""
+    from .._src.timeunits import parse_start
+
+    t = read_table(path, LAST_FETCH, id_columns=("page_id",))
+    text = np.asarray(t["last_fetch"]).astype(str)
+    numeric = np.asarray([_is_number(x) for x in text.tolist()], bool) if text.size else np.zeros(0, bool)
+    if numeric.all():
+        time = text.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(time))
+        if bad.size:
+            raise TableError(path, int(bad[0]) + 1, f"column 'last_fetch' must be finite; got {text[bad[0]]!r}",
+                             unit="row")
+        return time, t["page_id"], False
+    if numeric.any():
+        i = int(np.flatnonzero(numeric)[0])
+        raise TableError(path, i + 1, "column 'last_fetch' must be ISO 8601 text on every row or a number on every "
+                         f"row; got {text[i]!r} among dates", unit="row")
+    plain = np.char.rstrip(np.char.rstrip(text), "Zz")
+    try:  # UTC text (what write_timetable writes) in one vectorised pass
+        if np.any(np.char.find(plain, "+") >= 0) or np.any(np.char.count(plain, "-") > 2):
+            raise ValueError
+        time = plain.astype("datetime64[us]").astype(np.int64) / 1e6
+    except ValueError:  # offsets or odd spellings: one by one, naming the first bad row
+        time = np.empty(text.size)
+        for i, x in enumerate(text.tolist()):
+            try:
+                time[i] = parse_start(x)
+            except ValueError:
+                raise TableError(path, i + 1, f"column 'last_fetch' must be an ISO 8601 date-time (e.g. "
+                                 f"2026-01-05T06:00:00Z) or a number; got {x!r}", unit="row") from None
+    return time, t["page_id"], True

@@ -22,7 +22,15 @@ import numpy as np
 from jax.typing import ArrayLike
 
 from .._src.fileio import same_file, write_file
-from ._formats import file_format, ids_to_numpy, open_text, read_arrow
+from ._formats import (
+    RepeatedKeyError,
+    file_format,
+    ids_to_numpy,
+    open_text,
+    read_arrow,
+    repeated_key_error,
+    unique_keys,
+)
 from ._schema import (
     Batch,
     PathLike,
@@ -144,7 +152,10 @@ def _open_jsonl(path: str, comments: bool) -> Source:
                 src.blank_lines += 1
                 continue
             try:
-                obj = json.loads(text)
+                obj = json.loads(text, object_pairs_hook=unique_keys)
+            except RepeatedKeyError as err:  # one duplicate-key rule for every format
+                yield lineno, repeated_key_error(err.key)
+                continue
             except ValueError as err:
                 yield lineno, RowError("not JSON", f"not a JSON object ({err.msg})")
                 continue

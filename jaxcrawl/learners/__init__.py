@@ -12,8 +12,11 @@ states) and one driver (:func:`run_learner`, ``jax.lax.scan``).
   synchronization bandits of :mod:`jaxcrawl.sync_bandits`.
 * :func:`run_sweep`: seeds × instances × hyperparameters in one call, resumable on disk.
 """
+import jax as _jax
+
 from ._base import Learner as Learner
 from ._base import run_learner as run_learner
+from ._explore_commit import ETC as _ETC
 from ._explore_commit import EpsGreedyParams as EpsGreedyParams
 from ._explore_commit import ETCOutcome as ETCOutcome
 from ._explore_commit import ETCParams as ETCParams
@@ -53,6 +56,10 @@ from ._sweep import grid_product as grid_product
 from ._sweep import load_sweep as load_sweep
 from ._sweep import run_sweep as run_sweep
 from ._sweep import sweep_key as sweep_key
+
+# explore-then-commit's value (a Learner plus its commit and settings) is static like a Learner:
+# a plain jit argument with no leaves
+_jax.tree_util.register_pytree_node(_ETC, lambda etc: ((), etc), lambda etc, _: etc)
 
 __all__ = [
     "Learner", "run_learner",

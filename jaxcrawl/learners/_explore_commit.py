@@ -441,7 +441,7 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
                          "window does not hold its exploration crawls")
     slots = num_windows * config.crawl_capacity
 
-    def init(problem: CrawlProblem, params: ETCParams | None = None) -> ETCState:
+    def etc_params(problem: CrawlProblem, params: ETCParams | None) -> ETCParams:
         dtype = problem.change_rate.dtype
         given = params or ETCParams()
         prm = ETCParams(jnp.asarray(min_rate if given.min_rate is None else given.min_rate, dtype),
@@ -450,10 +450,17 @@ def explore_then_commit(*, config: SimConfig, num_windows: int, rounds_per_windo
             lo, hi = np.asarray(prm.min_rate), np.asarray(prm.max_rate)
             if np.any(~(lo > 0)) or np.any(~(hi > lo)) or np.any(~np.isfinite(hi)):
                 raise ValueError(f"need 0 < min_rate < max_rate < inf; got {lo}, {hi}")
+        return prm
+
+    def init(problem: CrawlProblem, params: ETCParams | None = None) -> ETCState:
+        dtype = problem.change_rate.dtype
+        prm = etc_params(problem, params)
         sim = init_state(problem)
         n = problem.change_rate.shape[-1]
         zero = jnp.zeros((), dtype)
         return ETCState(sim, empty_padded_history(n, slots, dtype), jnp.zeros((), jnp.int32), zero, prm)
+
+    init.check = lambda problem, params=None: etc_params(problem, params) and None
 
     def step(key, state: ETCState, problem: CrawlProblem):
         w = _exploration_period(problem)
@@ -785,11 +792,15 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
     phase_length = windows_per_phase * config.window
     sampler = check_observe(observe, phase_length)
 
-    def init(problem: CrawlProblem, params: EpsGreedyParams | None = None) -> EpsGreedyState:
-        dtype = problem.change_rate.dtype
-        prm = EpsGreedyParams(*(jnp.asarray(v, dtype) for v in (params or EpsGreedyParams())))
+    def eps_params(problem: CrawlProblem, params: EpsGreedyParams | None) -> EpsGreedyParams:
+        prm = EpsGreedyParams(*(jnp.asarray(v, problem.change_rate.dtype) for v in (params or EpsGreedyParams())))
         if is_concrete(prm) and not np.all((np.asarray(prm.epsilon) >= 0) & (np.asarray(prm.epsilon) <= 1)):
             raise ValueError(f"epsilon must be in [0, 1]; got {prm.epsilon}")
+        return prm
+
+    def init(problem: CrawlProblem, params: EpsGreedyParams | None = None) -> EpsGreedyState:
+        dtype = problem.change_rate.dtype
+        prm = eps_params(problem, params)
         n = problem.change_rate.shape[-1]
         uniform = jnp.full((n,), 1.0, dtype) * (problem.bandwidth / n)
         sim = init_state(problem)
@@ -822,6 +833,8 @@ def phased_epsilon_greedy(*, config: SimConfig, windows_per_phase: int, num_phas
                          jnp.sum(fresh), f_exec, state.rate, est, jnp.sum(overflow), truncated,
                          jnp.asarray(sampler, jnp.int32))
         return EpsGreedyState(sim, hist, rate, est, phase + 1, state.params), info
+
+    init.check = lambda problem, params=None: eps_params(problem, params) and None
 
     return Learner(init, step, "phased_eps_greedy")
 

@@ -175,6 +175,8 @@ class HeuristicState(NamedTuple):
       num_changes: ``(n,)`` int32 changes since the last fetch (K19 N(t)).
       epoch: epochs completed.
       params: :class:`HeuristicParams` (arrays).
+      crawls: ``(n,)`` int32 fetches of each page since ``init`` (the difference of two
+        states is each page's crawl count between them).
     """
 
     time: jax.Array
@@ -184,6 +186,7 @@ class HeuristicState(NamedTuple):
     num_changes: jax.Array
     epoch: jax.Array
     params: HeuristicParams
+    crawls: jax.Array
 
 
 class HeuristicInfo(NamedTuple):
@@ -348,7 +351,7 @@ def rule_learner(rule: int, defaults: HeuristicParams, *, epoch_length: float = 
         frac = jnp.mod(jnp.arange(n, dtype=dtype) * jnp.asarray(_GOLDEN, dtype), 1.0)
         next_fetch = frac * interval
         return HeuristicState(jnp.zeros((), dtype), interval, next_fetch, jnp.full((n,), -jnp.inf, dtype),
-                              jnp.zeros((n,), jnp.int32), jnp.zeros((), jnp.int32), prm)
+                              jnp.zeros((n,), jnp.int32), jnp.zeros((), jnp.int32), prm, jnp.zeros((n,), jnp.int32))
 
     def step(key, state: HeuristicState, problem: CrawlProblem):
         prm = state.params
@@ -399,7 +402,7 @@ def rule_learner(rule: int, defaults: HeuristicParams, *, epoch_length: float = 
         harm_cost = jnp.sum(mu * harm) / (n * length)
         bin_cost = jnp.sum(mu * stale) / (n * length)
         fresh = 1.0 - jnp.sum(mu * stale) / (length * jnp.maximum(jnp.sum(mu), jnp.finfo(dtype).tiny))
-        new = HeuristicState(t1, interval, nxt_fetch, modified, num, state.epoch + 1, prm)
+        new = HeuristicState(t1, interval, nxt_fetch, modified, num, state.epoch + 1, prm, state.crawls + crawls)
         info = HeuristicInfo(harm_cost, bin_cost, fresh, jnp.sum(crawls), jnp.sum(changes),
                              jnp.mean(interval), state.epoch + 1, jnp.all(t_end >= t1))
         return new, info
@@ -715,8 +718,10 @@ def _ein_minus_phi1(m):
     return jnp.where(small, horner(ms, _EIN_PHI1_COEFFS), big)
 
 
-def _chain(rule, prm, lam, mu, key, burn, num):
-    """One page set's fetch chains (module docstring, "Long-run figures")."""
+def _chain(rule, prm, lam, mu, key, burn, num, per_page=False):
+    """One page set's fetch chains (module docstring, "Long-run figures"); ``per_page``: each
+    page's crawl rate and its importance-weighted harmonic and binary cost and fresh time
+    fraction, ``(n,)``, instead of the page set's totals."""
     dtype = lam.dtype
     n = lam.shape[-1]
     start = prm.initial_interval * (prm.budget_scale if rule == FIXED else 1.0)
@@ -724,41 +729,53 @@ def _chain(rule, prm, lam, mu, key, burn, num):
     nxt = jnp.mod(jnp.arange(n, dtype=dtype) * jnp.asarray(_GOLDEN, dtype), 1.0) * interval
     zero = jnp.zeros((n,), dtype)
 
-    def body(k, c):
-        interval, nxt, prev, modified, t0, harm, stale = c
+    def fetch(k, interval, nxt, prev, modified):
         tau = nxt - prev
         m = lam * tau
         p = -jnp.expm1(-m)
         changed = jax.random.uniform(jax.random.fold_in(key, k), (n,), dtype) < p
-        keep = changed & (k > burn)
-        pp = jnp.where(keep, p, 1.0)
-        harm = harm + jnp.where(keep, tau * _ein_minus_phi1(m) / pp, 0.0)
-        stale = stale + jnp.where(keep, tau * phi1(m) / pp, 0.0)
-        t0 = jnp.where(k == burn, nxt, t0)
         new_i, new_next, new_mod = update_interval(rule, prm, interval, nxt, modified, changed)
-        return new_i, new_next, nxt, new_mod, t0, harm, stale
+        return (new_i, new_next, nxt, new_mod), (tau, m, p, changed)
 
-    c0 = (interval, nxt, zero, jnp.full((n,), -jnp.inf, dtype), zero, zero, zero)
-    _, _, last, _, t0, harm, stale = jax.lax.fori_loop(0, burn + num + 1, body, c0)
+    def warm(k, c):   # the burn-in fetches (k <= burn): no costs booked
+        return fetch(k, *c)[0]
+
+    def measured(k, c):
+        interval, nxt, prev, modified, harm, stale = c
+        state, (tau, m, p, changed) = fetch(k, interval, nxt, prev, modified)
+        pp = jnp.where(changed, p, 1.0)
+        harm = harm + jnp.where(changed, tau * _ein_minus_phi1(m) / pp, 0.0)
+        stale = stale + jnp.where(changed, tau * phi1(m) / pp, 0.0)
+        return state + (harm, stale)
+
+    # t0: the fetch of step ``burn``, the measurement's start
+    interval, nxt, t0, modified = jax.lax.fori_loop(0, burn + 1, warm,
+                                                    (interval, nxt, zero, jnp.full((n,), -jnp.inf, dtype)))
+    _, _, last, _, harm, stale = jax.lax.fori_loop(burn + 1, burn + num + 1, measured,
+                                                   (interval, nxt, t0, modified, zero, zero))
     span = last - t0
     rate = num / span
-    h = jnp.sum(mu * harm / span) / n
-    b = jnp.sum(mu * stale / span) / n
-    fresh = 1.0 - jnp.sum(mu * stale / span) / jnp.maximum(jnp.sum(mu), jnp.finfo(dtype).tiny)
+    h_i, b_i = mu * harm / span, mu * stale / span
+    if per_page:
+        return LongRun(rate, h_i, b_i, 1.0 - stale / span)
+    h = jnp.sum(h_i) / n
+    b = jnp.sum(b_i) / n
+    fresh = 1.0 - jnp.sum(b_i) / jnp.maximum(jnp.sum(mu), jnp.finfo(dtype).tiny)
     return LongRun(jnp.sum(rate), h, b, fresh)
 
 
-@functools.partial(jax.jit, static_argnames=("rule", "burn", "num"))
-def _long_run(key, rule, prm, lam, mu, *, burn, num):
-    """``prm`` fields ``(G,)``, ``lam``/``mu`` ``(P, n)``: figures ``(G, P)``; one key per page
-    set, shared by the settings (common random numbers)."""
+@functools.partial(jax.jit, static_argnames=("rule", "burn", "num", "per_page"))
+def _long_run(key, rule, prm, lam, mu, *, burn, num, per_page=False):
+    """``prm`` fields ``(G,)``, ``lam``/``mu`` ``(P, n)``: figures ``(G, P)`` (``(G, P, n)`` per
+    page); one key per page set, shared by the settings (common random numbers)."""
     keys = jax.random.split(key, lam.shape[0])
-    per_set = jax.vmap(lambda p, l, m, k: _chain(rule, p, l, m, k, burn, num), (None, 0, 0, 0))
+    per_set = jax.vmap(lambda p, l, m, k: _chain(rule, p, l, m, k, burn, num, per_page), (None, 0, 0, 0))
     return jax.vmap(lambda p: per_set(p, lam, mu, keys))(prm)
 
 
 def long_run(key: jax.Array, crawler: str, problem: CrawlProblem, params: HeuristicParams | None = None, *,
-             burn_in_fetches: int = 64, num_fetches: int = 256, **settings: Any) -> LongRun:
+             burn_in_fetches: int = 64, num_fetches: int = 256, per_page: bool = False,
+             **settings: Any) -> LongRun:
     r"""Long-run crawl rate and costs of a crawler's rule on stationary pages.
 
     Every page's fetches are simulated as a chain (module docstring, "Long-run figures"):
@@ -773,28 +790,32 @@ def long_run(key: jax.Array, crawler: str, problem: CrawlProblem, params: Heuris
       params: :class:`HeuristicParams` overrides; fields may be arrays of one common
         shape (a grid of settings); ``None`` fields take ``settings``' values.
       burn_in_fetches, num_fetches: fetches per page before and in the measurement.
+      per_page: each page's figures instead of the page set's: its crawl rate, its
+        importance-weighted harmonic and binary cost (their mean over pages is the
+        page-averaged cost) and the fraction of time it is fresh.
       **settings: the crawler's settings (:func:`heuristic`, in its units).
 
     Returns:
-      :class:`LongRun` of shape ``grid shape + problem leading axes``.
+      :class:`LongRun` of shape ``grid shape + problem leading axes`` (``+ (n,)`` per page).
     """
     for name, v, low in (("burn_in_fetches", burn_in_fetches, 0), ("num_fetches", num_fetches, 1)):
         if not isinstance(v, (int, np.integer)) or v < low:
             raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
     lam = jnp.asarray(problem.change_rate)
     mu = jnp.broadcast_to(jnp.asarray(problem.importance, lam.dtype), lam.shape)
-    return _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches, settings)
+    return _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches, settings, bool(per_page))
 
 
-def _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches, settings):
+def _long_run_arrays(key, crawler, lam, mu, params, burn_in_fetches, num_fetches, settings, per_page=False):
     rule, defaults = _rule_settings(crawler, **settings)
     prm = _full_params(params, defaults, lam.dtype)
     grid_shape = jnp.broadcast_shapes(*(jnp.shape(v) for v in prm))
     prm = HeuristicParams(*(jnp.broadcast_to(v, grid_shape).reshape(-1) for v in prm))
     lead = lam.shape[:-1]
     out = _long_run(key, rule, prm, lam.reshape(-1, lam.shape[-1]), mu.reshape(-1, lam.shape[-1]),
-                    burn=int(burn_in_fetches), num=int(num_fetches))
-    return LongRun(*(v.reshape(grid_shape + lead) for v in out))
+                    burn=int(burn_in_fetches), num=int(num_fetches), per_page=per_page)
+    tail = lam.shape[-1:] if per_page else ()
+    return LongRun(*(v.reshape(grid_shape + lead + tail) for v in out))
 
 
 # ------------------------------------------------------- matching inside the ranges
@@ -908,7 +929,8 @@ def _long_run_paired(keys, rule, prm, lam, mu, *, burn, num):
 def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidths: ArrayLike, *,
                    shrink_points: int = 6, floor_points: int = 10, scale_points: int = 25,
                    scale_range: tuple[float, float] = (1 / 64, 4096.0),
-                   burn_in_fetches: int = 64, num_fetches: int = 256, **settings: Any) -> RangeMatch:
+                   burn_in_fetches: int = 64, num_fetches: int = 256, sample_pages: int | None = None,
+                   **settings: Any) -> RangeMatch:
     r"""Match a crawler's rule to bandwidths with settings inside its documented ranges.
 
     A rule's long-run volume and costs do not depend on the bandwidth, so one
@@ -929,6 +951,13 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     for each objective (``settings``: the harmonic-best).  ``"nutch-default"`` has one knob, its
     interval: its best is its scaled default.
 
+    With ``sample_pages`` (``m``, smaller than the number of pages ``n``) the search runs on
+    ``m`` pages of each page set, taken evenly along the order of their change rates (the
+    page at each ``(j + 1/2) n/m``-th rank; a rule's volume and costs depend on a page
+    through its change rate and importance), their volumes scaled by ``n/m``: the grid's
+    work falls by ``n/m``, and the figures returned are the sample's estimates (run the
+    chosen ``settings`` on every page with :func:`long_run` for the page set's own).
+
     Args:
       key: PRNG key.
       crawler: one of :data:`HEURISTICS`.
@@ -936,6 +965,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
       bandwidths: crawls per unit time to match, ``(B,)``.
       shrink_points, floor_points, scale_points, scale_range: the grids.
       burn_in_fetches, num_fetches: :func:`long_run`'s Monte Carlo.
+      sample_pages: search on this many pages of each page set (above); ``None``: every page.
       **settings: the crawler's base settings (default: its documented defaults).
 
     Returns:
@@ -964,6 +994,13 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     lead, n = lam.shape[:-1], lam.shape[-1]
     mu = jnp.broadcast_to(jnp.asarray(problem.importance, dtype), lam.shape).reshape(-1, n)
     lam = lam.reshape(-1, n)
+    scale_volume = 1.0
+    if sample_pages is not None:
+        if not isinstance(sample_pages, (int, np.integer)) or sample_pages < 2:
+            raise ValueError(f"sample_pages must be an int >= 2 (or None), got {sample_pages!r}")
+        if sample_pages < n:
+            lam, mu = _even_sample(lam, mu, int(sample_pages))
+            scale_volume = n / int(sample_pages)
     k_scaled, k_grid = jax.random.split(key)
     # ---- the scaled defaults: one line over the factor c
     c = np.geomspace(lo, hi, scale_points)
@@ -971,6 +1008,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
                              max_interval=base.max_interval * c, fetch_interval_max=base.fetch_interval_max * c)
     run = _long_run_arrays(k_scaled, crawler, lam, mu, scaled, burn_in_fetches, num_fetches, settings)
     vs, hs, bs = (np.asarray(a, np.float64).T for a in run[:3])                       # (P, C)
+    vs = vs * scale_volume
     rs, js, ws, ns = _bracket(vs, bw)                                                  # (P, B)
     ends_s = [tuple(_at(a, js + i) for a in (np.broadcast_to(c, vs.shape), vs, hs, bs)) for i in (0, 1)]
     xs_mid = np.where(rs, _lerp(ends_s[0][0], ends_s[1][0], ws), _at(c, ns))
@@ -998,6 +1036,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
         L = G[..., 0].size
         vg, hg, bg = (np.moveaxis(np.asarray(a, np.float64).reshape(L, floor.size, -1), -1, 0)
                       for a in run[:3])                                                # (P, L, K)
+        vg = vg * scale_volume
         rg, jg, wg, ng = _bracket(vg, bw)                                              # (P, L, B)
         miss = np.abs(np.log(_at(vg, ng) / bw))
         rows = np.arange(vg.shape[0])[:, None]
@@ -1028,6 +1067,7 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
                             for k in (k_scaled, k_grid, k_grid)[:len(full)]], 1)
     mid = _long_run_paired(keys, rule, both, lam, mu, burn=int(burn_in_fetches), num=int(num_fetches))
     mid = [np.asarray(a, np.float64) for a in mid[:3]]                                  # (P, K * B)
+    mid[0] = mid[0] * scale_volume
     nb_s = tuple(_at(a, ns) for a in (np.broadcast_to(c, vs.shape), vs, hs, bs))
     sc = _refined(bw, ends_s, (xs_mid,) + tuple(m[:, :bw.size] for m in mid))
     sc = tuple(np.where(rs, a, z) for a, z in zip(sc, nb_s))
@@ -1065,6 +1105,16 @@ def match_in_range(key: jax.Array, crawler: str, problem: CrawlProblem, bandwidt
     return RangeMatch(bw, shape(reached), shape(np.where(use, sc[2], gr[2])), shape(best_binary),
                       shape(np.where(use, sc[1], gr[1])), {k: shape(v) for k, v in chosen.items()},
                       *(shape(a) for a in out_s), g["ranges"])
+
+
+def _even_sample(lam, mu, m):
+    """``m`` pages of each page set ``(P, n)``, evenly along the order of the change rates:
+    the page of rank ``floor((j + 1/2) n / m)``, ``j < m``."""
+    n = lam.shape[-1]
+    order = np.argsort(np.asarray(lam), axis=-1, kind="stable")
+    rank = np.floor((np.arange(m) + 0.5) * (n / m)).astype(np.int64)
+    idx = jnp.asarray(order[:, rank])
+    return jnp.take_along_axis(lam, idx, -1), jnp.take_along_axis(mu, idx, -1)
 
 
 def _defaults_in_units(crawler, base):

@@ -409,7 +409,9 @@ class LLCInfo(NamedTuple):
       dual: the new policy's bandwidth multiplier.
       epoch: epochs completed.
       converged: whether the inner solve's root-find met its tolerance
-        (:attr:`jaxcrawl.Policy.converged`).
+        (:attr:`jaxcrawl.Policy.converged`); False on every epoch when the hyperparameters
+        are outside their domain (traced hyperparameters are not refused: this flag
+        reports them).
       sampler: which simulator made the epoch's observations:
         ``EVENT`` (0, every change simulated) or
         ``OBSERVATION`` (1, observations only).
@@ -444,6 +446,14 @@ def _llc_params(params, dtype) -> LLCParams:
     static = _solver_label(p.solver) is not None
     return LLCParams(*(v if f == "solver" and static else jnp.asarray(v, dtype)
                        for f, v in zip(LLCParams._fields[:-1], p[:-1])), tuple(p.solver_names))
+
+
+def _llc_params_valid(p: LLCParams) -> jax.Array:
+    """In-graph: the hyperparameters lie in the domain :func:`_check_llc_params` checks eagerly
+    (False for a NaN); what a traced run reports in ``info.converged``."""
+    eps, s, sm, r0 = p[:4]
+    return ((p.half_life > 0) & (p.complete_interval >= 0) & jnp.isfinite(p.complete_interval)
+            & (eps >= 0) & (eps <= 1) & (s >= 1) & (sm > 0) & jnp.isfinite(sm) & (r0 > 0) & jnp.isfinite(r0))
 
 
 def _check_llc_params(p: LLCParams):
@@ -528,6 +538,14 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         hist = empty_history(n, history_capacity, history_epochs, dtype)
         return LLCState(estimate, policy, sim, hist, jnp.zeros((), jnp.int32), prm)
 
+    def check(problem: CrawlProblem, params: LLCParams | None = None) -> None:
+        prm = _llc_params(params, problem.change_rate.dtype)
+        _check_llc_params(prm)
+        if _solver_label(prm.solver) is not None or prm.solver_names:
+            _solver_index(utilities, prm)
+
+    init.check = check
+
     def step(key, state: LLCState, problem: CrawlProblem):
         prm = state.params
         epoch = state.epoch
@@ -549,7 +567,8 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
         info = LLCInfo(harm, binc, err, jnp.sum(crawls), jnp.sum(overflow),
                        jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1,
-                       policy.converged, jnp.asarray(sampler, jnp.int32), jnp.all(est_ok))
+                       policy.converged & _llc_params_valid(prm), jnp.asarray(sampler, jnp.int32),
+                       jnp.all(est_ok))
         return new, info
 
     name = "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities)
@@ -783,6 +802,8 @@ def online_learn_and_crawl(estimator: str = "sa", *, config: SimConfig, windows_
         est_state = est.init(rate, prm.initial_rate)
         sim = init_state(problem)
         return OnlineState(est_state, rate, sim, jnp.zeros((), jnp.int32), prm)
+
+    init.check = lambda problem, params=None: full_params(params, problem.change_rate.dtype) and None
 
     def step(key, state: OnlineState, problem: CrawlProblem):
         prm = state.params

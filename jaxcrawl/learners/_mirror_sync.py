@@ -123,7 +123,9 @@ class SyncInfo(NamedTuple):
       num_steps: Newton steps of the step's projection (0 for the Euclidean one, a finite
         algorithm).
       converged: whether the step's projection converged
-        (:attr:`jaxcrawl.optim.ProjectionState.converged`; True when no arm was updated).
+        (:attr:`jaxcrawl.optim.ProjectionState.converged`; True when no arm was updated),
+        and False on every step when the hyperparameters are outside their domain (traced
+        hyperparameters are not refused: this flag reports them).
     """
 
     policy_cost: jax.Array
@@ -232,6 +234,24 @@ def _hparams(bandit, hparams, defaults):
     return hp
 
 
+def _hparams_check(defaults):
+    """``init.check``: the eager validation of :func:`_hparams` (no-op on traced values)."""
+    def check(bandit, hparams=None):
+        _hparams(bandit, hparams, defaults)
+    return check
+
+
+def _hparams_valid(bandit, hp):
+    """In-graph: the hyperparameters lie in the domain :func:`_hparams` checks eagerly (False
+    for a NaN); what a traced run reports in ``info.converged``."""
+    eta, eps, l = hp
+    b = bandit.budget / (1 + eps)
+    k = bandit.num_arms
+    ok = (jnp.isfinite(eta) & (eta > 0) & (eps > 0) & (eps <= 1) & jnp.isfinite(l) & (l > 0)
+          & (b >= k * bandit.min_rate * (1 - 1e-6)) & (b <= k * bandit.max_rate / (1 + eps) * (1 + 1e-6)))
+    return ok
+
+
 def _restricted_set(bandit, eps):
     scale = 1.0 / (1.0 + eps)
     return bandit.budget * scale, bandit.min_rate, bandit.max_rate * scale
@@ -277,6 +297,8 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
         zero = jnp.zeros((), rate.dtype)
         return MirrorSyncState(rate, hp, zero, jnp.zeros((), jnp.int32))
 
+    init.check = _hparams_check(defaults)
+
     def step(key, state: MirrorSyncState, bandit: SyncBandit):
         hp = state.hparams
         eps, eta = hp.exploration, hp.learning_rate
@@ -299,7 +321,7 @@ def mirror_sync(learning_rate: float = TABLE1["mirror_sync"]["learning_rate"],
         new = MirrorSyncState(new_rate, hp, count.astype(dtype) * round_len, count)
         info = SyncInfo(policy_cost(bandit.costs, new_rate), new.time,
                         jnp.asarray(k, jnp.int32), pg.num_probes, proj.dual, proj.num_steps,
-                        proj.converged)
+                        proj.converged & _hparams_valid(bandit, hp))
         return new, info
 
     return Learner(init, step, "mirror_sync", synchronous=True)
@@ -311,6 +333,8 @@ def _async_learner(transformation, defaults, name, chunk_size):
         rate = _initial_rates(bandit, hp.exploration)
         zero = jnp.zeros((), rate.dtype)
         return AsyncSyncState(rate, jnp.zeros_like(rate), hp, zero, jnp.zeros((), jnp.int32))
+
+    init.check = _hparams_check(defaults)
 
     def step(key, state: AsyncSyncState, bandit: SyncBandit):
         hp = state.hparams
@@ -345,7 +369,7 @@ def _async_learner(transformation, defaults, name, chunk_size):
         dual = jnp.where(num_active > 0, proj.dual, 0.0)
         info = SyncInfo(policy_cost(bandit.costs, new_rate), new.time, num_active,
                         pg.num_probes, dual, proj.num_steps,
-                        jnp.where(num_active > 0, proj.converged, True))
+                        jnp.where(num_active > 0, proj.converged, True) & _hparams_valid(bandit, hp))
         return new, info
 
     return Learner(init, step, name)

@@ -25,7 +25,7 @@ from jax.typing import ArrayLike
 from jaxcrawl._src.fileio import load_tree, save_tree, write_json
 from jaxcrawl.parallel import allgather_host, check_consistent
 
-from ._base import Learner, run_learner
+from ._base import Learner, check_learner_params, run_learner
 
 MANIFEST = "manifest.json"
 _VERSION = 1
@@ -216,6 +216,9 @@ def run_sweep(key: jax.Array, learner: Learner, problems: Any, params: Any = Non
     grid_size = 1 if params is None else _leading(params)
     if params is not None and any(np.shape(l)[:1] != (grid_size,) for l in jax.tree_util.tree_leaves(params)):
         raise ValueError("every leaf of params must have the same leading grid axis")
+    if getattr(learner.init, "check", None) is not None:  # the grid's hyperparameters, eagerly, per instance
+        for p in range(num_problems):
+            check_learner_params(learner, jax.tree_util.tree_map(lambda a, p=p: a[p], problems), params)
     chunk = grid_size if chunk_size is None else int(chunk_size)
     if chunk < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size!r}")

@@ -13,6 +13,7 @@ are refused at start-up (:func:`check_consistent`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from typing import Any
@@ -26,6 +27,7 @@ from .._src import interrupts
 from .._src import pipeline as _pipeline
 from .._src.checks import _raise_unless_converged
 from .._src.partition import fingerprint
+from ..core.bounds import check_usable_bandwidth
 from ..core.problem import Policy
 from ..io import read_local_rows
 from ._sharding import page_mesh
@@ -93,7 +95,8 @@ def allgather_host(values: Any) -> np.ndarray:
     from jax.experimental import multihost_utils
 
     raw = a.reshape(-1).view(np.uint8)
-    got = np.asarray(multihost_utils.process_allgather(raw, tiled=False))
+    with _peers_alive("an all-gather"):
+        got = np.asarray(multihost_utils.process_allgather(raw, tiled=False))
     return np.ascontiguousarray(got).view(a.dtype).reshape((jax.process_count(),) + a.shape)
 
 
@@ -116,7 +119,24 @@ def barrier(name: str) -> None:
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        multihost_utils.sync_global_devices(name)
+        with _peers_alive(f"the barrier {name!r}"):
+            multihost_utils.sync_global_devices(name)
+
+
+@contextlib.contextmanager
+def _peers_alive(what: str):
+    """A collective whose peer process ended (it failed alone, or was stopped) is a
+    ``ConnectionError`` (an ``OSError``: the command's error, status 2, and its temporary
+    outputs removed), not a runtime traceback."""
+    try:
+        yield
+    except jax.errors.JaxRuntimeError as err:
+        text = str(err)
+        if "RESOURCE_EXHAUSTED" in text:
+            raise
+        first = text.strip().splitlines()[0] if text.strip() else type(err).__name__
+        raise ConnectionError(f"process {jax.process_index()}: another process of the job ended during {what} "
+                              f"({first[:300]}); see that process's messages") from None
 
 
 # --------------------------------------------------------- consistency checks
@@ -315,7 +335,8 @@ class ProcessRows(_pipeline.PageSource):
         lower, upper = (None if b is None else np.broadcast_to(np.asarray(b, dtype), (k,))
                         for b in _tighter(bounds or (None, None), self.rate_bounds))
         raise_together(_check_rows(imp, lam, comp, hid, cap, capped, self.start, lower, upper))
-        _check_feasible(obj, imp, lam, comp, hid, cap, capped, self.bandwidth, self.num_pages, dtype, lower, upper)
+        _check_feasible(obj, imp, lam, comp, hid, cap, capped, self.bandwidth, self.num_pages, dtype, lower, upper,
+                        page_id=self.page_id)
         extra = [(b, 0.0) for b in (lower, upper) if b is not None]
         g = global_pages(self.mesh, self.block, (imp, 1.0), (lam, 1.0), (comp, False), (np.ones(k, bool), False),
                          (hid, -1), *extra)
@@ -456,7 +477,7 @@ def _check_rows(imp, lam, comp, hid, cap, capped, start, lower, upper) -> str | 
     return None
 
 
-def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, lower, upper) -> None:
+def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, lower, upper, page_id=None) -> None:
     """The budget between the global sums of the pages' limits (host caps included); a
     refusal within ``dtype``'s rounding of the inputs suggests solving in float64."""
     p = _pipeline.Pages(jnp.asarray(imp), jnp.asarray(lam), jnp.asarray(bandwidth, dtype), jnp.asarray(comp))
@@ -465,8 +486,12 @@ def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, 
     local = None
     if np.any(lo > hi):
         i = int(np.flatnonzero(lo > hi)[0])
-        local = f"bounds: lower must be <= upper for every page; a page has lower {lo[i]!r} > upper {hi[i]!r}"
+        local = (f"bounds: lower must be <= upper for every page; {_pipeline._page_label(page_id, i)} "
+                 f"{'(a row of this process) ' if page_id is None else ''}has lower {float(lo[i])!r} > upper "
+                 f"{float(hi[i])!r} (its revisit bounds, or an upper bound below the objective's own floor)")
     raise_together(local)
+    usable = allreduce_sum([np.sum(~comp), np.sum(np.where(comp, lam, 0.0), dtype=np.float64)])
+    check_usable_bandwidth(bandwidth, usable[0], usable[1])  # the rule of every page source (core.bounds)
     H = cap.shape[0]
     has = (hid >= 0) if capped else np.zeros(imp.shape, bool)
     lo_h = np.bincount(hid[has], weights=lo[has], minlength=H)

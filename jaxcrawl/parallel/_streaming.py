@@ -13,6 +13,7 @@ from .._src import pipeline as _pipeline
 from .._src.checks import NonConvergenceError
 from .._src.fileio import progress_bar
 from .._src.partition import file_fingerprint, row_range
+from ..core.bounds import check_usable_bandwidth
 from ..core.problem import Policy
 from ..io import PageTable
 from . import _processes as _proc
@@ -73,7 +74,24 @@ class StreamedTable(_pipeline.PageSource):
         except ValueError as err:
             error = str(err)
         _proc.raise_together(error)
+        # the rule every page source shares: all pages complete and the bandwidth at least their
+        # total change rate is refused, whatever the objective (core.bounds.check_usable_bandwidth)
+        sums = self._signal_sums()
+        if jax.process_count() > 1:
+            sums = _proc.allreduce_sum(sums)
+        check_usable_bandwidth(bandwidth, sums[0], sums[1])
         self.num_passes = 0
+
+    def _signal_sums(self, chunk: int = 1 << 22) -> np.ndarray:
+        """``[pages not complete, total change rate of the complete pages]`` of this process's
+        rows (float64), a chunk at a time."""
+        incomplete = usable = 0.0
+        for start in range(self.start, self.stop, chunk):
+            stop = min(start + chunk, self.stop)
+            comp = np.asarray(self.table.complete[start:stop]) != 0
+            incomplete += float(np.sum(~comp))
+            usable += float(np.sum(np.asarray(self.table.change_rate[start:stop])[comp], dtype=np.float64))
+        return np.asarray([incomplete, usable], np.float64)
 
     def _check_representable(self, chunk: int = 1 << 22) -> None:
         """``ValueError`` for a value that is valid but not a finite number > 0 in the

@@ -59,7 +59,15 @@ from jax.typing import ArrayLike
 
 from .._src.checks import is_concrete
 from .._src.observations import Observed
-from .._src.sampling import LIGHT_CAP, LIGHT_MEAN, cumsum, poisson_counts, poisson_upper_quantile
+from .._src.sampling import (
+    LIGHT_CAP,
+    LIGHT_MEAN,
+    cumsum,
+    fine_from_bits,
+    open_uniform_from_bits,
+    poisson_counts,
+    poisson_upper_quantile,
+)
 from ..core.problem import CrawlProblem
 from ._schedules import POISSON, SIGNAL, Schedule
 from ._state import SimState
@@ -163,7 +171,19 @@ def _observe_kernel(key, state: SimState, xi, kind, rate, prob, signals, config:
     n = xi.shape[0]
     w = jnp.asarray(config.window, dtype)
     npool = config.pool_capacity
-    key_k, key_e, key_u, key_last, key_v, key_n = jax.random.split(key, 6)
+    # every uniform of the window from one call of the hash: each call site of the threefry
+    # hash is compiled on its own (tenths of a second apiece on XLA:CPU)
+    per = 1 if jnp.finfo(dtype).bits <= 32 else 2
+    heavy_draws = config.heavy_crawl_pages > 0 or config.heavy_change_pages > 0
+    key_bits, key_k, key_n = jax.random.split(key, 3) if heavy_draws else (key, None, None)
+    sizes = (per * npool, per * npool, per * n, per * n, 2 * n, 4 * n)  # e, u, last, v, k, counts
+    bits = jax.random.bits(key_bits, (sum(sizes),), jnp.uint32)
+    cuts = np.cumsum((0,) + sizes)
+    word = [bits[cuts[i]:cuts[i + 1]] for i in range(len(sizes))]
+    shaped = (lambda b: b) if per == 1 else (lambda b: b.reshape(2, -1))
+    u_e, u_u, u_last, u_v = (open_uniform_from_bits(shaped(b), dtype) for b in word[:4])
+    u_k = fine_from_bits(word[4].reshape(2, n), dtype)
+    u_n = fine_from_bits(word[5].reshape(2, 2, n), dtype)
     pois, sig = kind == POISSON, kind == SIGNAL
     supported = pois | sig
     complete = sig | (pois & signals)
@@ -174,7 +194,7 @@ def _observe_kernel(key, state: SimState, xi, kind, rate, prob, signals, config:
     cap = config.count_capacity
     # crawls of the window
     mean_k = crawl_rate * w
-    k, over_k = poisson_counts(key_k, mean_k, mean_k > LIGHT_MEAN, cap, config.heavy_crawl_pages)
+    k, over_k = poisson_counts(key_k, mean_k, mean_k > LIGHT_MEAN, cap, config.heavy_crawl_pages, u=u_k)
     k = jnp.where(supported, jnp.where(mean_k > LIGHT_MEAN, k, jnp.minimum(k, cap)), 0)  # capped: flagged
     # partially observed pages: each crawl a slot of the flat pool
     kp = jnp.where(partial, k, 0)
@@ -185,18 +205,18 @@ def _observe_kernel(key, state: SimState, xi, kind, rate, prob, signals, config:
     valid = slot < jnp.minimum(end[-1], npool)
     pg = jnp.minimum(page, n - 1)
     rank = slot - start[pg]
-    e = jnp.where(valid, jax.random.exponential(key_e, (npool,), dtype), 0.0)
-    e_last = jax.random.exponential(key_last, (n,), dtype)
+    e = jnp.where(valid, -jnp.log(u_e), 0.0)
+    e_last = -jnp.log(u_last)
     total = jax.ops.segment_sum(e, pg, n, indices_are_sorted=True) + e_last
     spacing = w * e / total[pg]
     residual_partial = w * e_last / total
     first = rank == 0
     interval = spacing + jnp.where(first, state.since_crawl[pg], 0.0)
-    u = jax.random.uniform(key_u, (npool,), dtype)
+    u = u_u
     p_change = -jnp.expm1(-xi[pg] * spacing)
     changed = valid & ((u < p_change) | (first & (state.num_changes[pg] > 0)))
     # the last crawl's spacing to the window end, for completely observed pages
-    v = jax.random.uniform(key_v, (n,), dtype, minval=jnp.finfo(dtype).tiny)
+    v = u_v
     kf = jnp.maximum(k, 1).astype(dtype)
     residual_complete = -w * jnp.expm1(jnp.log(v) / kf)
     crawled = k > 0
@@ -206,7 +226,7 @@ def _observe_kernel(key, state: SimState, xi, kind, rate, prob, signals, config:
     means = jnp.stack([uncrawled_rate * residual,
                        jnp.where(complete & crawled, uncrawled_rate * (w - residual), 0.0)])
     heavy = xi * w > LIGHT_MEAN  # covers every mean above 16 (both are at most λ w)
-    counts, over_n = poisson_counts(key_n, means, heavy, cap, config.heavy_change_pages)
+    counts, over_n = poisson_counts(key_n, means, heavy, cap, config.heavy_change_pages, u=u_n)
     counts = jnp.where(means > LIGHT_MEAN, counts, jnp.minimum(counts, cap))  # capped: flagged
     after, before = counts[0], counts[1]
     num_changes = jnp.where(complete, jnp.where(sig, k, 0) + after + before, 0)
