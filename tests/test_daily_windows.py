@@ -201,6 +201,7 @@ def test_last_fetch_table_is_a_crawlers_state(tmp_path, capsys):
     assert "bad.csv: row 1: column 'last_fetch'" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.long
 def test_crawler_files_follow_the_state_and_never_say_never(tmp_path, capsys):
     """Day 2's URLFrontier date of every page is its first crawl in day 2's timetable; a page
     the crawl delays pushed out of the window is due at or after the window's end (never
@@ -256,7 +257,7 @@ def _space_reference(time, page, group, gap, end, last_group, chain=False):
     return np.asarray(new)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.long), pytest.param(2, marks=pytest.mark.long)])
 def test_vectorised_spacing_equals_the_sequential_recurrence(seed):
     rng = np.random.default_rng(seed)
     n, hosts, horizon = 300, 7, 2.0

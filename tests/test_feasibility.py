@@ -67,6 +67,7 @@ def test_stream_refuses_the_bandwidth_an_all_signal_table_cannot_use_as_solve_do
     assert str(rows.value) == str(in_memory.value)
 
 
+@pytest.mark.long
 def test_stream_of_an_all_signal_table_below_its_change_rate_still_solves(tmp_path):
     n = 4
     write_page_table(str(tmp_path / "table"), np.ones(n), np.full(n, 0.5), np.ones(n, bool))
@@ -88,6 +89,7 @@ def _capped_pages(tmp_path):
     (tmp_path / "caps.csv").write_text(f"host_id,cap\na.example,{7 / 3!r}\n")
 
 
+@pytest.mark.long
 def test_a_float32_cap_equal_to_its_floors_says_float32_rounding_and_x64(tmp_path):
     _capped_pages(tmp_path)
     argv = ["solve", "-i", tmp_path / "pages.csv", "--bandwidth", 3, "--host-caps", tmp_path / "caps.csv",

@@ -85,6 +85,7 @@ def test_a_history_interval_float32_cannot_hold_is_refused_suggesting_x64(tmp_pa
     expect_error(["estimate", tmp_path / "tiny.csv"], "tiny.csv:2: interval 1e-300", "would become 0")
 
 
+@pytest.mark.long
 @pytest.mark.x64
 def test_a_history_interval_beyond_float32_is_estimated_in_float64(tmp_path):
     """With --x64 the long interval counts: page a changed in each of its intervals, so its

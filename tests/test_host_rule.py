@@ -107,6 +107,7 @@ def _pages(tmp_path, hosts, per_host=4):
     return tmp_path / "pages.csv"
 
 
+@pytest.mark.long
 def test_a_caps_row_in_capitals_caps_its_host(tmp_path):
     pages = _pages(tmp_path, ["www.site00001.de", "other.example"])
     ids = [f"http://{h}/p{i}" for h in ("www.site00001.de", "other.example") for i in range(4)]

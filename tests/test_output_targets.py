@@ -184,7 +184,8 @@ def _feed(fifo, data: bytes, done: threading.Event):
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # ENXIO while no reader waits
 
 
-@pytest.mark.parametrize("name", ["pages.csv", "pages.jsonl", "pages.csv.gz"])
+@pytest.mark.parametrize("name", ["pages.csv", pytest.param("pages.jsonl", marks=pytest.mark.long),
+                                  pytest.param("pages.csv.gz", marks=pytest.mark.long)])
 def test_a_table_from_a_fifo_is_read_once(tmp_path, name):
     import gzip
     import json
