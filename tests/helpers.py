@@ -8,12 +8,16 @@
   block, through the public ``jax.monitoring`` listeners (no private attributes such as
   ``jitted._cache_size()``);
 * :func:`host_capped` -- ``jaxcrawl.solve`` with host caps, with each host's total rate and
-  whether its cap binds computed from the policy (what the capped-solve tests check).
+  whether its cap binds computed from the policy (what the capped-solve tests check);
+* :func:`run_cli`, :func:`expect_cli_error` -- the command line in this process, its exit
+  status and printed output; a refused run's status 2 and message (``TINY_PAGES``: a
+  three-page table).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -34,6 +38,9 @@ __all__ = [
     "JAXPR_TRACE_EVENT",
     "Capped",
     "host_capped",
+    "TINY_PAGES",
+    "run_cli",
+    "expect_cli_error",
 ]
 
 
@@ -259,3 +266,28 @@ def subprocess_env() -> dict[str, str]:
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("XLA_FLAGS", None)
     return env
+
+
+# --------------------------------------------------------------------- the command line
+TINY_PAGES = "page_id,importance,change_rate\na,1,1\nb,2,0.5\nc,0.5,3\n"
+
+
+def run_cli(argv: list[Any]) -> tuple[int, str, str]:
+    """``jaxcrawl.cli.main(argv)`` in this process: (exit status, stdout, stderr)."""
+    from jaxcrawl import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+def expect_cli_error(argv: list[Any], *needles: str) -> str:
+    """Run the command line and check that it refused the run (status 2, no traceback) with a
+    message holding every ``needle``; returns the message."""
+    code, out, err = run_cli(argv)
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+    return err

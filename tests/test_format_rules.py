@@ -2,8 +2,6 @@
 in CSV, JSON Lines and Parquet alike; a Parquet column must hold one value per row; a history
 interval float32 cannot hold is refused (suggesting --x64), never turned into inf; an output
 that cannot be written (a file-size limit) is named."""
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -14,25 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from jaxcrawl import cli
+from helpers import TINY_PAGES
+from helpers import expect_cli_error as expect_error
+from helpers import run_cli as run
 
-PAGES = "page_id,importance,change_rate\na,1,1\nb,2,0.5\nc,0.5,3\n"
-
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def expect_error(argv, *needles):
-    code, out, err = run(argv)
-    assert code == 2, (code, out, err)
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
+PAGES = TINY_PAGES
 
 
 @pytest.mark.parametrize("line", [1, 3])

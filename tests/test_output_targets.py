@@ -3,7 +3,6 @@ line: a symlink output is written through (its target replaced, the link kept), 
 character device is streamed into (never replaced by a regular file), a block device is
 refused; every run has temporaries of its own; a table read from a FIFO is read once."""
 import contextlib
-import io
 import os
 import stat
 import threading
@@ -11,17 +10,12 @@ import threading
 import numpy as np
 import pytest
 
-from jaxcrawl import cli
 from jaxcrawl._src import chunks, fileio
 
-PAGES = "page_id,importance,change_rate\na,1,1\nb,2,0.5\nc,0.5,3\n"
+from helpers import TINY_PAGES
+from helpers import run_cli as run
 
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+PAGES = TINY_PAGES
 
 
 def solve(tmp_path, output, *extra, table=None):

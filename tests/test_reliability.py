@@ -1,10 +1,8 @@
 """Bad inputs and faults by class: no silent wrong answer, no input or earlier output lost, an
 error (never a traceback) naming the argument and the rule, signals honoured on every path,
 and the fast paths agreeing with the exact readers they stand for."""
-import contextlib
 import errno
 import gzip
-import io
 import json
 import os
 import signal
@@ -25,23 +23,11 @@ from jaxcrawl import cli
 from jaxcrawl._src import fileio, interrupts
 from jaxcrawl.parallel import ProcessRows
 
-PAGES = "page_id,importance,change_rate\na,1,1\nb,2,0.5\nc,0.5,3\n"
+from helpers import TINY_PAGES
+from helpers import expect_cli_error as expect_error
+from helpers import run_cli as run
 
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def expect_error(argv, *needles):
-    code, out, err = run(argv)
-    assert code == 2, (code, out, err)
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in err, (needle, err)
-    return err
+PAGES = TINY_PAGES
 
 
 def npy_table(d, importance, change_rate, complete=None):
