@@ -186,6 +186,83 @@ def test_schedule_shares_the_unmatched_hosts_rule(tmp_path):
     assert code == 0 and "warning" in err
 
 
+@pytest.mark.long
+def test_evaluate_shares_the_unmatched_hosts_rule(tmp_path):
+    pages = _pages(tmp_path, ["a.example", "b.example"])
+    (tmp_path / "caps.csv").write_text("host_id,cap\na.example,0.5\nnone.example,1\n")
+    argv = ["evaluate", "-i", pages, "--bandwidth", 2, "--policy", "harmonic", "--no-monte-carlo",
+            "--host-caps", tmp_path / "caps.csv", "-q"]
+    code, _, err = run(argv)
+    assert code == 2 and "caps.csv:3:" in err and "'none.example' matches no page's host" in err
+    assert "--unmatched-hosts warn" in err
+    code, out, err = run(argv + ["--unmatched-hosts", "warn"])
+    assert code == 0, err
+    assert "jaxcrawl: warning: " in err and "caps.csv:3:" in err and "'none.example'" in err
+    # the row is ignored: the same evaluation as without it (the matched row still caps its host)
+    (tmp_path / "caps1.csv").write_text("host_id,cap\na.example,0.5\n")
+    code, ref, _ = run([*argv[:-3], "--host-caps", tmp_path / "caps1.csv", "-q"])
+    assert code == 0
+    got, want = summary(out), summary(ref)
+    got.pop("seconds", None), want.pop("seconds", None)
+    assert got == want
+
+
+def test_process_rows_name_a_host_whose_cap_is_below_its_floors():
+    import jaxcrawl
+
+    hid = np.asarray([0, 0, 1, -1], np.int32)
+    caps = jaxcrawl.HostCaps(hid, np.asarray([0.5, 4.0]))
+    bounds = (np.asarray([1.0, 1.0, 0.0, 0.0]), None)  # host 0's pages need 2 crawls a day, its cap is 0.5
+    rows = jaxcrawl.parallel.ProcessRows(np.ones(4), np.ones(4), np.zeros(4, bool), 3.0,
+                                         host_names=["slow.example", "b.example"])
+    with pytest.raises(ValueError, match=r"caps: host 'slow\.example''s cap 0\.5 is below the sum of its pages' "
+                                         r"lower bounds 2\.0"):
+        jaxcrawl.solve(rows, jaxcrawl.harmonic(), caps=caps, bounds=bounds)
+    rows = jaxcrawl.parallel.ProcessRows(np.ones(4), np.ones(4), np.zeros(4, bool), 3.0)
+    with pytest.raises(ValueError, match=r"caps: host 0 \(its index into caps\.cap\)'s cap 0\.5"):
+        jaxcrawl.solve(rows, jaxcrawl.harmonic(), caps=caps, bounds=bounds)
+
+
+@pytest.mark.long
+def test_a_job_of_two_processes_judges_caps_rows_by_every_process_pages(tmp_path):
+    """Process 0 holds a.example's pages, process 1 b.example's: their rows are matched (each
+    by the other process's pages too), none.example's row by no process is an error naming
+    it (--unmatched-hosts warn: one warning), and a host's infeasible cap is named."""
+    import subprocess
+    import sys
+
+    import helpers
+
+    lines = ["page_id,importance,change_rate,max_interval"]
+    lines += [f"http://{h}/p{i:02d},1.5,0.75,{iv}" for h, iv in (("a.example", "inf"), ("b.example", "1"))
+              for i in range(16)]
+    (tmp_path / "pages.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "caps.csv").write_text("host_id,cap\na.example,2\nb.example,20\nnone.example,1\n")
+    timeout = 240
+
+    def launch(caps, *extra):
+        cmd = [sys.executable, "-m", "jaxcrawl.cli", "launch", "-n", "2", "--timeout", str(timeout), "--",
+               "solve", "-i", tmp_path / "pages.csv", "--bandwidth", 20, "--host-caps", caps,
+               "-o", tmp_path / "plan.csv", "--gather-output", "-q", *extra]
+        proc = subprocess.run([str(a) for a in cmd], env=helpers.subprocess_env(), capture_output=True, text=True,
+                              timeout=timeout + 30)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    code, text = launch(tmp_path / "caps.csv")
+    assert code != 0 and not (tmp_path / "plan.csv").exists(), text[-3000:]
+    assert "caps.csv:4:" in text and "'none.example' matches no page's host" in text, text[-3000:]
+    assert "'a.example' matches" not in text and "'b.example' matches" not in text
+    code, text = launch(tmp_path / "caps.csv", "--unmatched-hosts", "warn")
+    assert code == 0, text[-3000:]
+    assert text.count("matches no page's host; the row is ignored") == 1 and "caps.csv:4:" in text
+    rates = plan_rates(tmp_path / "plan.csv")
+    assert sum(r for p, r in rates.items() if "a.example" in p) == pytest.approx(2, rel=1e-4)  # at its cap
+    # b.example's 16 pages each need a crawl a day: a cap of 10 is infeasible, named by its host
+    (tmp_path / "tight.csv").write_text("host_id,cap\na.example,2\nb.example,10\n")
+    code, text = launch(tmp_path / "tight.csv")
+    assert code != 0 and "caps: host 'b.example''s cap 10.0 is below" in text, text[-3000:]
+
+
 def test_urlfrontier_queue_keys_follow_the_host_rule(tmp_path):
     urls = ["http://Ex.COM.:80/a", "https://user@ex.com/b", "http://ex.com:8080/c", "http://bücher.de/d", "p17"]
     jio.write_urlfrontier(tmp_path / "f.jsonl", urls, [1.0] * 5, [2e9] * 5)

@@ -32,11 +32,11 @@ from jaxcrawl._src.hostmap import merge_host_caps
 from jaxcrawl._src.limits import check_size
 from jaxcrawl._src.timeunits import TIME_UNITS, parse_duration, unit_seconds
 from jaxcrawl.core.bounds import check_rate_bounds, rate_bounds
-from jaxcrawl.io import PageTable, read_host_caps, read_plan, read_problem
+from jaxcrawl.io import PageTable, read_plan, read_problem
 from jaxcrawl.io.synthetic import synthetic
 from jaxcrawl.policy_eval import Constraints, evaluate_policy, optimal_costs, plan_policy
 
-from ._options import add_host_arguments, bandwidth_from_args, host_gaps
+from ._options import add_host_arguments, bandwidth_from_args, host_caps, host_gaps
 from ._stages import Stages
 
 __all__ = ["register", "run"]
@@ -133,12 +133,12 @@ def _caps(args, page_id):
     ``--time-unit``; the smaller of the two applies), as ``jaxcrawl solve``; None without either."""
     gaps = host_gaps(args, page_id)
     if gaps is None:
-        return read_host_caps(args.host_caps, page_id) if args.host_caps else None
+        return host_caps(args, page_id) if args.host_caps else None
     hidx, delay, names = gaps
     with np.errstate(divide="ignore"):
         cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
     if args.host_caps:
-        c_idx, c_cap = read_host_caps(args.host_caps, page_id)
+        c_idx, c_cap = host_caps(args, page_id)
         hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
                                     what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
                                     names=(None, names))

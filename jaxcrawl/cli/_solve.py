@@ -43,7 +43,7 @@ from jaxcrawl.io import (
     PageTable,
     Schema,
     check_output,
-    read_host_caps,
+    read_host_caps_rows,
     read_local_rows,
     read_plan,
     read_problem,
@@ -63,6 +63,7 @@ from ._options import (
     check_result,
     host_caps,
     host_gaps,
+    host_warnings,
     join,
     objective_from_args,
     part_path,
@@ -628,10 +629,28 @@ def _write_urlfrontier(args, page_id, rate, start, summary, gaps) -> None:
     summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
 
 
-def _host_ids(caps_path: str, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Global host indices (the caps file's order, finite caps only) of this process's pages."""
+def _host_ids(args: argparse.Namespace, page_id: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``(host_id, host_cap, names)``: global host indices (the caps file's order, finite caps
+    only) of this process's pages, every host's cap and its name (as the caps row writes it).
 
-    return read_host_caps(caps_path, page_id, unknown_pages="ignore", all_hosts=True, unmatched="ignore")
+    A caps row is unmatched when no process of the job has a page of its host (each holds
+    part of the pages): an error naming its row on every process, or, under
+    ``--unmatched-hosts warn``, one warning per row (from process 0)."""
+    error = caps = None
+    try:
+        caps, matched, report = read_host_caps_rows(args.host_caps, page_id, unknown_pages="ignore", all_hosts=True)
+    except ValueError as err:
+        error = str(err)
+    dist.raise_together(error)
+    anywhere = dist.allreduce_sum(matched.astype(np.float64)) > 0 if matched.size else matched
+    unmatched = getattr(args, "unmatched_hosts", "error")
+    if unmatched == "warn" and jax.process_index() != 0:
+        unmatched = "ignore"  # the same rows on every process: warned once
+    with host_warnings():
+        report(~anywhere, unmatched, stacklevel=2)  # the same verdict on every process
+    table = read_table(args.host_caps, _HOST_CAPS)
+    names = [str(h) for h, c in zip(table["host_id"].tolist(), table["cap"].tolist()) if np.isfinite(c)]
+    return caps.host_id, caps.cap, names
 
 
 def run_solve(args: argparse.Namespace) -> int:
@@ -679,14 +698,9 @@ def run_solve(args: argparse.Namespace) -> int:
     num_pages = int(dist.allreduce_sum([len(imp)])[0])
 
     bandwidth = float(bandwidth_from_args(args, num_pages))
-    host_id = host_cap = None
+    host_id = host_cap = host_names = None
     if args.host_caps:
-        error = None
-        try:
-            host_id, host_cap = _host_ids(args.host_caps, page_id)
-        except ValueError as err:
-            error = str(err)
-        dist.raise_together(error)
+        host_id, host_cap, host_names = _host_ids(args, page_id)
 
     intervals = [None if v is None else parse_duration(v, "days", name=flag)
                  for flag, v in (("--min-interval", args.min_interval), ("--max-interval", args.max_interval))]
@@ -700,7 +714,7 @@ def run_solve(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     src = dist.ProcessRows(imp, lam, comp, bandwidth, dtype=dtype, page_id=page_id,  # ids distinct across processes
                            min_interval=rows.min_interval if args.input else None,
-                           max_interval=rows.max_interval if args.input else None)
+                           max_interval=rows.max_interval if args.input else None, host_names=host_names)
     caps = None if host_cap is None else jaxcrawl.HostCaps(host_id, host_cap)
     sol = jaxcrawl.solve(src, obj, caps=caps, bounds=bounds, max_steps=args.max_steps, rtol=args.rtol)
     seconds = time.perf_counter() - t0

@@ -41,6 +41,7 @@ _LAZY = {
     "write_estimates": ("._histories", "write_estimates"),
     "read_crawl_delays": ("._hosts", "read_crawl_delays"),
     "read_host_caps": ("._hosts", "read_host_caps"),
+    "read_host_caps_rows": ("._hosts", "read_host_caps_rows"),
     "canonical_host": (".._src.hostmap", "canonical_host"),
     "CrawlDataset": ("._neurips19", "CrawlDataset"),
     "load_crawl_dataset": ("._neurips19", "load_crawl_dataset"),
@@ -76,6 +77,7 @@ if _TYPE_CHECKING:  # static analysers see the eager imports
     from ._histories import write_estimates as write_estimates
     from ._hosts import read_crawl_delays as read_crawl_delays
     from ._hosts import read_host_caps as read_host_caps
+    from ._hosts import read_host_caps_rows as read_host_caps_rows
     from ._neurips19 import CrawlDataset as CrawlDataset
     from ._neurips19 import load_crawl_dataset as load_crawl_dataset
     from ._plans import Plan as Plan
@@ -122,7 +124,8 @@ __all__ = [
     "Histories", "read_histories", "write_estimates",
     "CrawlDataset", "load_crawl_dataset",
     # hosts and crawlers
-    "read_host_caps", "read_crawl_delays", "canonical_host", "write_urlfrontier", "write_nutch_seeds",
+    "read_host_caps", "read_host_caps_rows", "read_crawl_delays", "canonical_host",
+    "write_urlfrontier", "write_nutch_seeds",
     # writing outputs
     "atomic_write", "check_output", "CheckpointStore",
 ]

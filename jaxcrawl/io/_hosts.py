@@ -10,6 +10,7 @@ is an error naming its line (``unmatched="warn"``: a warning).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
@@ -122,11 +123,22 @@ def _check_unmatched(path: str, table, column: str, keys: Sequence[str], page_ho
     (``unmatched="error"``), a ``UserWarning`` per such row (``"warn"``), or nothing."""
     if unmatched == "ignore":
         return
+    _report_unmatched(path, table, column, keys, ~_rows_matched(keys, page_host), unmatched, what)
+
+
+def _rows_matched(keys: Sequence[str], page_host: Sequence[str | None]) -> np.ndarray:
+    """``(rows,)`` bool: the row's host has a page among ``page_host``."""
     have = set(page_host)
-    missing = [(lineno, h, k) for lineno, h, k in zip(table.line.tolist(), table[column].tolist(), keys)
-               if k not in have]
-    if not missing:
+    return np.asarray([k in have for k in keys], bool)
+
+
+def _report_unmatched(path: str, table, column: str, keys: Sequence[str], missing_rows: np.ndarray,
+                      unmatched: str, what: str, stacklevel: int = 4) -> None:
+    """The error or warnings of the rows ``missing_rows`` (``(rows,)`` bool) under ``unmatched``."""
+    if unmatched == "ignore" or not np.any(missing_rows):
         return
+    missing = [(lineno, h, k) for lineno, h, k, m in zip(table.line.tolist(), table[column].tolist(), keys,
+                                                         np.asarray(missing_rows, bool).tolist()) if m]
     lineno, h, k = missing[0]
     more = f" ({len(missing)} such rows)" if len(missing) > 1 else ""
     text = (f"{what} host {h!r}" + (f" (host {k!r})" if k != h else "")
@@ -134,10 +146,10 @@ def _check_unmatched(path: str, table, column: str, keys: Sequence[str], page_ho
     if unmatched == "error":
         raise TableError(path, lineno, text, column=column,
                          hint="-- fix the row or the mapping, or let such rows pass with a warning "
-                              "(--unmatched-hosts warn of solve and schedule; unmatched='warn' in Python)")
+                              "(--unmatched-hosts warn of solve, schedule and evaluate; unmatched='warn' in Python)")
     for lineno, h, k in missing:
         warnings.warn(f"{path}:{lineno}: {what} host {h!r}" + (f" (host {k!r})" if k != h else "")
-                      + " matches no page's host; the row is ignored", UserWarning, stacklevel=3)
+                      + " matches no page's host; the row is ignored", UserWarning, stacklevel=stacklevel)
 
 
 def _check_unmatched_option(unmatched: str) -> None:
@@ -188,6 +200,18 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
       ValueError: no mapping and page ids that are not URLs.
     """
     _check_unmatched_option(unmatched)
+    caps, matched, report = read_host_caps_rows(path, page_id, pages_path=pages_path, unknown_pages=unknown_pages,
+                                            all_hosts=all_hosts)
+    report(~matched, unmatched, stacklevel=3)
+    return caps
+
+
+def read_host_caps_rows(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike | None = None,
+                    unknown_pages: str = "error", all_hosts: bool = False):
+    """:func:`read_host_caps` with the unmatched-row check left to the caller: ``(caps, matched, report)``,
+    ``matched`` ``(rows,)`` bool (the caps row's host has a page among ``page_id``) and
+    ``report(missing_rows, unmatched)`` the check's error or warnings for the rows
+    ``missing_rows`` (a job of several processes judges the rows by every process's pages)."""
     t = read_table(path, HOST_CAPS)
     keys = _row_hosts(t.path, t, "host_id")
     named = _pages_comment(t.path, t.comments)
@@ -198,8 +222,9 @@ def read_host_caps(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike |
         raise ValueError(
             f"{os.fspath(path)}: no page->host mapping: add a line '# pages: FILE' naming a "
             "page_id,host_id CSV (or use URLs as page ids)")
-    _check_unmatched(t.path, t, "host_id", keys, page_host, unmatched, "caps row")
-    return HostCaps(*host_index(page_host, np.asarray(keys, object), t["cap"], all_hosts=all_hosts))
+    caps = HostCaps(*host_index(page_host, np.asarray(keys, object), t["cap"], all_hosts=all_hosts))
+    return caps, _rows_matched(keys, page_host), functools.partial(_report_unmatched, t.path, t, "host_id", keys,
+                                                                   what="caps row")
 
 
 def read_crawl_delays(path: PathLike, page_id: ArrayLike, *, pages_path: PathLike | None = None,

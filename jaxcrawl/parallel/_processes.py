@@ -288,6 +288,8 @@ class ProcessRows(_pipeline.PageSource):
       min_interval, max_interval: this process's ``(k,)`` revisit bounds (a page table's
         columns): the rate bounds ``[1/max_interval, 1/min_interval]`` apply together with
         the ``bounds`` of the solve (the tighter of each).
+      host_names: the ``(H,)`` names of the hosts of ``HostCaps.cap`` (the same on every
+        process), used by the messages about a host (default: its index into ``cap``).
 
     Attributes:
       start: global index of this process's first row; ``num_pages``: the global count.
@@ -295,8 +297,9 @@ class ProcessRows(_pipeline.PageSource):
 
     def __init__(self, importance: Any, change_rate: Any, complete: Any, bandwidth: float, *,
                  dtype: Any = None, mesh: Mesh | None = None, page_id: Any = None, min_interval: Any = None,
-                 max_interval: Any = None):
+                 max_interval: Any = None, host_names: Any = None):
         bandwidth = float(bandwidth)
+        self.host_names = None if host_names is None else [str(h) for h in host_names]
         self.dtype = np.dtype(dtype or (np.float64 if jax.config.jax_enable_x64 else np.float32))
         self.importance = np.asarray(importance, self.dtype)
         self.change_rate = np.asarray(change_rate, self.dtype)
@@ -336,7 +339,7 @@ class ProcessRows(_pipeline.PageSource):
                         for b in _tighter(bounds or (None, None), self.rate_bounds))
         raise_together(_check_rows(imp, lam, comp, hid, cap, capped, self.start, lower, upper))
         _check_feasible(obj, imp, lam, comp, hid, cap, capped, self.bandwidth, self.num_pages, dtype, lower, upper,
-                        page_id=self.page_id)
+                        page_id=self.page_id, host_names=self.host_names)
         extra = [(b, 0.0) for b in (lower, upper) if b is not None]
         g = global_pages(self.mesh, self.block, (imp, 1.0), (lam, 1.0), (comp, False), (np.ones(k, bool), False),
                          (hid, -1), *extra)
@@ -477,7 +480,8 @@ def _check_rows(imp, lam, comp, hid, cap, capped, start, lower, upper) -> str | 
     return None
 
 
-def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, lower, upper, page_id=None) -> None:
+def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, lower, upper, page_id=None,
+                    host_names=None) -> None:
     """The budget between the global sums of the pages' limits (host caps included); a
     refusal within ``dtype``'s rounding of the inputs suggests solving in float64."""
     p = _pipeline.Pages(jnp.asarray(imp), jnp.asarray(lam), jnp.asarray(bandwidth, dtype), jnp.asarray(comp))
@@ -508,7 +512,9 @@ def _check_feasible(obj, imp, lam, comp, hid, cap, capped, bandwidth, n, dtype, 
     free_hi = np.inf if free_inf > 0 else free_fin
     if capped and np.any(lo_h > cap * (1 + 1e-12)):
         h = int(np.flatnonzero(lo_h > cap * (1 + 1e-12))[0])
-        raise ValueError(f"caps: host {h}'s cap {float(cap[h])!r} is below the sum of its pages' lower bounds "
+        host = (f"host {host_names[h]!r}" if host_names is not None and h < len(host_names)
+                else f"host {h} (its index into caps.cap)")
+        raise ValueError(f"caps: {host}'s cap {float(cap[h])!r} is below the sum of its pages' lower bounds "
                          f"{float(lo_h[h])!r} (e.g. BLC-epsilon floors): infeasible"
                          + _pipeline.rounding_hint(dtype, lo_h[h], float(cap[h]), count_h[h]))
     most = free_hi + (np.sum(np.minimum(cap, hi_h)) if capped else 0.0)
