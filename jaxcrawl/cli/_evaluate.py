@@ -30,13 +30,13 @@ import jaxcrawl
 from jaxcrawl._src.fileio import progress_bar, write_file
 from jaxcrawl._src.hostmap import merge_host_caps
 from jaxcrawl._src.limits import check_size
-from jaxcrawl._src.timeunits import TIME_UNITS, parse_duration, unit_seconds
+from jaxcrawl._src.timeunits import TIME_UNITS, unit_seconds
 from jaxcrawl.core.bounds import check_rate_bounds, rate_bounds
 from jaxcrawl.io import PageTable, read_plan, read_problem
 from jaxcrawl.io.synthetic import synthetic
 from jaxcrawl.policy_eval import Constraints, evaluate_policy, optimal_costs, plan_policy
 
-from ._options import add_host_arguments, bandwidth_from_args, host_caps, host_gaps
+from ._options import add_host_arguments, bandwidth_from_args, host_caps, host_gaps, revisit_intervals
 from ._stages import Stages
 
 __all__ = ["register", "run"]
@@ -114,12 +114,7 @@ def _load(args):
 def _bounds(args, rows, n):
     """The revisit bounds as rates (the table's columns and ``--min/--max-interval``, the
     tighter of each, as ``jaxcrawl solve``), or None when no page is bounded."""
-    min_iv = None if args.min_interval is None else parse_duration(args.min_interval, args.time_unit,
-                                                                   name="--min-interval")
-    max_iv = None if args.max_interval is None else parse_duration(args.max_interval, args.time_unit,
-                                                                   name="--max-interval")
-    if max_iv == 0:
-        raise ValueError("--max-interval must be > 0")
+    min_iv, max_iv = revisit_intervals(args)
     if all(v is None for v in (rows.min_interval, rows.max_interval, min_iv, max_iv)):
         return None
     lo, hi = rows.rate_bounds()

@@ -16,7 +16,7 @@ import numpy as np
 
 import jaxcrawl
 from jaxcrawl._src.rootfind import default_rtol
-from jaxcrawl._src.timeunits import TIME_UNITS, parse_start
+from jaxcrawl._src.timeunits import TIME_UNITS, parse_duration, parse_start
 from jaxcrawl.io import read_crawl_delays, read_host_caps
 from jaxcrawl.parallel import initialize
 
@@ -217,3 +217,15 @@ def part_path(output: str, process: int, num_processes: int) -> str:
     """``plan.csv`` -> ``plan.part00001-of-00002.csv``: one process's part of a plan."""
     root, ext = os.path.splitext(output)
     return f"{root}.part{process:05d}-of-{num_processes:05d}{ext}"
+
+
+def revisit_intervals(args: argparse.Namespace) -> tuple[float | None, float | None]:
+    """``--min-interval`` and ``--max-interval`` in ``--time-unit`` (None where not given);
+    ``--max-interval 0`` is refused."""
+    min_iv = None if args.min_interval is None else parse_duration(args.min_interval, args.time_unit,
+                                                                   name="--min-interval")
+    max_iv = None if args.max_interval is None else parse_duration(args.max_interval, args.time_unit,
+                                                                   name="--max-interval")
+    if max_iv == 0:
+        raise ValueError("--max-interval must be > 0")
+    return min_iv, max_iv

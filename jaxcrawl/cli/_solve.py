@@ -68,6 +68,7 @@ from ._options import (
     objective_from_args,
     part_path,
     requested,
+    revisit_intervals,
     start_epoch,
 )
 from ._schedule import report_crawler_files
@@ -246,12 +247,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rtol is not None and not (math.isfinite(args.rtol) and 0 < args.rtol < 1):
         raise ValueError(f"--rtol must be in (0, 1); got {args.rtol}")
     obj = objective_from_args(args)
-    min_iv = None if args.min_interval is None else parse_duration(args.min_interval, args.time_unit,
-                                                                   name="--min-interval")
-    max_iv = None if args.max_interval is None else parse_duration(args.max_interval, args.time_unit,
-                                                                   name="--max-interval")
-    if max_iv == 0:
-        raise ValueError("--max-interval must be > 0")
+    min_iv, max_iv = revisit_intervals(args)
     mapping = caps_pages_path(args.host_caps) if args.host_caps else None
     outputs = [o for o in (args.output, args.urlfrontier, args.nutch) if o]
     for out in outputs:
