@@ -43,3 +43,31 @@ def pytest_runtest_call(item):
             jax.config.update("jax_enable_x64", before)
             raise RuntimeError(f"{item.nodeid} left jax_enable_x64={after} (was {before}); "
                                "use @pytest.mark.x64 or jax.enable_x64() as a context manager")
+
+
+@pytest.fixture
+def fresh_sigint():
+    """SIGINT as a fresh interpreter has it (Python's ``default_int_handler``, reinstalled at
+    the OS level), and no signal state left in :mod:`jaxcrawl._src.interrupts`, for the tests
+    that send SIGINT to this process.  Another test of the same worker may leave SIGINT
+    ignored or taken over by native code; the fixture warns when it finds that, so the
+    report shows it, and restores what it found afterwards."""
+    import signal
+    import warnings
+
+    from jaxcrawl._src import interrupts
+
+    found = signal.getsignal(signal.SIGINT)
+    if found is not signal.default_int_handler:
+        warnings.warn(f"SIGINT was {found!r} before this test, not Python's default handler", stacklevel=1)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    state = (list(interrupts._received), list(interrupts._raised), interrupts._armed)
+    if any(state):
+        warnings.warn(f"jaxcrawl's signal state (received, raised, armed) was left as {state!r}", stacklevel=1)
+    del interrupts._received[:], interrupts._raised[:]
+    interrupts._closing = interrupts._armed = False
+    try:
+        yield
+    finally:
+        if found is not None:
+            signal.signal(signal.SIGINT, found)

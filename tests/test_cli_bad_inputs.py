@@ -389,6 +389,7 @@ def test_help_names_the_interval_columns_and_no_file_of_the_checkout():
         assert "docs/" not in text and ".md" not in text, name
 
 
+@pytest.mark.usefixtures("fresh_sigint")
 def test_a_sigint_inside_a_gc_callback_is_raised_after_the_collection(monkeypatch):
     """Raised inside a garbage-collector callback (JAX registers one), a KeyboardInterrupt is
     unraisable: printed as a traceback and lost.  The command's handler delivers it again."""

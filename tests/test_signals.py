@@ -40,6 +40,7 @@ def _quiet_main(argv):
     return code, err.getvalue()
 
 
+@pytest.mark.usefixtures("fresh_sigint")
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_signal_while_writing_a_plan_keeps_the_old_plan(tmp_path, monkeypatch, sig):
     from jaxcrawl.io import _formats as formats
@@ -81,6 +82,7 @@ def _lose_a_signal(sig):
         pass
 
 
+@pytest.mark.usefixtures("fresh_sigint")
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.long)])
 def test_an_interrupt_lost_where_it_was_raised_still_ends_the_command(tmp_path, monkeypatch, sig):
     """CI found ``solve`` exiting 0 after a SIGINT whose KeyboardInterrupt was raised (and lost)
@@ -105,6 +107,7 @@ def test_an_interrupt_lost_where_it_was_raised_still_ends_the_command(tmp_path, 
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.usefixtures("fresh_sigint")
 def test_a_lost_interrupt_keeps_the_finished_checkpoint_then_stops(tmp_path):
     from jaxcrawl._src import interrupts
     from jaxcrawl.io import CheckpointStore
