@@ -79,3 +79,21 @@ def fresh_sigint():
         gc.callbacks[:] = callbacks
         if found is not None:
             signal.signal(signal.SIGINT, found)
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handled_by_python():
+    """Each test starts with SIGINT handled by Python at the OS level, as in a fresh
+    interpreter, so that a child process does not inherit an ignored SIGINT: some test of
+    a worker was seen to leave SIGINT ignored (the signal tests then failed for SIGINT
+    only).  A warning names it when that is found."""
+    import signal
+    import warnings
+
+    current = signal.getsignal(signal.SIGINT)
+    if current is signal.SIG_IGN or current is None:
+        warnings.warn(f"SIGINT was {current!r} when this test started; reset to Python's handler", stacklevel=1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    elif current is signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the OS-level handler too
+    yield
