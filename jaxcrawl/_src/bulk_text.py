@@ -1,6 +1,6 @@
 """Per-page text work done column-wise (pyarrow compute) at crawl-database scale.
 
-:func:`url_hosts` applies a per-URL host rule once per distinct ``scheme://authority``
+:func:`url_host_codes` (and :func:`url_hosts`, its per-page list) applies a per-URL host rule once per distinct ``scheme://authority``
 prefix instead of once per page, with exactly the per-element result.
 """
 from __future__ import annotations
@@ -54,29 +54,12 @@ def url_hosts(ids: Sequence[str], host_of: Callable[[str], str | None]) -> list[
     character anywhere); every other id is passed to ``host_of`` whole.  ``host_of`` must read
     a URL's host from its authority (as ``urllib.parse.urlsplit`` does).  A ``ValueError`` of
     ``host_of`` is raised as the per-element loop raises it (for the first such page)."""
+    if len(ids) < 1024:
+        return [host_of(u) for u in ids]
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    n = len(ids)
-    if n < 1024:
-        return [host_of(u) for u in ids]
-    arr = pa.array(ids, pa.string())
-    simple = pc.and_(pc.match_substring_regex(arr, _SCHEME),
-                     pc.invert(pc.match_substring_regex(arr, _SPACE))).to_numpy(zero_copy_only=False)
-    prefix = pc.struct_field(pc.extract_regex(arr, _PREFIX), [0])
-    enc = pc.dictionary_encode(pc.if_else(pa.array(simple), prefix, pa.scalar(None, pa.string())))
-    if isinstance(enc, pa.ChunkedArray):
-        enc = enc.combine_chunks()
-    codes = enc.indices.to_numpy(zero_copy_only=False)
-    distinct = enc.dictionary.to_pylist()
-    try:
-        hosts = np.asarray([host_of(p) for p in distinct] + [None], object)
-        out = hosts[np.where(simple, np.nan_to_num(codes, nan=len(distinct)), len(distinct)).astype(np.int64)]
-        for i in np.flatnonzero(~simple).tolist():
-            out[i] = host_of(ids[i])
-    except ValueError:  # the same error, for the same (first) page, as the per-element loop
-        return [host_of(u) for u in ids]
-    return out.tolist()
+    codes, values = url_host_codes(pa.array(ids, pa.string()), host_of)
+    return np.asarray(values + [None], object)[codes].tolist()
 
 
 
