@@ -3,26 +3,18 @@ cannot use is refused by ``solve`` and ``stream`` alike (whatever the objective,
 message); a refusal within float32 rounding says that float32 makes it infeasible and that
 ``--x64`` solves it; a revisit bound below an objective's own floor names the page (exit 2)
 where the jitted command-line solve could only have come back not converged."""
-import contextlib
-import io
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxcrawl
-from jaxcrawl import cli
 from jaxcrawl.core.bounds import check_usable_bandwidth
 from jaxcrawl.core.solve import check_solvable
 from jaxcrawl.io import write_page_table
 from jaxcrawl.parallel import StreamedTable
 
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+from helpers import run_cli as run
 
 
 def error_line(err):

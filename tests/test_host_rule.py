@@ -2,9 +2,7 @@
 default ports) for host caps, crawl delays, robots.txt files, page -> host mappings, URL
 page ids and URLFrontier queue keys; a caps or crawl-delay row that matches no page is an
 error naming it (``--unmatched-hosts warn``: a warning)."""
-import contextlib
 import csv
-import io
 import json
 
 import numpy as np
@@ -12,18 +10,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from jaxcrawl import cli
 from jaxcrawl import io as jio
 from jaxcrawl._src.hostmap import url_host
 from jaxcrawl.io import canonical_host
 from jaxcrawl.io._crawler import _queue_key
 
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
+from helpers import run_cli as run
 
 
 def summary(stdout):

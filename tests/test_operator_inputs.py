@@ -2,9 +2,7 @@
 blank cells, revisit floors above a complete page's change rate (periodic crawls beside its
 signals), invalid inputs under ``jit`` reported as not converged, and float32 refusals that
 say to solve in float64."""
-import contextlib
 import csv
-import io
 import json
 import os
 
@@ -14,19 +12,13 @@ import numpy as np
 import pytest
 
 import jaxcrawl
-from jaxcrawl import cli
 from jaxcrawl.cli._estimate import estimate_rates
 from jaxcrawl.io import read_histories, read_problem
 
+from helpers import run_cli as run
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_HISTORIES = os.path.join(ROOT, "examples", "histories.csv")
-
-
-def run(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 def rows(path):
