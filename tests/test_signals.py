@@ -71,6 +71,52 @@ def test_signal_while_writing_a_plan_keeps_the_old_plan(tmp_path, monkeypatch, s
     assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
 
 
+def test_an_interrupt_at_any_line_of_a_write_leaves_no_temporary(tmp_path):
+    """An interrupt between any two lines of the atomic write (CI caught one right after the
+    temporary was created) leaves the old output whole and, once the command ends
+    (``remove_leftovers``, as ``jaxcrawl.cli.main`` does), no temporary file."""
+    from jaxcrawl._src import fileio
+
+    out = tmp_path / "plan.csv"
+    old = b"page_id,rate,prob\nold,1,0\n"
+
+    def write(tmp):
+        Path(tmp).write_bytes(b"page_id,rate,prob\nnew,2,0\n")
+
+    lines = 0  # the number of fileio lines one uninterrupted write runs
+    def count(frame, event, arg):
+        nonlocal lines
+        if event == "line" and frame.f_code.co_filename == fileio.__file__:
+            lines += 1
+        return count
+    sys.settrace(count)
+    try:
+        fileio.atomic_write(out, write)
+    finally:
+        sys.settrace(None)
+    assert lines > 10
+    for k in range(lines):
+        out.write_bytes(old)
+        seen = 0
+        def interrupt_at_k(frame, event, arg):
+            nonlocal seen
+            if event == "line" and frame.f_code.co_filename == fileio.__file__:
+                seen += 1
+                if seen == k + 1:
+                    raise KeyboardInterrupt
+            return interrupt_at_k
+        sys.settrace(interrupt_at_k)
+        try:
+            fileio.atomic_write(out, write)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+        fileio.remove_leftovers()
+        assert out.read_bytes() in (old, b"page_id,rate,prob\nnew,2,0\n"), k
+        assert _leftovers(tmp_path) == [], k
+
+
 def _lose_a_signal(sig):
     """Deliver ``sig`` and swallow the exception its handler raises, as Python does when the
     handler runs inside a garbage-collector callback (JAX registers one)."""

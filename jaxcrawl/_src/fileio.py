@@ -39,6 +39,7 @@ import gzip
 import io
 import json
 import os
+import secrets
 import stat
 import sys
 import tempfile
@@ -112,10 +113,26 @@ def _names_a_descriptor(path: str) -> bool:
     return False
 
 
-def _temporary(path: str, directory: str, suffix: str) -> tuple[int, str]:
-    """A new, empty temporary file for the output ``path`` in ``directory``: a name of its own
-    (``.tmp_`` + the process id + a random part), never shared with another run."""
-    return tempfile.mkstemp(dir=directory, prefix=f".tmp_{os.getpid()}_", suffix=suffix)
+def _temporary(directory: str, suffix: str) -> str:
+    """A new, empty temporary file in ``directory`` with a name of its own (``.tmp_`` + the
+    process id + a random part, never shared with another run).  The name is registered for
+    removal (:data:`_TEMPORARIES`) *before* the file is created, so an interrupt at any
+    point leaves either no file or a registered one; the caller removes it (and discards the
+    name) when it is done with it."""
+    for _ in range(100):
+        name = os.path.join(directory, f".tmp_{os.getpid()}_{secrets.token_hex(6)}{suffix}")
+        _TEMPORARIES.add(name)
+        try:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600))
+            return name
+        except FileExistsError:
+            _TEMPORARIES.discard(name)
+        except BaseException:  # an interrupt (or an error) on the way: nothing of ours is left
+            with contextlib.suppress(OSError):
+                os.remove(name)
+            _TEMPORARIES.discard(name)
+            raise
+    raise OSError(errno.EEXIST, f"no unused temporary name in {directory}")
 
 
 def _install(tmp: str, dest: str) -> str:
@@ -154,17 +171,19 @@ def _install(tmp: str, dest: str) -> str:
     except OSError as err:
         if err.errno != errno.EXDEV:  # a symlink to another file system: copy next to the target first
             raise
-        fd, near = _temporary(target, os.path.dirname(target) or ".", os.path.splitext(target)[1])
-        os.close(fd)
+        near = None
         try:
             import shutil
 
+            near = _temporary(os.path.dirname(target) or ".", os.path.splitext(target)[1])
             shutil.copyfile(tmp, near)
             shutil.copymode(tmp, near)
             os.replace(near, target)
         finally:
-            with contextlib.suppress(OSError):
-                os.remove(near)
+            if near is not None:
+                _TEMPORARIES.discard(near)
+                with contextlib.suppress(OSError):
+                    os.remove(near)
         os.remove(tmp)
     return os.path.dirname(target) or "."
 
@@ -325,6 +344,13 @@ def remove_pending() -> None:
 interrupts.cleanups.append(remove_pending)
 
 
+def remove_leftovers() -> None:
+    """At a command's end (no command's outputs open any more): remove the temporaries still
+    registered -- one an interrupt caught between its creation and its owner's clean-up."""
+    if not _ACTIVE:
+        remove_pending()
+
+
 @contextlib.contextmanager
 def transient(path: PathLike) -> Iterator[None]:
     """``path`` (written already, e.g. one process's part of a multi-process plan) is removed
@@ -379,12 +405,10 @@ def new_temporary(path: PathLike, suffix: str = "") -> str:
             target, streamed = output_target(path)
             d = tempfile.gettempdir() if streamed else os.path.dirname(target) or "."
             try:
-                fd, name = tempfile.mkstemp(dir=d, prefix=f".{os.path.basename(path)}.{os.getpid()}_", suffix=suffix)
+                name = _temporary(d, suffix)
             except OSError as err:
                 why = "no such directory" if not os.path.isdir(d) else os.strerror(err.errno or 0)
                 raise OSError(err.errno, f"{path}: cannot write the output ({why}: {d})") from None
-            os.close(fd)
-            _TEMPORARIES.add(name)
         except (OSError, ValueError) as err:
             if jax.process_count() == 1:
                 raise
@@ -440,17 +464,16 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
     target, streamed = output_target(path)
     d = tempfile.gettempdir() if streamed else os.path.dirname(target) or "."
     mode = 0o600 if streamed else _new_file_mode(target)
-    try:
-        fd, tmp = _temporary(path, d, os.path.splitext(path)[1])
-    except OSError as err:  # named by the output, not by the temporary's random name
-        why = "no such directory" if not os.path.isdir(d) else os.strerror(err.errno or 0)
-        failure = OSError(f"{path}: cannot write the output ({why}: {d})")
-        failure.errno = err.errno
-        raise failure from None
-    os.close(fd)
-    _TEMPORARIES.add(tmp)
+    tmp = None
     staged = False
     try:
+        try:
+            tmp = _temporary(d, os.path.splitext(path)[1])
+        except OSError as err:  # named by the output, not by the temporary's random name
+            why = "no such directory" if not os.path.isdir(d) else os.strerror(err.errno or 0)
+            failure = OSError(f"{path}: cannot write the output ({why}: {d})")
+            failure.errno = err.errno
+            raise failure from None
         try:
             write_fn(tmp)
             os.chmod(tmp, mode)
@@ -471,10 +494,10 @@ def atomic_write(path: PathLike, write_fn: Callable[[str], None], *,
             _fsync_directory(synced)
         interrupts.raise_if_received()
     finally:
-        if not staged:
-            _TEMPORARIES.discard(tmp)
-            if os.path.exists(tmp):
+        if not staged and tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
+            _TEMPORARIES.discard(tmp)
 
 
 def output_memmap(path: PathLike, dtype, n: int, *, create: bool = True) -> np.memmap:

@@ -126,7 +126,10 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     documentation).
     """
     with _interrupts.handlers() as fired:
-        status = _main(argv, compile_cache, fired)
+        try:
+            status = _main(argv, compile_cache, fired)
+        finally:
+            _fileio.remove_leftovers()
     if argv is None and (status in (EXIT_INTERRUPTED, EXIT_TERMINATED)
                          or (status != 0 and jax.distributed.is_initialized())):
         # run as a program and interrupted: end here, without the interpreter's teardown
