@@ -20,7 +20,8 @@ on one generated table, each against a baseline measured in the same run.
 4. ``jaxcrawl evaluate`` of the first 50,000 pages with ``--policy nutch-adaptive@matched`` (a
    crawler's rule matched to the bandwidth), against the solve's wall time.
 
-Prints one table (seconds and the ratio to its baseline) and, last, one JSON object.
+Prints one table (seconds and the ratio to its baseline; the solve's peak resident memory,
+the limit at 18.5M pages) and, last, one JSON object.
 """
 from __future__ import annotations
 
@@ -76,17 +77,30 @@ def make_table(n: int, directory: str, seed: int = 0) -> dict[str, str]:
     return {"pages": pages, "caps": caps, "delays": delays}
 
 
-def _run(cmd: list[str], env: dict, timeout: float | None = None) -> tuple[float | None, str]:
-    """Wall seconds and stdout of ``cmd`` (None seconds when it ran past ``timeout``)."""
+def _run(cmd: list[str], env: dict, timeout: float | None = None) -> tuple[float | None, str, float]:
+    """Wall seconds, stdout and peak resident memory (GB, the process's own ``ru_maxrss``)
+    of ``cmd`` (None seconds when it ran past ``timeout``)."""
     t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None, ""
-    dt = time.perf_counter() - t0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
+        deadline = None if timeout is None else t0 + timeout
+        while True:
+            pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                return None, "", float("nan")
+            time.sleep(0.02)
+        dt = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if p.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-3000:]}")
-    return dt, p.stdout
+        raise SystemExit(f"{' '.join(cmd)} exited {p.returncode}:\n{stderr[-3000:]}")
+    return dt, stdout, usage.ru_maxrss / 1e6  # kilobytes on Linux
 
 
 def _last_json(stdout: str) -> dict:
@@ -162,19 +176,21 @@ def main(argv=None) -> int:
                  "--urlfrontier", os.path.join(tmp, "frontier.jsonl"), "--nutch", os.path.join(tmp, "seeds.txt"),
                  "--start", "2026-01-01T00:00:00Z", "--quiet"]
         _run(solve, env)  # fills the compile cache
-        solve_s, out = _run(solve, env)
+        solve_s, out, solve_gb = _run(solve, env)
         report = _last_json(out)
         stages = report.get("seconds", {})
         base_io = _pyarrow_alone(paths["pages"], os.path.join(tmp, "plain.parquet"))
         base_lib = _library_solve(paths)
-        results = {"solve_seconds": round(solve_s, 2), "solve_stages": {k: round(v, 2) for k, v in stages.items()},
+        results = {"solve_seconds": round(solve_s, 2), "solve_peak_rss_gb": round(solve_gb, 2),
+                   "solve_stages": {k: round(v, 2) for k, v in stages.items()},
                    "pyarrow_read_write_seconds": round(base_io, 2), "library_solve_seconds": round(base_lib, 3)}
         if "schedule" not in skip:
             sched = [sys.executable, "-m", "jaxcrawl.cli", "schedule", "--plan", plan, "--horizon", "1d",
                      "--crawl-delays", paths["delays"], "-o", os.path.join(tmp, "timetable.parquet"),
                      "--start", "2026-01-01T00:00:00Z", "--quiet"]
-            sched_s, _ = _run(sched, env, args.timeout)
+            sched_s, _, sched_gb = _run(sched, env, args.timeout)
             results["schedule_seconds"] = None if sched_s is None else round(sched_s, 2)
+            results["schedule_peak_rss_gb"] = None if sched_s is None else round(sched_gb, 2)
         if "evaluate" not in skip:
             import pyarrow.parquet as pq
 
@@ -182,13 +198,14 @@ def main(argv=None) -> int:
             pq.write_table(pq.read_table(paths["pages"]).slice(0, 50_000), small)
             ev = [sys.executable, "-m", "jaxcrawl.cli", "evaluate", "-i", small, "--policy",
                   "nutch-adaptive@matched", "--quiet"]
-            ev_s, _ = _run(ev, env, args.timeout)
+            ev_s, _, _ = _run(ev, env, args.timeout)
             results["evaluate_50k_seconds"] = None if ev_s is None else round(ev_s, 2)
     print(f"jaxcrawl operator path, {n:,} pages (table generated in {gen:.1f} s; {os.cpu_count()} CPUs)")
     print(f"{'what':<44} {'seconds':>9} {'baseline':>28} {'ratio':>7}")
     print(f"{'solve (whole process, warm cache)':<44} {solve_s:>9.2f} {'pyarrow read+write':>28} "
           f"{solve_s / base_io:>7.1f}")
     print(f"{'':<44} {'':>9} {'library solve in memory':>28} {solve_s / base_lib:>7.1f}")
+    print(f"{'  peak resident memory, GB':<44} {solve_gb:>9.2f}")
     for k, v in stages.items():
         print(f"{'  ' + k:<44} {v:>9.2f}")
     for key, what in (("schedule_seconds", "schedule --horizon 1d, crawl delays"),

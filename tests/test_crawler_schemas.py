@@ -282,3 +282,48 @@ def test_queue_keys_are_the_url_hosts():
             assert want == (reference(u) or u), u
     fast = sum(hostmap._PLAIN_URL.match(u) is not None for u in tricky)
     assert 0 < refused < len(tricky) // 2 and fast > 50  # both paths exercised
+
+
+@pytest.mark.parametrize("block", [3, 1 << 20])
+def test_crawler_files_match_a_line_by_line_reference_across_blocks(tmp_path, monkeypatch, block):
+    """The writers build lines column-wise, a block of pages at a time; each written line is
+    the item a plain per-page ``json.dumps`` gives (given keys as an array or by host, keys
+    from the URL's host, host-less ids, signal pages, pages with rate 0 left out)."""
+    import pyarrow as pa
+
+    from jaxcrawl._src.hostmap import url_host
+
+    monkeypatch.setattr(_crawler, "BLOCK_PAGES", block)
+    rng = np.random.default_rng(3)
+    n = 40
+    url = np.array([f"https://H{i % 4}.example/p{i}" if i % 7 else f"page-{i}" for i in range(n)], object)
+    rate = np.where(rng.random(n) < 0.2, 0.0, rng.lognormal(0.0, 2.0, n))
+    due = 1767571200.0 + rng.uniform(0, 86400, n)
+    sig = rng.random(n) < 0.3
+    names = ["q0", "", "q2"]
+    hidx = np.where(rng.random(n) < 0.5, rng.integers(0, 3, n), 3)
+    by_host = pa.DictionaryArray.from_arrays(pa.array(hidx.astype(np.int32)), pa.array(names + [""]))
+    plain = np.array([(names + [""])[h] for h in hidx], object)
+    for key in (None, plain, by_host):
+        got = jio.write_urlfrontier(tmp_path / "f.jsonl", url, rate, due, key=key, on_signal=sig)
+        lines = open(tmp_path / "f.jsonl").read().splitlines()
+        keep = np.flatnonzero(rate > 0)
+        assert got == (keep.size, 0) and len(lines) == keep.size
+        for line, i in zip(lines, keep.tolist()):
+            k = "" if key is None else str(plain[i])
+            meta = {"jaxcrawl.rate": {"values": [repr(float(rate[i]))]},
+                    "jaxcrawl.interval_seconds": {"values": [repr(86400.0 / float(rate[i]))]}}
+            if sig[i]:
+                meta["jaxcrawl.on_signal"] = {"values": ["true"]}
+            meta["jaxcrawl.time_unit"] = {"values": ["days"]}
+            info = {"url": url[i], "key": k or url_host(url[i]) or url[i], "metadata": meta}
+            want = {"known": {"info": info, "refetchableFromDate": str(int(np.ceil(due[i] - 1e-6)))}}
+            assert line == json.dumps(want, separators=(",", ":")), i
+        json_format.Parse(lines[0], URL_ITEM())
+    got = jio.write_nutch_seeds(tmp_path / "s.txt", url, rate, on_signal=sig)
+    want = [f"{url[i]}\tnutch.fetchInterval={int(np.clip(np.rint(86400 / rate[i]), 1, JAVA_INT_MAX))}"
+            + ("\tjaxcrawl.on_signal=true" if sig[i] else "") for i in np.flatnonzero(rate > 0).tolist()]
+    assert got.num_urls == len(want) and open(tmp_path / "s.txt").read().splitlines() == want
+    ids = np.arange(n) * 1000  # integer ids: their decimal text
+    jio.write_nutch_seeds(tmp_path / "i.txt", ids, np.ones(n))
+    assert [line.split("\t")[0] for line in open(tmp_path / "i.txt")] == [str(i) for i in ids.tolist()]

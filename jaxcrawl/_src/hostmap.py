@@ -8,6 +8,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from jax.typing import ArrayLike
@@ -168,7 +169,55 @@ def caps_pages_path(path: str | os.PathLike) -> str | None:
     return found
 
 
-def host_index(page_host: Sequence[str | None], host_ids: ArrayLike, host_caps: ArrayLike, *,
+class PageHosts(NamedTuple):
+    """Pages with their host keys found once: page ``i``'s host key is ``values[codes[i]]``
+    (``codes[i] == -1``: no host).  ``values`` are distinct; ``page_id`` the pages' ids."""
+
+    page_id: Any
+    codes: np.ndarray
+    values: list[str]
+
+    def first_pages(self) -> np.ndarray:
+        """The codes of the pages' hosts in order of each host's first page."""
+        n = self.codes.size
+        first = np.full(len(self.values) + 1, n, np.int64)  # the last: pages without a host
+        np.minimum.at(first, self.codes, np.arange(n, dtype=np.int64))  # one pass, no sort of the pages
+        first = first[:-1]
+        present = np.flatnonzero(first < n)
+        return present[np.argsort(first[present], kind="stable")]
+
+
+def encode_hosts(page_id: Any, page_host: Sequence[str | None]) -> PageHosts:
+    """:class:`PageHosts` of a per-page list of host keys (None or "": no host)."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((-1 if not h else index.setdefault(str(h), len(index)) for h in page_host),
+                        np.int64, len(page_host))
+    return PageHosts(page_id, codes, list(index))
+
+
+def url_page_hosts(page_id: Any) -> PageHosts:
+    """:class:`PageHosts` of URL page ids: each page's :func:`url_host` (no host: a page id
+    that is not a URL), found once per distinct ``scheme://authority`` prefix
+    (:func:`jaxcrawl._src.bulk_text.url_host_codes`); ``ValueError`` naming the first page
+    whose URL cannot be read, as :func:`url_host` raises it."""
+    import pyarrow as pa
+
+    from .bulk_text import url_host_codes
+
+    ids = np.asarray(page_id) if not isinstance(page_id, (list, np.ndarray)) else page_id
+    if isinstance(ids, np.ndarray) and ids.dtype.kind in "iufb":  # numbers: no URL, no host
+        return PageHosts(page_id, np.full(ids.shape[0], -1, np.int64), [])
+    try:
+        text = pa.array(ids, pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
+        text = pa.array([str(x) for x in np.asarray(ids, object).tolist()], pa.string())
+    codes, found = url_host_codes(text, url_host)
+    index: dict[str, int] = {}
+    remap = np.asarray([-1 if not h else index.setdefault(h, len(index)) for h in found] + [-1], np.int64)
+    return PageHosts(page_id, remap[codes] if codes.size else codes, list(index))
+
+
+def host_index(page_host: Sequence[str | None] | PageHosts, host_ids: ArrayLike, host_caps: ArrayLike, *,
                all_hosts: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Dense host indices of the pages and the caps they index.
 
@@ -191,6 +240,13 @@ def host_index(page_host: Sequence[str | None], host_ids: ArrayLike, host_caps: 
         for h, c in pairs:
             if np.isfinite(c):
                 used.setdefault(h, len(used))
+    if isinstance(page_host, PageHosts):  # once per distinct host, then one gather
+        per_code = np.full(len(page_host.values) + 1, -1, np.int32)  # the last: no host
+        for c in page_host.first_pages().tolist():
+            h = page_host.values[c]
+            if h in cap_of and np.isfinite(cap_of[h]):
+                per_code[c] = used.setdefault(h, len(used))
+        return per_code[page_host.codes], np.asarray([cap_of[h] for h in used], np.float64)
     idx = np.full(len(page_host), -1, np.int32)
     for i, h in enumerate(page_host):
         if h is None or h == "":
@@ -203,7 +259,7 @@ def host_index(page_host: Sequence[str | None], host_ids: ArrayLike, host_caps: 
     return idx, caps
 
 
-def host_delays(page_host: Sequence[str | None], hosts: ArrayLike,
+def host_delays(page_host: Sequence[str | None] | PageHosts, hosts: ArrayLike,
                 delays: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense host indices of the pages whose host has a crawl delay (``page_host`` and
     ``hosts`` host keys of :func:`canonical_host`, compared as written).
@@ -214,6 +270,13 @@ def host_delays(page_host: Sequence[str | None], hosts: ArrayLike,
     """
     delay_of = {str(h): float(d) for h, d in zip(np.asarray(hosts).tolist(), np.asarray(delays).tolist())}
     used: dict[str, int] = {}
+    if isinstance(page_host, PageHosts):  # once per distinct host, then one gather
+        per_code = np.full(len(page_host.values) + 1, -1, np.int32)  # the last: no host
+        for c in page_host.first_pages().tolist():
+            if page_host.values[c] in delay_of:
+                per_code[c] = used.setdefault(page_host.values[c], len(used))
+        return (per_code[page_host.codes], np.asarray([delay_of[h] for h in used], np.float64),
+                np.asarray(list(used), object))
     idx = np.full(len(page_host), -1, np.int32)
     for i, h in enumerate(page_host):
         if h is None:

@@ -32,7 +32,7 @@ from jaxcrawl import parallel as dist
 from jaxcrawl import timetable as tt
 from jaxcrawl._src.checks import check_representable
 from jaxcrawl._src.fileio import immediate, progress_bar, transient, write_json
-from jaxcrawl._src.hostmap import caps_pages_path, merge_host_caps, url_host
+from jaxcrawl._src.hostmap import PageHosts, caps_pages_path, merge_host_caps, url_host, url_page_hosts
 from jaxcrawl._src.limits import check_size
 from jaxcrawl._src.rootfind import default_rtol
 from jaxcrawl._src.timeunits import iso_utc, next_fetch, parse_duration, unit_seconds
@@ -202,6 +202,22 @@ def _startup_seconds() -> float | None:
         return None
 
 
+def _url_hosts(args, page_id) -> PageHosts | None:
+    """The hosts of URL page ids, found once for the caps, the crawl delays and the
+    URLFrontier queue keys (None when nothing needs them, or when a URL has no readable
+    host: then the file that needs it says so, or ``--hosts`` maps it)."""
+    if not (args.host_caps or args.crawl_delays or args.robots or args.urlfrontier):
+        return None
+    try:
+        return url_page_hosts(page_id)
+    except ValueError:
+        return None
+
+
+def _ids(page_id):
+    return page_id.page_id if isinstance(page_id, PageHosts) else page_id
+
+
 def _read_caps(args, page_id, dtype):
     """The pages' host caps: ``(gaps, caps, cap64, num_delay_hosts)`` -- the crawl delays
     (:func:`host_gaps`), the :class:`~jaxcrawl.HostCaps` in ``dtype`` (None: uncapped), the caps in
@@ -222,7 +238,7 @@ def _read_caps(args, page_id, dtype):
             cap = np.where(delay > 0, unit_seconds(args.time_unit) / np.where(delay > 0, delay, 1.0), np.inf)
         if args.host_caps:  # both: each host's cap is the smaller of its file cap and 1 / its crawl delay
             c_idx, c_cap = host_caps(args, page_id)
-            hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=page_id,
+            hidx, cap = merge_host_caps(c_idx, c_cap, hidx, cap, page_id=_ids(page_id),
                                         what=(f"--host-caps {args.host_caps}", "the crawl delays' hosts"),
                                         names=(None, names))
         cap64 = np.asarray(cap, np.float64)
@@ -280,7 +296,8 @@ def run(args: argparse.Namespace) -> int:
                                     jnp.asarray(comp))
     bounds = (jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)) if bounded else None
     with stages.stage("hosts"):
-        gaps, caps, cap64, num_delay_hosts = _read_caps(args, page_id, dtype)
+        hosts = _url_hosts(args, page_id)
+        gaps, caps, cap64, num_delay_hosts = _read_caps(args, page_id if hosts is None else hosts, dtype)
     # the solve's feasibility checks, eagerly and naming pages and hosts (the jitted solve cannot run them)
     check_solvable(problem, obj, caps=caps, bounds=bounds, page_id=page_id)
     options = dict(max_steps=args.max_steps, rtol=args.rtol)
@@ -347,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
             write_plan(args.output, page_id, rate, prob, periodic_rate=periodic, progress=bar)
         summary["output"] = args.output
     if failure is None and (args.urlfrontier or args.nutch):
-        _write_crawler_files(args, page_id, rate, start, summary, gaps, stages)
+        _write_crawler_files(args, page_id if hosts is None else hosts, rate, start, summary, gaps, stages)
     summary["write_seconds"] = sum(v for k, v in stages.seconds().items() if k.startswith("write "))
     if failure is not None:
         summary["error"] = failure
@@ -609,7 +626,7 @@ def _write_crawler_files(args, page_id, rate, start, summary, gaps, stages=None)
             _write_urlfrontier(args, page_id, rate, start, summary, gaps)
     if args.nutch:
         with stages.stage("write nutch"):
-            k = write_nutch_seeds(args.nutch, page_id, rate, unit=args.time_unit)
+            k = write_nutch_seeds(args.nutch, _ids(page_id), rate, unit=args.time_unit)
         summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
 
 
@@ -617,10 +634,22 @@ def _write_urlfrontier(args, page_id, rate, start, summary, gaps) -> None:
     """The URLFrontier file of a plan: each page's next fetch from its rate and golden phase."""
     phase = np.asarray(tt.golden_phase(len(rate), dtype=np.float32), np.float64)
     due = next_fetch(rate, phase, start, unit_seconds(args.time_unit))
+    import pyarrow as pa
+
     key = None
-    if gaps is not None:
-        hidx, _, names = gaps
-        key = np.where(hidx >= 0, names[np.maximum(hidx, 0)] if names.size else "", "")  # "": the URL's host
+    known: list[str] = []
+    code = None
+    if isinstance(page_id, PageHosts):  # the URLs' hosts, found already ("": the writer finds it)
+        known, code = list(page_id.values), page_id.codes
+        page_id = page_id.page_id
+    if gaps is not None or code is not None:  # by host, without a string per page
+        index = np.full(len(rate), -1, np.int64) if code is None else code
+        if gaps is not None:
+            hidx, _, names = gaps
+            index = np.where(hidx >= 0, len(known) + hidx, index)
+            known = known + [str(x) for x in names.tolist()]
+        key = pa.DictionaryArray.from_arrays(pa.array(np.where(index >= 0, index, len(known)).astype(np.int32)),
+                                             pa.array(known + [""], pa.string()))
     k = write_urlfrontier(args.urlfrontier, page_id, rate, due, unit=args.time_unit, key=key)
     summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
 

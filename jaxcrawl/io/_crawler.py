@@ -72,18 +72,55 @@ def _write_lines(path: PathLike, lines, gz: bool) -> None:
     atomic_write(path, write)
 
 
-def _text_ids(ids: ArrayLike) -> list[str]:
-    return [str(x) for x in np.asarray(ids).tolist()]
+def _text_array(ids: ArrayLike, what: str = "url"):
+    """An Arrow string array of ``str(x)`` for each id, built in Arrow without a Python string
+    per id where it can be (Arrow string arrays, lists and object arrays of strings,
+    fixed-width string arrays, integers); a ``pyarrow.DictionaryArray`` of strings is
+    returned as it is (queue keys by host)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(ids, pa.ChunkedArray):
+        ids = ids.combine_chunks()
+    if isinstance(ids, pa.DictionaryArray):
+        if not pa.types.is_string(ids.dictionary.type):
+            raise ValueError(f"{what} must be strings; got a dictionary of {ids.dictionary.type}")
+        return ids
+    if isinstance(ids, pa.Array):
+        text = ids if pa.types.is_string(ids.type) else pc.cast(ids, pa.string())
+    elif isinstance(ids, list):
+        try:
+            text = pa.array(ids, pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
+            text = pa.array([str(x) for x in ids], pa.string())
+    else:
+        a = np.asarray(ids)
+        if a.ndim != 1:
+            raise ValueError(f"{what} must be one-dimensional; got shape {a.shape}")
+        text = None
+        if a.dtype.kind in "OU":
+            try:
+                text = pa.array(a, pa.string())
+            except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
+                pass
+        elif a.dtype.kind in "iu":
+            text = pc.cast(pa.array(a), pa.string())
+        if text is None:
+            text = pa.array([str(x) for x in a.tolist()], pa.string())
+    if what == "url" and text.null_count:
+        first = int(np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))[0])
+        raise ValueError(f"url: page {first} (counting from 0) has no URL (a missing value)")
+    return text
 
 
-def _check_rates(rate: np.ndarray, ids: list[str]) -> None:
+def _check_rates(rate: np.ndarray, ids) -> None:
     """Rates must be finite and >= 0, one per page (``ValueError`` naming the first bad page)."""
     if rate.shape != (len(ids),):
         raise ValueError(f"rate must have one value per URL, shape ({len(ids)},); got {rate.shape}")
     bad = np.flatnonzero(~(np.isfinite(rate) & (rate >= 0)))
     if bad.size:
-        raise ValueError(f"rate must be finite and >= 0; page {ids[bad[0]]!r} has {float(rate[bad[0]])!r} "
-                         f"({bad.size} such pages)")
+        raise ValueError(f"rate must be finite and >= 0; page {ids[int(bad[0])].as_py()!r} has "
+                         f"{float(rate[bad[0]])!r} ({bad.size} such pages)")
 
 
 def _string_list(value: str) -> str:
@@ -134,10 +171,13 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
     """
     r = np.asarray(rate, np.float64)
     t = np.asarray(next_epoch, np.float64)
-    ids = _text_ids(url)
+    pa, pc = _arrow()
+    ids = _text_array(url)
     _check_rates(r, ids)
     keep = np.flatnonzero(r > 0)
-    keys = _text_ids(key) if key is not None else None
+    keys = _text_array(key, "key") if key is not None else None
+    if keys is not None and len(keys) != len(ids):
+        raise ValueError(f"key must have one value per URL, shape ({len(ids)},); got ({len(keys)},)")
     sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
     tk = t[keep]
     with np.errstate(invalid="ignore"):
@@ -145,7 +185,7 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
     if bad.size:
         i = int(keep[bad[0]])
         when = f"{t[i]!r} s" + (f" ({iso_utc(np.asarray([t[i]]))[0]})" if abs(t[i]) < 1e11 else "")
-        raise ValueError(f"page {ids[i]!r}: next fetch {when} is not a URLFrontier refetchable_from_date "
+        raise ValueError(f"page {ids[i].as_py()!r}: next fetch {when} is not a URLFrontier refetchable_from_date "
                          f"(whole seconds >= 1 since 1970-01-01 UTC; 0 means never) -- {bad.size} such pages; "
                          "give a later --start")
     clamped = ~(tk <= MAX_REFETCH_DATE)
@@ -155,44 +195,75 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
     tail = ("}," if not crawl_id else ',"crawlID":' + json.dumps(str(crawl_id)) + "},")
     unit_meta = ',"jaxcrawl.time_unit":' + _string_list(unit) + "}"
     signal_meta = ',"jaxcrawl.on_signal":' + _string_list("true")
+    if keys is not None:  # the given keys, checked once per distinct key
+        given_keys = keys if isinstance(keys, pa.DictionaryArray) else pc.dictionary_encode(keys)
+        _check_key_lengths(given_keys.dictionary.to_pylist(),
+                           lambda k: int(np.flatnonzero(pc.equal(given_keys, k).to_numpy(zero_copy_only=False))[0]),
+                           ids)
+    else:
+        given_keys = None
 
-    # columns of text, joined per line column-wise (jaxcrawl._src.bulk_text); the queue keys
-    # (a few per host) found, checked and written once per distinct key
-    pa, pc = _arrow()
-    url_text = pa.array([ids[i] for i in keep.tolist()], pa.string())
-    given = pa.array([keys[i] for i in keep.tolist()] if keys is not None else [""] * keep.size, pa.string())
-    need = pc.equal(given, "")  # no key given: the URL's host, or the URL
-    try:
-        codes, hosts = url_host_codes(url_text.filter(need), url_host)
-    except ValueError as err:  # e.g. an unclosed IPv6 bracket, an empty label
-        raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
-    need_rows = np.flatnonzero(need.to_numpy(zero_copy_only=False))
-    for c in np.flatnonzero(np.asarray([not h for h in hosts], bool)).tolist():  # no host: the URL
-        rows = np.flatnonzero(codes == c)
-        hosts[c] = url_text[int(need_rows[rows[0]])].as_py()
-        if rows.size > 1:  # several URLs behind one host-less prefix: each its own key
-            codes[rows[1:]] = len(hosts) + np.arange(rows.size - 1)
-            hosts += [url_text[int(need_rows[j])].as_py() for j in rows[1:].tolist()]
-    enc = pc.dictionary_encode(given)
-    for distinct in (enc.dictionary.to_pylist(), hosts):
-        for k in distinct:
-            if len(k) > MAX_KEY_LENGTH // 2 and len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
-                j = [i for i in range(keep.size) if _key_of(i, given, need_rows, codes, hosts) == k][0]
-                raise ValueError(f"page {ids[int(keep[j])]!r}: queue key {k[:40]!r}... is longer than "
-                                 f"{MAX_KEY_LENGTH} characters, which the URLFrontier services skip; give the "
-                                 "pages' hosts (--hosts)")
-    as_json = lambda texts: pa.array([',"key":' + _quote(k) if k else "" for k in texts], pa.string())  # noqa: E731
-    key_json = pc.take(as_json(enc.dictionary.to_pylist()), enc.indices)
-    if need_rows.size:
-        key_json = pc.replace_with_mask(key_json, need, pc.take(as_json(hosts), pa.array(codes)))
-    lines = pc.binary_join_element_wise(
-        '{"known":{"info":{"url":', json_strings(url_text), key_json,
-        ',"metadata":{"jaxcrawl.rate":{"values":["', float_repr(r[keep]),
-        '"]},"jaxcrawl.interval_seconds":{"values":["', float_repr(interval), '"]}',
-        pc.if_else(pa.array(sig[keep]), signal_meta, ""), unit_meta + tail + '"refetchableFromDate":"',
-        pc.cast(pa.array(due), pa.string()), '"}}\n', "")
-    _write_lines(path, utf8_blocks(lines, chunk), os.fspath(path).lower().endswith(".gz"))
+    def block_lines(part: slice):
+        """The lines of the written pages ``keep[part]``, built column-wise
+        (jaxcrawl._src.bulk_text); the queue keys (a few per host) found, checked and
+        written once per distinct key of the block."""
+        rows = keep[part]
+        take = pa.array(rows)
+        url_text = ids.take(take)
+        if given_keys is None:
+            dictionary, indices = [""], np.zeros(rows.size, np.int64)
+        else:
+            dictionary = given_keys.dictionary.to_pylist()
+            indices = given_keys.indices.take(take).fill_null(len(dictionary)).to_numpy(zero_copy_only=False)
+            dictionary = dictionary + [""]  # a missing key: the URL's host
+        need = np.asarray([not k for k in dictionary], bool)[indices]  # no key given: the URL's host, or the URL
+        need_rows = np.flatnonzero(need)
+        try:
+            codes, hosts = url_host_codes(url_text.take(pa.array(need_rows)), url_host)
+        except ValueError as err:  # e.g. an unclosed IPv6 bracket, an empty label
+            raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
+        for c in np.flatnonzero(np.asarray([not h for h in hosts], bool)).tolist():  # no host: the URL
+            at = np.flatnonzero(codes == c)
+            hosts[c] = url_text[int(need_rows[at[0]])].as_py()
+            if at.size > 1:  # several URLs behind one host-less prefix: each its own key
+                codes[at[1:]] = len(hosts) + np.arange(at.size - 1)
+                hosts += [url_text[int(need_rows[j])].as_py() for j in at[1:].tolist()]
+        _check_key_lengths(hosts, lambda k: int(rows[need_rows[np.flatnonzero(
+            np.asarray(hosts, object)[codes] == k)[0]]]), ids)
+        as_json = lambda texts: pa.array([',"key":' + _quote(k) if k else "" for k in texts], pa.string())  # noqa: E731
+        key_json = pc.take(as_json(dictionary), pa.array(indices))
+        if need_rows.size:
+            key_json = pc.replace_with_mask(key_json, pa.array(need), pc.take(as_json(hosts), pa.array(codes)))
+        return pc.binary_join_element_wise(
+            '{"known":{"info":{"url":', json_strings(url_text), key_json,
+            ',"metadata":{"jaxcrawl.rate":{"values":["', float_repr(r[rows]),
+            '"]},"jaxcrawl.interval_seconds":{"values":["', float_repr(interval[part]), '"]}',
+            pc.if_else(pa.array(sig[rows]), signal_meta, ""), unit_meta + tail + '"refetchableFromDate":"',
+            pc.cast(pa.array(due[part]), pa.string()), '"}}\n', "")
+
+    _write_lines(path, _blocks(keep.size, block_lines, chunk), os.fspath(path).lower().endswith(".gz"))
     return CrawlerFile(int(keep.size), int(np.sum(clamped)))
+
+
+#: Pages whose lines are built together (the memory of one block's text columns, about
+#: half a kilobyte a page, bounds a writer's memory whatever the number of pages).
+BLOCK_PAGES = 1 << 20
+
+
+def _blocks(n: int, lines_of, chunk: int):
+    """The UTF-8 blocks of the lines ``lines_of(part)`` of ``n`` written pages, built
+    :data:`BLOCK_PAGES` at a time (``part``: a slice of the written pages)."""
+    for s in range(0, n, BLOCK_PAGES):
+        yield from utf8_blocks(lines_of(slice(s, min(s + BLOCK_PAGES, n))), chunk)
+
+
+def _check_key_lengths(distinct: list, first_page_of, ids) -> None:
+    """``ValueError`` naming a page whose queue key is longer than the services accept."""
+    for k in distinct:
+        if k and len(k) > MAX_KEY_LENGTH // 2 and len(k.encode("utf-16-le")) > 2 * MAX_KEY_LENGTH:
+            raise ValueError(f"page {ids[first_page_of(k)].as_py()!r}: queue key {k[:40]!r}... is longer than "
+                             f"{MAX_KEY_LENGTH} characters, which the URLFrontier services skip; give the "
+                             "pages' hosts (--hosts)")
 
 
 def _arrow():
@@ -200,12 +271,6 @@ def _arrow():
     import pyarrow.compute as pc
 
     return pa, pc
-
-
-def _key_of(j, given, need_rows, codes, hosts) -> str:
-    """The queue key of the ``j``-th written page (for a message only)."""
-    k = int(np.searchsorted(need_rows, j))
-    return hosts[codes[k]] if k < need_rows.size and need_rows[k] == j else given[j].as_py()
 
 
 def _java_trim(text: str) -> str:
@@ -227,7 +292,8 @@ def write_nutch_seeds(path: PathLike, url: ArrayLike, rate: ArrayLike, *, unit: 
     ``ValueError`` naming the page.
     """
     r = np.asarray(rate, np.float64)
-    ids = _text_ids(url)
+    pa, pc = _arrow()
+    ids = _text_array(url)
     _check_rates(r, ids)
     keep = np.flatnonzero(r > 0)
     with np.errstate(divide="ignore", over="ignore"):
@@ -235,16 +301,19 @@ def write_nutch_seeds(path: PathLike, url: ArrayLike, rate: ArrayLike, *, unit: 
     clamped = ~(exact <= MAX_FETCH_INTERVAL)
     seconds = np.clip(np.where(clamped, MAX_FETCH_INTERVAL, exact), 1, MAX_FETCH_INTERVAL).astype(np.int64)
     sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
-    pa, pc = _arrow()
-    url_text = pa.array([ids[i] for i in keep.tolist()], pa.string())
     # a tab or line break anywhere, empty, a leading '#', or a character <= U+0020 at either end
-    bad = first_match(url_text, r"[\t\n\r]|^$|^#|^[\x00-\x20]|[\x00-\x20]$")
+    bad = first_match(ids.take(pa.array(keep)) if keep.size < len(ids) else ids,
+                      r"[\t\n\r]|^$|^#|^[\x00-\x20]|[\x00-\x20]$")
     if bad is not None:
-        u = ids[int(keep[bad])]
+        u = ids[int(keep[bad])].as_py()
         raise ValueError(f"page id {u!r} cannot be a Nutch seed URL (the injector splits lines at line breaks "
                          "and the URL at the first tab, trims whitespace, and skips empty and '#' lines)")
-    lines = pc.binary_join_element_wise(
-        url_text, "\tnutch.fetchInterval=", pc.cast(pa.array(seconds), pa.string()),
-        pc.if_else(pa.array(sig[keep]), "\tjaxcrawl.on_signal=true\n", "\n"), "")
-    _write_lines(path, utf8_blocks(lines, chunk), os.fspath(path).lower().endswith(".gz"))
+
+    def block_lines(part: slice):
+        rows = keep[part]
+        return pc.binary_join_element_wise(
+            ids.take(pa.array(rows)), "\tnutch.fetchInterval=", pc.cast(pa.array(seconds[part]), pa.string()),
+            pc.if_else(pa.array(sig[rows]), "\tjaxcrawl.on_signal=true\n", "\n"), "")
+
+    _write_lines(path, _blocks(keep.size, block_lines, chunk), os.fspath(path).lower().endswith(".gz"))
     return CrawlerFile(int(keep.size), int(np.sum(clamped)))

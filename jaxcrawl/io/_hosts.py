@@ -19,8 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._src.bulk_text import url_hosts
-from .._src.hostmap import canonical_host, host_delays, host_index, url_host
+from .._src.hostmap import PageHosts, canonical_host, encode_hosts, host_delays, host_index, url_page_hosts
 from ..core.solve import HostCaps
 from ._schema import Column, PathLike, Schema, TableError
 from ._tables import read_table
@@ -63,19 +62,24 @@ CRAWL_DELAYS = Schema(
 )
 
 
-def _page_hosts(page_id: ArrayLike, pages_path: PathLike | None, unknown_pages: str, *,
-                hint: str = "--hosts FILE") -> list[str | None]:
-    """The host key (:func:`canonical_host`) of every page: from a ``page_id,host_id`` table
+def _page_hosts(page_id: ArrayLike | PageHosts, pages_path: PathLike | None, unknown_pages: str, *,
+                hint: str = "--hosts FILE") -> PageHosts:
+    """The host keys (:func:`canonical_host`) of the pages: from a ``page_id,host_id`` table
     when given (a row whose page is not in ``page_id``: ``TableError`` naming its line, or
-    ignored), else the host of URL page ids (None for a page without one)."""
+    ignored), else the host of URL page ids (none for a page without one).  ``page_id`` may
+    be a :class:`PageHosts` of URL page ids found already (used as it is without a table)."""
     if unknown_pages not in ("error", "ignore"):
         raise ValueError("unknown_pages must be 'error' or 'ignore'")
-    ids = [str(p) for p in np.asarray(page_id).tolist()]
+    if isinstance(page_id, PageHosts):
+        if pages_path is None:
+            return page_id
+        page_id = page_id.page_id
     if pages_path is None:
         try:
-            return url_hosts(ids, url_host)  # url_host once per distinct scheme://authority
+            return url_page_hosts(page_id)  # url_host once per distinct scheme://authority
         except ValueError as err:  # err names the page; say where its host could come from instead
             raise ValueError(f"{err}: its host is unknown; give a page_id,host_id mapping ({hint})") from None
+    ids = [str(p) for p in np.asarray(page_id).tolist()]
     table = read_table(pages_path, PAGE_HOSTS)
     pos = {p: i for i, p in enumerate(ids)}
     out: list[str | None] = [None] * len(ids)
@@ -93,7 +97,7 @@ def _page_hosts(page_id: ArrayLike, pages_path: PathLike | None, unknown_pages: 
             except ValueError as err:
                 raise TableError(os.fspath(pages_path), lineno, f"host_id: {err}", column="host_id") from None
         out[i] = key
-    return out
+    return encode_hosts(page_id, out)
 
 
 def _row_hosts(path: str, table, column: str) -> list[str]:
@@ -117,7 +121,7 @@ def _row_hosts(path: str, table, column: str) -> list[str]:
     return keys
 
 
-def _check_unmatched(path: str, table, column: str, keys: Sequence[str], page_host: Sequence[str | None],
+def _check_unmatched(path: str, table, column: str, keys: Sequence[str], page_host: PageHosts,
                      unmatched: str, what: str) -> None:
     """A row whose host has no page: :class:`TableError` naming its file, line and host
     (``unmatched="error"``), a ``UserWarning`` per such row (``"warn"``), or nothing."""
@@ -126,9 +130,10 @@ def _check_unmatched(path: str, table, column: str, keys: Sequence[str], page_ho
     _report_unmatched(path, table, column, keys, ~_rows_matched(keys, page_host), unmatched, what)
 
 
-def _rows_matched(keys: Sequence[str], page_host: Sequence[str | None]) -> np.ndarray:
+def _rows_matched(keys: Sequence[str], page_host: PageHosts) -> np.ndarray:
     """``(rows,)`` bool: the row's host has a page among ``page_host``."""
-    have = set(page_host)
+    present = np.bincount(page_host.codes + 1, minlength=len(page_host.values) + 1)[1:] > 0
+    have = {h for h, p in zip(page_host.values, present.tolist()) if p}
     return np.asarray([k in have for k in keys], bool)
 
 
@@ -218,7 +223,7 @@ def read_host_caps_rows(path: PathLike, page_id: ArrayLike, *, pages_path: PathL
     mapping = os.fspath(pages_path) if pages_path is not None else named
     page_host = _page_hosts(page_id, mapping, unknown_pages,
                             hint=f"--hosts FILE, or a line '# pages: FILE' in {os.fspath(path)}")
-    if mapping is None and any(h is None for h in page_host):
+    if mapping is None and np.any(page_host.codes < 0):
         raise ValueError(
             f"{os.fspath(path)}: no page->host mapping: add a line '# pages: FILE' naming a "
             "page_id,host_id CSV (or use URLs as page ids)")
@@ -261,7 +266,7 @@ def read_crawl_delays(path: PathLike, page_id: ArrayLike, *, pages_path: PathLik
         hosts = np.asarray(_row_hosts(t.path, t, "host"), object)
         delays = t["crawl_delay"]
     page_host = _page_hosts(page_id, pages_path, unknown_pages)
-    if pages_path is None and all(h is None for h in page_host):
+    if pages_path is None and not np.any(page_host.codes >= 0):
         raise ValueError("no page -> host mapping: give --hosts FILE (page_id,host_id) or use URLs as page ids")
     if t is not None:
         _check_unmatched(t.path, t, "host", hosts.tolist(), page_host, unmatched, "crawl-delay row")
