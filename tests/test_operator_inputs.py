@@ -167,3 +167,27 @@ def test_a_cap_equal_to_the_sum_of_floors_solves_in_float64_and_says_so_in_float
     rate = np.asarray(pol.rate)
     assert bool(pol.converged) and rate[:7].sum() == pytest.approx(7 / 3, rel=1e-12)
     assert rate.sum() == pytest.approx(3.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("value, becomes", [("1e-300", "0"), ("1e300", "inf")])
+def test_a_plan_rate_float32_cannot_hold_is_named_by_schedule_and_evaluate(tmp_path, value, becomes):
+    """A plan written by an --x64 solve may hold rates float32 cannot: schedule and
+    evaluate --plan name the page, its row and the file, and suggest --x64, where a cast
+    would silently make the page never crawled (0) or refuse it as 'inf'."""
+    from helpers import expect_cli_error
+
+    pages = tmp_path / "pages.csv"
+    pages.write_text("page_id,importance,change_rate\na,1,1\nb,1,2\nc,1,0.5\n")
+    plan = tmp_path / "plan.csv"
+    plan.write_text(f"page_id,rate,prob,periodic_rate\na,1,0,0\nb,{value},0,0\nc,0.5,0,0\n")
+    out = tmp_path / "timetable.csv"
+    for argv in (["schedule", "--plan", plan, "--horizon", "2", "-q", "-o", out],
+                 ["evaluate", "-i", pages, "--plan", plan, "--bandwidth", "2", "--seeds", "2", "--horizon", "5",
+                  "--no-monte-carlo", "-q"]):
+        err = expect_cli_error(argv, "'b'", "data row 2", str(plan), "--x64", f"would become {becomes}")
+        assert "rate" in err
+    assert not out.exists()
+    if becomes == "0":  # float64 holds it (the page is crawled at its tiny rate: not in a 2-day window)
+        code, _, err = run(["schedule", "--plan", plan, "--horizon", "2", "-q", "--x64", "-o", out])
+        assert code == 0, err
+        assert "b" not in [line.split(",")[1] for line in out.read_text().splitlines()[1:]]

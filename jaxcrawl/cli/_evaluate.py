@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxcrawl
+from jaxcrawl._src.checks import check_representable
 from jaxcrawl._src.fileio import progress_bar, write_file
 from jaxcrawl._src.hostmap import merge_host_caps
 from jaxcrawl._src.limits import check_size
@@ -238,8 +239,13 @@ def run(args: argparse.Namespace) -> int:
         caps = _caps(args, page_id)
         if caps is not None:
             constraints = constraints._replace(host_id=caps[0], host_cap=caps[1])
-        plan = _aligned_plan(read_plan(args.plan), page_id) if args.plan else None
-    dtype = jnp.float64 if args.x64 else jnp.float32
+        dtype = jnp.float64 if args.x64 else jnp.float32
+        plan = None
+        if args.plan:
+            raw = read_plan(args.plan)
+            for name in ("rate", "prob", "periodic_rate"):  # what the evaluation casts to dtype
+                check_representable(getattr(raw, name), name, dtype, labels=raw.page_id, source=args.plan)
+            plan = _aligned_plan(raw, page_id)
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth, jnp.asarray(comp))
     key = jax.random.PRNGKey(args.mc_seed)
     opts = dict(horizon=args.horizon, burn_in=args.burn_in, num_seeds=args.seeds,
