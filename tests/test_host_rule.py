@@ -260,3 +260,51 @@ def test_urlfrontier_queue_keys_follow_the_host_rule(tmp_path):
     jio.write_urlfrontier(tmp_path / "f.jsonl", urls, [1.0] * 5, [2e9] * 5)
     keys = [json.loads(line)["known"]["info"]["key"] for line in open(tmp_path / "f.jsonl", encoding="utf-8")]
     assert keys == ["ex.com", "ex.com", "ex.com:8080", "xn--bcher-kva.de", "p17"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_host_mapping_file_agrees_with_a_row_by_row_reading(tmp_path, seed):
+    """The page -> host mapping is matched by hashing (every row at once); its hosts, and the
+    line its first error names, are those of reading the file a row at a time."""
+    from jaxcrawl._src.hostmap import canonical_host
+    from jaxcrawl.io import _hosts
+    from jaxcrawl.io._schema import TableError
+
+    rng = np.random.default_rng(seed)
+    n = 60
+    page_id = np.arange(n) * 3 if seed % 2 else np.asarray([f"p{i}" for i in range(n)], object)
+    pool = ["a.example", "A.Example.", "b.example:80", "b.example:8080", "ÉCOLE.fr", "http://x.com/", "c.example"]
+    if seed >= 2:
+        pool.append("a..b")  # refused by the host rule
+    rows = rng.permutation(n + 10)[:n]  # some rows name a page the problem does not have
+    lines = ["page_id,host_id"] + [f"{str(page_id[r]) if r < n else 'zz' + str(r)},{rng.choice(pool)}"
+                                   for r in rows.tolist()]
+    path = tmp_path / "map.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def reference(unknown):
+        pos = {str(p): i for i, p in enumerate(page_id.tolist())}
+        out = [None] * n
+        for lineno, line in enumerate(lines[1:], start=2):
+            p, h = line.split(",")
+            i = pos.get(p)
+            if i is None:
+                if unknown == "error":
+                    return lineno, "is not one of the problem's pages"
+                continue
+            try:
+                out[i] = canonical_host(h)
+            except ValueError:
+                return lineno, "host_id"
+        return out
+
+    for unknown in ("error", "ignore"):
+        want = reference(unknown)
+        if isinstance(want, tuple):
+            with pytest.raises(TableError) as err:
+                _hosts._page_hosts(page_id, path, unknown)
+            assert f"{path}:{want[0]}:" in str(err.value) and want[1] in str(err.value)
+            continue
+        got = _hosts._page_hosts(page_id, path, unknown)
+        assert [got.values[c] if c >= 0 else None for c in got.codes.tolist()] == want
+        assert len(set(got.values)) == len(got.values)

@@ -187,14 +187,6 @@ class PageHosts(NamedTuple):
         return present[np.argsort(first[present], kind="stable")]
 
 
-def encode_hosts(page_id: Any, page_host: Sequence[str | None]) -> PageHosts:
-    """:class:`PageHosts` of a per-page list of host keys (None or "": no host)."""
-    index: dict[str, int] = {}
-    codes = np.fromiter((-1 if not h else index.setdefault(str(h), len(index)) for h in page_host),
-                        np.int64, len(page_host))
-    return PageHosts(page_id, codes, list(index))
-
-
 def url_page_hosts(page_id: Any) -> PageHosts:
     """:class:`PageHosts` of URL page ids: each page's :func:`url_host` (no host: a page id
     that is not a URL), found once per distinct ``scheme://authority`` prefix

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._src.hostmap import PageHosts, canonical_host, encode_hosts, host_delays, host_index, url_page_hosts
+from .._src.hostmap import PageHosts, canonical_host, host_delays, host_index, url_page_hosts
 from ..core.solve import HostCaps
 from ._schema import Column, PathLike, Schema, TableError
 from ._tables import read_table
@@ -79,25 +79,53 @@ def _page_hosts(page_id: ArrayLike | PageHosts, pages_path: PathLike | None, unk
             return url_page_hosts(page_id)  # url_host once per distinct scheme://authority
         except ValueError as err:  # err names the page; say where its host could come from instead
             raise ValueError(f"{err}: its host is unknown; give a page_id,host_id mapping ({hint})") from None
-    ids = [str(p) for p in np.asarray(page_id).tolist()]
+    import pyarrow.compute as pc
+
     table = read_table(pages_path, PAGE_HOSTS)
-    pos = {p: i for i, p in enumerate(ids)}
-    out: list[str | None] = [None] * len(ids)
-    keys: dict[str, str] = {}
-    for lineno, p, h in zip(table.line.tolist(), table["page_id"].tolist(), table["host_id"].tolist()):
-        i = pos.get(str(p))
-        if i is None:
-            if unknown_pages == "error":
-                raise TableError(os.fspath(pages_path), lineno, f"page_id {p!r} is not one of the problem's pages")
-            continue
-        key = keys.get(h)
-        if key is None:
-            try:
-                key = keys[h] = canonical_host(h)
-            except ValueError as err:
-                raise TableError(os.fspath(pages_path), lineno, f"host_id: {err}", column="host_id") from None
-        out[i] = key
-    return encode_hosts(page_id, out)
+    n = len(page_id)
+    # each mapping row's page, found by hashing the ids (str of each id, as the rows are text)
+    pos = pc.index_in(_text(table["page_id"]), value_set=_text(page_id)).fill_null(-1)
+    pos = np.asarray(pos.to_numpy(zero_copy_only=False), np.int64)
+    known = pos >= 0
+    # each distinct host_id through the host rule once
+    enc = pc.dictionary_encode(_text(table["host_id"]))
+    keys: dict[str, int] = {}
+    key_code, refused = [], {}
+    for j, h in enumerate(enc.dictionary.to_pylist()):
+        try:
+            key_code.append(keys.setdefault(canonical_host(h), len(keys)))
+        except ValueError as err:
+            key_code.append(-1)
+            refused[j] = err
+    host = np.asarray(enc.indices.to_numpy(zero_copy_only=False), np.int64)
+    # the first row (file order) that fails, as a row-by-row reading would meet it
+    first_unknown = int(np.argmin(known)) if unknown_pages == "error" and not known.all() else len(pos)
+    bad = known & np.isin(host, np.fromiter(refused, np.int64, len(refused)))
+    first_bad = int(np.argmax(bad)) if bad.any() else len(pos)
+    if first_unknown < len(pos) and first_unknown <= first_bad:
+        raise TableError(os.fspath(pages_path), int(table.line[first_unknown]),
+                         f"page_id {table['page_id'][first_unknown]!r} is not one of the problem's pages")
+    if first_bad < len(pos):
+        raise TableError(os.fspath(pages_path), int(table.line[first_bad]), f"host_id: {refused[host[first_bad]]}",
+                         column="host_id")
+    codes = np.full(n, -1, np.int64)
+    codes[pos[known]] = np.asarray(key_code + [-1], np.int64)[host[known]]
+    return PageHosts(page_id, codes, list(keys))
+
+
+def _text(values):
+    """An Arrow string array of ``str(v)`` for each value (ids and hosts, compared as text)."""
+    import pyarrow as pa
+
+    a = np.asarray(values)
+    if a.dtype.kind in "iu":
+        import pyarrow.compute as pc
+
+        return pc.cast(pa.array(a), pa.string())
+    try:
+        return pa.array(a if a.dtype.kind in "OU" else a.astype(object), pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
+        return pa.array([str(v) for v in a.tolist()], pa.string())
 
 
 def _row_hosts(path: str, table, column: str) -> list[str]:
