@@ -243,8 +243,9 @@ def run(args: argparse.Namespace) -> int:
         plan = None
         if args.plan:
             raw = read_plan(args.plan)
-            for name in ("rate", "prob", "periodic_rate"):  # what the evaluation casts to dtype
-                check_representable(getattr(raw, name), name, dtype, labels=raw.page_id, source=args.plan)
+            for name in ("rate", "periodic_rate"):  # cast to dtype: a rate past its range would become inf
+                col = np.asarray(getattr(raw, name), np.float64)  # (a tiny one becomes 0: never crawled either way)
+                check_representable(np.where(col > 1.0, col, 0.0), name, dtype, labels=raw.page_id, source=args.plan)
             plan = _aligned_plan(raw, page_id)
     problem = jaxcrawl.CrawlProblem(jnp.asarray(imp, dtype), jnp.asarray(lam, dtype), bandwidth, jnp.asarray(comp))
     key = jax.random.PRNGKey(args.mc_seed)

@@ -35,7 +35,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcrawl import timetable as tt
-from jaxcrawl._src.checks import check_representable
 from jaxcrawl._src.fileio import progress_bar
 from jaxcrawl._src.limits import check_size
 from jaxcrawl._src.timeunits import first_crawl, iso_utc, parse_duration, parse_start, unit_seconds
@@ -157,7 +156,6 @@ def run(args: argparse.Namespace) -> int:
     # page pinned at its revisit floor) are timetabled like any page's
     rate = np.where(left_out, plan.periodic_rate, plan.rate)
     dtype = jnp.float64 if args.x64 else jnp.float32
-    check_representable(rate, "rate", dtype, labels=plan.page_id, source=args.plan)  # would become 0 or inf
     with np.errstate(over="ignore"):  # a rate beyond the dtype's range becomes inf: the guard below names it
         rate_j = jnp.asarray(np.asarray(rate).astype(jnp.dtype(dtype)))
 
