@@ -1,11 +1,12 @@
 """Per-page text work done column-wise (pyarrow compute) at crawl-database scale.
 
-:func:`url_host_codes` (and :func:`url_hosts`, its per-page list) applies a per-URL host rule once per distinct ``scheme://authority``
-prefix instead of once per page, with exactly the per-element result.
+:func:`arrow_text` turns ids into Arrow text; :func:`url_host_codes` applies a per-URL host rule
+once per distinct ``scheme://authority`` prefix instead of once per page, with exactly the
+per-element result.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -14,6 +15,31 @@ import numpy as np
 _SCHEME = r"^[A-Za-z][A-Za-z0-9+.\-]*://"
 _PREFIX = r"^(?P<prefix>[A-Za-z][A-Za-z0-9+.\-]*://[^/?#]*)"
 _SPACE = r"[\x00-\x20]"
+
+
+def arrow_text(values, name: str = "ids"):
+    """An Arrow string array of ``str(v)`` for each of ``values`` (an Arrow array, a list or
+    a one-dimensional NumPy array), built in Arrow without a Python string per value where
+    it can be (strings, integers); ``ValueError`` naming ``name`` for another shape."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values if pa.types.is_string(values.type) else pc.cast(values, pa.string())
+    a = values if isinstance(values, list) else np.asarray(values)
+    if isinstance(a, np.ndarray):
+        if a.ndim != 1:
+            raise ValueError(f"{name} must be one-dimensional; got shape {a.shape}")
+        if a.dtype.kind in "iu":
+            return pc.cast(pa.array(a), pa.string())
+    if isinstance(a, list) or a.dtype.kind in "OU":
+        try:
+            return pa.array(a, pa.string())
+        except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
+            pass
+    return pa.array([str(v) for v in (a if isinstance(a, list) else a.tolist())], pa.string())
 
 
 def url_host_codes(urls, host_of: Callable[[str], str | None]) -> tuple[np.ndarray, list[str | None]]:
@@ -46,21 +72,6 @@ def url_host_codes(urls, host_of: Callable[[str], str | None]) -> tuple[np.ndarr
         codes[others] = len(values) + np.arange(others.size)
         values += [host_of(u) for u in raw]
     return codes, values
-
-
-def url_hosts(ids: Sequence[str], host_of: Callable[[str], str | None]) -> list[str | None]:
-    """``[host_of(u) for u in ids]``, with ``host_of`` called once per distinct ``scheme://authority``
-    prefix of the URLs whose host depends on that prefix only (no whitespace or control
-    character anywhere); every other id is passed to ``host_of`` whole.  ``host_of`` must read
-    a URL's host from its authority (as ``urllib.parse.urlsplit`` does).  A ``ValueError`` of
-    ``host_of`` is raised as the per-element loop raises it (for the first such page)."""
-    if len(ids) < 1024:
-        return [host_of(u) for u in ids]
-    import pyarrow as pa
-
-    codes, values = url_host_codes(pa.array(ids, pa.string()), host_of)
-    return np.asarray(values + [None], object)[codes].tolist()
-
 
 
 def float_repr(values: np.ndarray):

@@ -68,6 +68,19 @@ def check_positive_finite(arr: Any, name: str) -> None:
             " (a page that never changes or is never requested need not be tracked)")
 
 
+def outside_normal_range(values: np.ndarray, dtype: Any) -> np.ndarray | None:
+    """The finite, nonzero entries of ``values`` outside ``dtype``'s normal range (cast to
+    ``dtype`` they would become 0, a flushed subnormal, or inf), as a bool mask; None when
+    there is nothing to check (``dtype`` not a float narrower than the values)."""
+    dt = np.dtype(dtype)
+    a = np.asarray(values)
+    if dt.kind != "f" or a.dtype.kind != "f" or a.dtype.itemsize <= dt.itemsize or a.size == 0:
+        return None
+    info = np.finfo(dt)
+    mag = np.abs(a)
+    return np.isfinite(a) & (a != 0) & ((mag < info.tiny) | (mag > info.max))
+
+
 def check_representable(values: Any, name: str, dtype: Any, *, labels: Any = None, source: str | None = None) -> None:
     """``ValueError`` when a finite, nonzero value of ``values`` (e.g. float64 from a file)
     falls outside ``dtype``'s normal range, so that casting would turn it into 0 (or a
@@ -79,13 +92,10 @@ def check_representable(values: Any, name: str, dtype: Any, *, labels: Any = Non
     """
     dt = np.dtype(dtype)
     a = np.asarray(values)
-    if dt.kind != "f" or a.dtype.kind != "f" or a.dtype.itemsize <= dt.itemsize or a.size == 0:
+    bad = outside_normal_range(a, dt)
+    if bad is None or not bad.any():
         return
     info = np.finfo(dt)
-    mag = np.abs(a)
-    bad = np.isfinite(a) & (a != 0) & ((mag < info.tiny) | (mag > info.max))
-    if not bad.any():
-        return
     idx, val = first_bad(a, bad)
     if labels is not None:
         lab = np.ravel(np.asarray(labels))[idx]

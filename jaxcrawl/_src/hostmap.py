@@ -186,36 +186,43 @@ class PageHosts(NamedTuple):
         present = np.flatnonzero(first < n)
         return present[np.argsort(first[present], kind="stable")]
 
+    def dense_index(self, keep: Callable[[str], bool],
+                    used: dict[str, int] | None = None) -> tuple[np.ndarray, list[str]]:
+        """``(index, names)``: ``(n,)`` int32 index of each page's host among the hosts
+        ``keep`` accepts (``-1``: none), numbered in order of their first page after those
+        already in ``used``, and every numbered host in index order.  ``keep`` is asked once
+        per distinct host."""
+        used = {} if used is None else used
+        per_code = np.full(len(self.values) + 1, -1, np.int32)  # the last: pages without a host
+        for c in self.first_pages().tolist():
+            if keep(self.values[c]):
+                per_code[c] = used.setdefault(self.values[c], len(used))
+        return per_code[self.codes], list(used)
+
 
 def url_page_hosts(page_id: Any) -> PageHosts:
     """:class:`PageHosts` of URL page ids: each page's :func:`url_host` (no host: a page id
     that is not a URL), found once per distinct ``scheme://authority`` prefix
     (:func:`jaxcrawl._src.bulk_text.url_host_codes`); ``ValueError`` naming the first page
     whose URL cannot be read, as :func:`url_host` raises it."""
-    import pyarrow as pa
-
-    from .bulk_text import url_host_codes
+    from .bulk_text import arrow_text, url_host_codes
 
     ids = np.asarray(page_id) if not isinstance(page_id, (list, np.ndarray)) else page_id
     if isinstance(ids, np.ndarray) and ids.dtype.kind in "iufb":  # numbers: no URL, no host
         return PageHosts(page_id, np.full(ids.shape[0], -1, np.int64), [])
-    try:
-        text = pa.array(ids, pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
-        text = pa.array([str(x) for x in np.asarray(ids, object).tolist()], pa.string())
-    codes, found = url_host_codes(text, url_host)
+    codes, found = url_host_codes(arrow_text(ids, "page_id"), url_host)
     index: dict[str, int] = {}
     remap = np.asarray([-1 if not h else index.setdefault(h, len(index)) for h in found] + [-1], np.int64)
     return PageHosts(page_id, remap[codes] if codes.size else codes, list(index))
 
 
-def host_index(page_host: Sequence[str | None] | PageHosts, host_ids: ArrayLike, host_caps: ArrayLike, *,
+def host_index(page_host: PageHosts, host_ids: ArrayLike, host_caps: ArrayLike, *,
                all_hosts: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Dense host indices of the pages and the caps they index.
 
     Args:
-      page_host: ``(n,)`` each page's host id (string; a host key of :func:`canonical_host`,
-        compared as written with ``host_ids``), or None / "" for no host.
+      page_host: the pages' host keys (:class:`PageHosts`, keys of :func:`canonical_host`,
+        compared as written with ``host_ids``).
       host_ids, host_caps: the hosts and their caps (``inf``: uncapped).
       all_hosts: index every finite-cap host in the order given (the same indices on every
         process of a job, whatever pages it holds); default: only the hosts that have
@@ -227,31 +234,13 @@ def host_index(page_host: Sequence[str | None] | PageHosts, host_ids: ArrayLike,
     """
     pairs = [(str(h), float(c)) for h, c in zip(np.asarray(host_ids).tolist(), np.asarray(host_caps).tolist())]
     cap_of = dict(pairs)
-    used: dict[str, int] = {}
-    if all_hosts:
-        for h, c in pairs:
-            if np.isfinite(c):
-                used.setdefault(h, len(used))
-    if isinstance(page_host, PageHosts):  # once per distinct host, then one gather
-        per_code = np.full(len(page_host.values) + 1, -1, np.int32)  # the last: no host
-        for c in page_host.first_pages().tolist():
-            h = page_host.values[c]
-            if h in cap_of and np.isfinite(cap_of[h]):
-                per_code[c] = used.setdefault(h, len(used))
-        return per_code[page_host.codes], np.asarray([cap_of[h] for h in used], np.float64)
-    idx = np.full(len(page_host), -1, np.int32)
-    for i, h in enumerate(page_host):
-        if h is None or h == "":
-            continue
-        h = str(h)
-        if h not in cap_of or not np.isfinite(cap_of[h]):
-            continue
-        idx[i] = used.setdefault(h, len(used))
-    caps = np.asarray([cap_of[h] for h in used], np.float64)
-    return idx, caps
+    used = dict.fromkeys(h for h, c in pairs if np.isfinite(c)) if all_hosts else {}
+    used = {h: i for i, h in enumerate(used)}
+    idx, names = page_host.dense_index(lambda h: h in cap_of and np.isfinite(cap_of[h]), used)
+    return idx, np.asarray([cap_of[h] for h in names], np.float64)
 
 
-def host_delays(page_host: Sequence[str | None] | PageHosts, hosts: ArrayLike,
+def host_delays(page_host: PageHosts, hosts: ArrayLike,
                 delays: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Dense host indices of the pages whose host has a crawl delay (``page_host`` and
     ``hosts`` host keys of :func:`canonical_host`, compared as written).
@@ -261,22 +250,8 @@ def host_delays(page_host: Sequence[str | None] | PageHosts, hosts: ArrayLike,
       float64 seconds and the ``(H,)`` host names.
     """
     delay_of = {str(h): float(d) for h, d in zip(np.asarray(hosts).tolist(), np.asarray(delays).tolist())}
-    used: dict[str, int] = {}
-    if isinstance(page_host, PageHosts):  # once per distinct host, then one gather
-        per_code = np.full(len(page_host.values) + 1, -1, np.int32)  # the last: no host
-        for c in page_host.first_pages().tolist():
-            if page_host.values[c] in delay_of:
-                per_code[c] = used.setdefault(page_host.values[c], len(used))
-        return (per_code[page_host.codes], np.asarray([delay_of[h] for h in used], np.float64),
-                np.asarray(list(used), object))
-    idx = np.full(len(page_host), -1, np.int32)
-    for i, h in enumerate(page_host):
-        if h is None:
-            continue
-        if h in delay_of:
-            idx[i] = used.setdefault(h, len(used))
-    names = np.asarray(list(used), object)
-    return idx, np.asarray([delay_of[h] for h in used], np.float64), names
+    idx, names = page_host.dense_index(delay_of.__contains__)
+    return idx, np.asarray([delay_of[h] for h in names], np.float64), np.asarray(names, object)
 
 
 def hosts_from_dataset(host_id: ArrayLike, host_constrained: ArrayLike,

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from jax.typing import ArrayLike
 
-from .._src.bulk_text import first_match, float_repr, json_strings, url_host_codes, utf8_blocks
+from .._src.bulk_text import arrow_text, first_match, float_repr, json_strings, url_host_codes, utf8_blocks
 from .._src.fileio import atomic_write
 from .._src.hostmap import url_host
 from .._src.timeunits import iso_utc, unit_seconds
@@ -73,12 +73,10 @@ def _write_lines(path: PathLike, lines, gz: bool) -> None:
 
 
 def _text_array(ids: ArrayLike, what: str = "url"):
-    """An Arrow string array of ``str(x)`` for each id, built in Arrow without a Python string
-    per id where it can be (Arrow string arrays, lists and object arrays of strings,
-    fixed-width string arrays, integers); a ``pyarrow.DictionaryArray`` of strings is
-    returned as it is (queue keys by host)."""
+    """An Arrow string array of ``str(x)`` for each id (:func:`arrow_text`); a
+    ``pyarrow.DictionaryArray`` of strings is returned as it is (queue keys by host).  A
+    missing URL is a ``ValueError`` naming the page."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks()
@@ -86,27 +84,7 @@ def _text_array(ids: ArrayLike, what: str = "url"):
         if not pa.types.is_string(ids.dictionary.type):
             raise ValueError(f"{what} must be strings; got a dictionary of {ids.dictionary.type}")
         return ids
-    if isinstance(ids, pa.Array):
-        text = ids if pa.types.is_string(ids.type) else pc.cast(ids, pa.string())
-    elif isinstance(ids, list):
-        try:
-            text = pa.array(ids, pa.string())
-        except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
-            text = pa.array([str(x) for x in ids], pa.string())
-    else:
-        a = np.asarray(ids)
-        if a.ndim != 1:
-            raise ValueError(f"{what} must be one-dimensional; got shape {a.shape}")
-        text = None
-        if a.dtype.kind in "OU":
-            try:
-                text = pa.array(a, pa.string())
-            except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
-                pass
-        elif a.dtype.kind in "iu":
-            text = pc.cast(pa.array(a), pa.string())
-        if text is None:
-            text = pa.array([str(x) for x in a.tolist()], pa.string())
+    text = arrow_text(ids, what)
     if what == "url" and text.null_count:
         first = int(np.flatnonzero(text.is_null().to_numpy(zero_copy_only=False))[0])
         raise ValueError(f"url: page {first} (counting from 0) has no URL (a missing value)")

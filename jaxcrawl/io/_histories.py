@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._src.checks import outside_normal_range
 from ._formats import file_format, write_table
 from ._neurips19 import CrawlDataset, LoadReport, load_crawl_dataset
 from ._schema import Column, FileReport, Schema, TableError
@@ -135,15 +136,12 @@ def _check_narrowing(t, column: str, dtype: type) -> None:
     the page's observations would be lost to a non-finite likelihood.  Suggests float64."""
     dt = np.dtype(dtype)
     v = np.asarray(t[column])
-    if dt.kind != "f" or v.dtype.kind != "f" or v.dtype.itemsize <= dt.itemsize or v.size == 0:
+    bad = outside_normal_range(v, dt)
+    if bad is None or not bad.any():
         return
     info = np.finfo(dt)
-    mag = np.abs(v)
-    bad = np.isfinite(v) & (v != 0) & ((mag < info.tiny) | (mag > info.max))
-    if not bad.any():
-        return
     i = int(np.argmax(bad))
-    becomes = "0" if mag[i] < info.tiny else "inf"
+    becomes = "0" if abs(v[i]) < info.tiny else "inf"
     raise TableError(t.path, int(t.line[i]),
                      f"{column} {float(v[i])!r} is outside {dt.name}'s normal range [{float(info.tiny):.3g}, "
                      f"{float(info.max):.3g}] (it would become {becomes}; {int(bad.sum())} such "

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from jax.typing import ArrayLike
 
+from .._src.bulk_text import arrow_text
 from .._src.hostmap import PageHosts, canonical_host, host_delays, host_index, url_page_hosts
 from ..core.solve import HostCaps
 from ._schema import Column, PathLike, Schema, TableError
@@ -84,11 +85,11 @@ def _page_hosts(page_id: ArrayLike | PageHosts, pages_path: PathLike | None, unk
     table = read_table(pages_path, PAGE_HOSTS)
     n = len(page_id)
     # each mapping row's page, found by hashing the ids (str of each id, as the rows are text)
-    pos = pc.index_in(_text(table["page_id"]), value_set=_text(page_id)).fill_null(-1)
+    pos = pc.index_in(arrow_text(table["page_id"]), value_set=arrow_text(page_id)).fill_null(-1)
     pos = np.asarray(pos.to_numpy(zero_copy_only=False), np.int64)
     known = pos >= 0
     # each distinct host_id through the host rule once
-    enc = pc.dictionary_encode(_text(table["host_id"]))
+    enc = pc.dictionary_encode(arrow_text(table["host_id"]))
     keys: dict[str, int] = {}
     key_code, refused = [], {}
     for j, h in enumerate(enc.dictionary.to_pylist()):
@@ -111,21 +112,6 @@ def _page_hosts(page_id: ArrayLike | PageHosts, pages_path: PathLike | None, unk
     codes = np.full(n, -1, np.int64)
     codes[pos[known]] = np.asarray(key_code + [-1], np.int64)[host[known]]
     return PageHosts(page_id, codes, list(keys))
-
-
-def _text(values):
-    """An Arrow string array of ``str(v)`` for each value (ids and hosts, compared as text)."""
-    import pyarrow as pa
-
-    a = np.asarray(values)
-    if a.dtype.kind in "iu":
-        import pyarrow.compute as pc
-
-        return pc.cast(pa.array(a), pa.string())
-    try:
-        return pa.array(a if a.dtype.kind in "OU" else a.astype(object), pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):
-        return pa.array([str(v) for v in a.tolist()], pa.string())
 
 
 def _row_hosts(path: str, table, column: str) -> list[str]:
