@@ -291,3 +291,45 @@ def test_a_large_table_through_the_command_line(tmp_path):
     assert sum(1 for _ in open(tmp_path / "frontier.jsonl")) == n == report["urlfrontier"]["num_urls"]
     seeds = (tmp_path / "seeds.txt").read_text().splitlines()
     assert len(seeds) == n and seeds[0].split("\t")[0] == ids[0]
+
+    # the operator's daily cron on that plan: three 1-day windows, each continuing from the
+    # previous day's timetable (--after), give every page the crawls of one 3-day window within
+    # one, and every host keeps its crawl delay across the midnights; read back with Arrow's CSV
+    # reader, as a consumer would
+    import pyarrow.csv as pacsv
+
+    def schedule(start, horizon, out, *after):
+        cmd = [sys.executable, "-m", "jaxcrawl.cli", "schedule", "-p", str(tmp_path / "plan.parquet"), "-q",
+               "--start", start, "--horizon", horizon, "--crawl-delays", str(tmp_path / "delays.csv"),
+               "-o", str(tmp_path / out), *after]
+        proc = subprocess.run(cmd, env=helpers.subprocess_env(), capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        t = pacsv.read_csv(tmp_path / out)
+        assert t.column_names == ["time", "epoch_seconds", "page_id", "planned_epoch_seconds"]
+        return json.loads(proc.stdout.strip().splitlines()[-1]), t
+
+    days, tables = [], []
+    for d in range(3):
+        after = ["--after", str(tmp_path / f"day{d - 1}.csv")] if d else []
+        s, t = schedule(f"2026-01-0{d + 1}T00:00:00Z", "1d", f"day{d}.csv", *after)
+        days.append(s)
+        tables.append(t)
+    whole, long = schedule("2026-01-01T00:00:00Z", "3d", "long.csv")
+    assert all(s["crawls_deferred_past_horizon"] > 0 for s in days)  # the delays bind every day
+    assert days[1]["num_crawls_carried_over"] > 0 and days[2]["num_crawls_carried_over"] > 0
+    ids_d = np.concatenate([np.asarray(t["page_id"].to_pylist(), object) for t in tables])
+    where = {u: i for i, u in enumerate(ids.tolist())}
+    pages_d = np.asarray([where[u] for u in ids_d.tolist()])
+    pages_l = np.asarray([where[u] for u in long["page_id"].to_pylist()])
+    diff = np.bincount(pages_d, minlength=n) - np.bincount(pages_l, minlength=n)
+    assert np.abs(diff).max() <= 1, np.abs(diff).max()
+    by_host = np.bincount(host[pages_d], minlength=num_hosts) - np.bincount(host[pages_l], minlength=num_hosts)
+    assert np.abs(by_host).max() <= 1
+    times = np.concatenate([np.asarray(t["epoch_seconds"]) for t in tables])
+    planned = np.concatenate([np.asarray(t["planned_epoch_seconds"]) for t in tables])
+    assert np.all(planned <= times)
+    moved = planned < times - 1.0
+    assert np.all(np.isin(host[pages_d[moved]], delayed))  # only crawl delays move a crawl
+    for h in delayed.tolist():
+        mine = np.sort(times[host[pages_d] == h])
+        assert np.all(np.diff(mine) >= 86400 / (0.15 * count[h]) - 1.0)

@@ -2,7 +2,8 @@
 
 Reads the plan that ``jaxcrawl solve --output`` writes (``page_id,rate,prob``;
 :func:`jaxcrawl.io.read_plan`) and writes ``time,page_id`` rows (with an ISO 8601
-``--start``: ``time,epoch_seconds,page_id`` in UTC), sorted by time, for every crawl in
+``--start``: ``time,epoch_seconds,page_id`` in UTC; a planned-time column last with crawl
+delays), sorted by time, for every crawl in
 ``[--start, --start + --horizon)`` (:func:`jaxcrawl.io.write_timetable`); with crawl
 delays, :func:`jaxcrawl.timetable.space_crawls` keeps every host's fetches apart:
 page ``i`` is crawled at ``(k + phase_i) / rate_i`` (:func:`jaxcrawl.timetable.timetable`),
@@ -11,8 +12,11 @@ a grid anchored at the Unix epoch (0 for a numeric ``--start``), so its gaps are
 length, and consecutive windows continue one grid.  A page with a last fetch (``--after``:
 a previous window's timetable; ``--last-fetch``: a crawler's ``page_id,last_fetch``)
 continues from it instead: next fetch ``max(start, last + 1 / rate_i)``, then every
-``1 / rate_i``; a crawl that crawl delays pushed out of the ``--after`` window is overdue
-and comes first.
+``1 / rate_i``.  With crawl delays each host is a queue served in planned order; the
+timetable then has a last column, each crawl's planned time, and a page of a crawl-delay
+host continues from the planned time of its last fetch, the crawls the ``--after`` windows
+planned but could not fit opening this window's queue of its host (so k windows keep the
+queues of one window k times as long).
 
 Rows with ``prob > 0`` are pages crawled on change signals (NeurIPS-19 Π°): their crawls
 follow the signals, so they are left out of the timetable (and counted) unless
@@ -100,7 +104,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="a previous window's timetable (what this command wrote for it; repeatable): each page's "
                         "last crawl in it is its last fetch, and the page continues from it (next fetch = last "
                         "fetch + 1/rate, or this window's start when overdue); with crawl delays each host's "
-                        "last fetch is kept its delay apart from this window's first")
+                        "last fetch is kept its delay apart from this window's first, and the crawls its "
+                        "'planned' column shows were not fitted open this window's queue of their host")
     p.add_argument("--last-fetch", metavar="TABLE",
                    help="a crawler's state page_id,last_fetch (ISO 8601 UTC, or a number: epoch seconds with an "
                         "ISO --start, else the plan's unit): each page continues from its last fetch as with --after")
@@ -149,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     with stages.stage("read"):
         plan = read_plan(args.plan)
         gaps = host_gaps(args, plan.page_id)
-        last, state = _last_fetches(args, plan.page_id, epoch, unit, outputs)
+        last, planned_last, state = _last_fetches(args, plan.page_id, epoch, unit, outputs)
     signal = plan.prob > 0
     left_out = signal & ~args.include_signal_pages
     # a signal page's crawls follow its signals; its periodic crawls beside them (a complete
@@ -174,24 +179,18 @@ def run(args: argparse.Namespace) -> int:
     # near an epoch-day origin (2e4 days) a float32 rate's rounding moves a grid by ~1e-3 periods
     rate = np.asarray(rate_j, np.float64)
     # each page's first crawl at or after the window's start (float64, plan units since 0):
-    # its grid point, or max(start, last fetch + 1 / rate) for a page with a last fetch
+    # its grid point, or the next point of its own sequence after its last fetch
     last_group = None  # each crawl-delay host's last fetch (real fetches only)
     if gaps is not None and last is not None:
         hidx = gaps[0]
         last_group = np.full(len(gaps[2]), -np.inf)
         on = (hidx >= 0) & np.isfinite(last)
         np.maximum.at(last_group, hidx[on], last[on] - origin)
-    if state.get("after_from") is not None:
-        # a page with a grid point inside the --after window but no crawl in it had that crawl
-        # deferred past the window (crawl delays): it is overdue, crawled at this window's start
-        pos = rate > 0
-        r = np.where(pos, rate, 1.0)
-        grid_prev = first_crawl(rate, phase64, origin) - 1.0 / r
-        carried = pos & ~np.isfinite(last) & (grid_prev >= state["after_from"]) & (grid_prev < origin)
-        last = np.where(carried, origin - 1.0 / r, last)
-        state["num_pages_carried_over"] = int(np.sum(carried))
-    state.pop("after_from", None)
-    first = first_crawl(rate, phase64, origin, last)
+    seq_last, pending = _continue_sequences(rate, phase64, origin, last, planned_last, state,
+                                            None if gaps is None else gaps[0])
+    first = first_crawl(rate, phase64, origin, seq_last)
+    # each page's first planned crawl of this window: its first carried-over crawl, else ``first``
+    nominal0 = first if pending is None else np.where(pending[1] > 0, pending[0], first)
     check_size("--horizon", float(np.sum(np.asarray(rate, np.float64)) * horizon) + len(rate), 32,
                "crawls in the window")  # the timetable's size, before it is allocated
     t0 = time.perf_counter()
@@ -199,7 +198,9 @@ def run(args: argparse.Namespace) -> int:
         # times since --start (exact in the working dtype over the window); the window's place
         # on each page's grid is computed in float64 (timetable's eager path)
         table = jax.block_until_ready(tt.timetable(rate_j, horizon, start=origin, phase=phase, relative=True,
-                                                   last_crawl=last))
+                                                   last_crawl=seq_last))
+        if pending is not None and np.any(pending[1] > 0):
+            table = _with_carried_crawls(table, pending, rate, origin)
     spaced = None
     if gaps is not None:
         with progress_bar(None, "crawl delays", quiet=args.quiet, unit="step"), stages.stage("crawl delays"):
@@ -244,9 +245,8 @@ def run(args: argparse.Namespace) -> int:
         "expected_crawls": float(np.sum(rate) * horizon),
         "max_count_deviation": float(dev.max()) if dev.size else 0.0,
         "overflow": int(table.overflow),
+        "num_pages_overdue": 0,
         **state,
-        "num_pages_overdue": int(np.sum(np.isfinite(last) & (rate > 0) & (last + 1 / np.where(rate > 0, rate, 1)
-                                                                          < origin))) if last is not None else 0,
         "num_pages_later_than_last_fetch_plus_interval": late,
         "timetable_seconds": seconds,
         "dtype": str(np.dtype(dtype)),
@@ -269,8 +269,12 @@ def run(args: argparse.Namespace) -> int:
             summary.update(_delay_hosts(plain, table, hidx, delay, names, horizon, unit))
     if args.output:
         with progress_bar(times.shape[0], "writing timetable", quiet=args.quiet) as bar, stages.stage("write"):
-            write_timetable(args.output, times - (start if epoch is not None else 0.0), pages, plan.page_id,
-                            start_epoch=epoch, unit=args.time_unit, progress=bar)
+            shift = start if epoch is not None else 0.0
+            planned = None  # never after the crawl (the float32 times round within a few ms of the grid)
+            if spaced is not None:
+                planned = np.minimum(start + _planned_times(pages, nominal0, rate, origin), times) - shift
+            write_timetable(args.output, times - shift, pages, plan.page_id, start_epoch=epoch,
+                            unit=args.time_unit, planned=planned, progress=bar)
         summary["output"] = args.output
     if args.urlfrontier or args.nutch:
         with stages.stage("crawler files"):
@@ -334,6 +338,88 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _continue_sequences(rate, phase, origin: float, last, planned_last, state: dict, hidx):
+    """Each page's crawl sequence continued into this window from the ``--after`` /
+    ``--last-fetch`` state: ``(seq_last, pending)``.
+
+    ``seq_last`` is what :func:`jaxcrawl.timetable.timetable` takes as each page's last crawl
+    (first crawl ``max(start, seq_last + 1 / rate)``): the *planned* time of its last fetch,
+    so that a crawl-delay move does not shift the page's later crawls.  ``pending`` is
+    ``(first, count)`` per page, or None: the crawls of crawl-delay hosts that the previous
+    windows planned but the delays pushed past their end.  One long window keeps them in its
+    hosts' queues, in the order of their planned times; so does this window, which starts each
+    host's queue with them (planned times before its start).  A page of such a host continues
+    its own sequence after its last fetch; one without a fetch in the ``--after`` files
+    continues from the latest planned time its host was served up to (everything planned
+    before it was fetched), else from where those files begin (their earliest crawl).  A page of any other host with
+    a grid point inside the ``--after`` windows but no crawl in them is overdue once (crawled
+    at this window's start)."""
+    lo = state.pop("after_from", None)
+    planned_from = state.pop("planned_from", None)
+    if last is None:
+        return None, None
+    seq_last = planned_last.copy()
+    pos = rate > 0
+    r = np.where(pos, rate, 1.0)
+    overdue = pos & np.isfinite(seq_last) & (seq_last + 1.0 / r < origin)
+    state["num_pages_overdue"] = int(np.sum(overdue))
+    if lo is None:
+        return seq_last, None
+    delay_page = np.zeros(len(rate), bool) if hidx is None else (hidx >= 0) & pos
+    grid_prev = first_crawl(rate, phase, origin) - 1.0 / r
+    carried = pos & ~delay_page & ~np.isfinite(seq_last) & (grid_prev >= lo) & (grid_prev < origin)
+    seq_last = np.where(carried, origin - 1.0 / r, seq_last)
+    state["num_pages_carried_over"] = int(np.sum(carried))
+    state["num_crawls_carried_over"] = int(np.sum(carried))
+    state["num_pages_overdue"] = int(np.sum(overdue | carried))
+    if not delay_page.any():
+        return seq_last, None
+    has = delay_page & np.isfinite(seq_last)
+    served = np.full(int(hidx.max()) + 1, -np.inf)  # each host's latest planned time served
+    np.maximum.at(served, hidx[has], seq_last[has])
+    since = np.where(delay_page, served[np.maximum(hidx, 0)], -np.inf)
+    since = np.where(np.isfinite(since), since, lo)
+    x0 = since * r - phase
+    grid_from = since + (np.ceil(x0) - x0) / r  # each page's first grid point at or after ``since``
+    nxt = np.where(has, seq_last + 1.0 / r, grid_from)
+    count = np.where(delay_page & (nxt >= planned_from) & (nxt < origin), np.ceil((origin - nxt) * r), 0.0)
+    count = count.astype(np.int64)
+    seq_last = np.where(delay_page, np.where(count > 0, nxt + (count - 1) / r, nxt - 1.0 / r), seq_last)
+    state["num_pages_carried_over"] += int(np.sum(count > 0))
+    state["num_crawls_carried_over"] += int(np.sum(count))
+    state["num_pages_overdue"] = int(np.sum(overdue | carried | (count > 0)))
+    return seq_last, (nxt, count)
+
+
+def _with_carried_crawls(table, pending, rate, origin: float):
+    """``table`` with the carried-over crawls first: each at this window's start (time 0),
+    ordered by planned time then page, so that the crawl-delay spacing (which keeps each
+    host's crawls in table order among equal times) serves them as one long window would."""
+    nxt, count = pending
+    page = np.repeat(np.arange(len(count), dtype=np.int64), count)
+    k = np.arange(page.size) - np.repeat(np.cumsum(count) - count, count)
+    planned = nxt[page] + k / rate[page] - origin
+    order = np.lexsort((page, planned))
+    num = page.size
+    dtype = table.time.dtype
+    return tt.Timetable(jnp.concatenate([jnp.zeros((num,), dtype), table.time]),
+                        jnp.concatenate([jnp.asarray(page[order], jnp.int32), table.page]),
+                        jnp.concatenate([jnp.ones((num,), bool), table.mask]),
+                        table.num_crawls + num, table.overflow)
+
+
+def _planned_times(pages, nominal0, rate, origin: float) -> np.ndarray:
+    """Each timetabled crawl's planned time (since the window's start): a page's crawls keep
+    their order, so its ``k``-th crawl here is its ``k``-th planned one, ``nominal0 + k / rate``."""
+    order = np.argsort(pages, kind="stable")
+    ps = pages[order]
+    starts = np.flatnonzero(np.r_[True, ps[1:] != ps[:-1]]) if ps.size else np.zeros(0, np.int64)
+    sizes = np.diff(np.r_[starts, ps.size])
+    rank = np.empty(ps.size, np.int64)
+    rank[order] = np.arange(ps.size) - np.repeat(starts, sizes)
+    return nominal0[pages] - origin + rank / rate[pages]
+
+
 def _late_pages(due, last, origin, rate) -> int:
     """Pages whose next fetch (``due``, since the window's start) is later than their last
     fetch plus their interval -- only a crawl-delay deferral can do that (reported)."""
@@ -359,27 +445,32 @@ def _match(page_id: np.ndarray, ids: np.ndarray) -> np.ndarray:
 
 
 def _last_fetches(args: argparse.Namespace, page_id: np.ndarray, epoch: float | None, unit: float,
-                  outputs: list[str]) -> tuple[np.ndarray | None, dict]:
+                  outputs: list[str]) -> tuple[np.ndarray | None, np.ndarray | None, dict]:
     """Each page's last fetch before this window (absolute, plan units since time 0; NaN:
     none) from ``--after`` timetables (each page's latest crawl in them) and ``--last-fetch``
-    (a crawler's ``page_id,last_fetch``), the latest of them; and the summary's counts
-    (with ``after_from``: the earliest crawl in the ``--after`` files, where the windows
-    they cover are taken to begin; they end at this window's start).  ``None`` when neither
-    is given."""
+    (a crawler's ``page_id,last_fetch``), the latest of them; the planned time of that fetch
+    (a timetable's ``planned`` column, else the fetch itself); and the summary's counts (with
+    ``after_from``: the earliest crawl in the ``--after`` files, where the windows they cover
+    are taken to begin -- they end at this window's start -- and ``planned_from``: their
+    earliest planned time).  ``None`` when neither is
+    given."""
 
     sources = list(args.after or ())
     if not sources and not args.last_fetch:
-        return None, {}
+        return None, None, {}
     outs = {os.path.realpath(o) for o in outputs}
     last = np.full(len(page_id), -np.inf)
+    after_last = np.full(len(page_id), -np.inf)
+    after_planned = np.full(len(page_id), -np.inf)
     unmatched = 0
-    after_from = None
+    after_from = planned_from = None
     for path in sources + ([args.last_fetch] if args.last_fetch else []):
         if os.path.realpath(path) in outs:
             flag = "--after" if path in sources else "--last-fetch"
             raise ValueError(f"{flag} {path} is also an output of this run; give the previous window's file")
+        planned = None
         if path in sources:
-            t, ids, absolute = read_timetable(path)
+            t, ids, absolute, planned = read_timetable(path, planned=True)
             if absolute != (epoch is not None):
                 have, need = ("epoch_seconds", "plan-unit times") if absolute else ("plan-unit times", "epoch_seconds")
                 raise ValueError(f"--after {path} has {have} but this run's --start gives {need}; schedule both "
@@ -391,16 +482,23 @@ def _last_fetches(args: argparse.Namespace, page_id: np.ndarray, epoch: float | 
                                  "an ISO 8601 --start or last fetches in the plan's unit")
             absolute = epoch is not None  # a number with an ISO --start: epoch seconds
         t = t / unit if absolute else t
-        if path in sources and t.size:
-            after_from = float(t.min()) if after_from is None else min(after_from, float(t.min()))
         idx = _match(page_id, ids)
         ok = idx >= 0
         unmatched += int(np.sum(~ok))
         np.maximum.at(last, idx[ok], t[ok])
+        if planned is not None:
+            planned = np.minimum(planned / unit if absolute else planned, t)
+            if planned.size:
+                after_from = min(float(t.min()), after_from if after_from is not None else np.inf)
+                planned_from = min(float(planned.min()), planned_from if planned_from is not None else np.inf)
+            np.maximum.at(after_last, idx[ok], t[ok])
+            np.maximum.at(after_planned, idx[ok], planned[ok])  # a page's crawls keep their planned order
     has = np.isfinite(last)
     last = np.where(has, last, np.nan)
-    return last, {"num_pages_with_last_fetch": int(np.sum(has)), "num_last_fetch_rows_not_in_plan": unmatched,
-                  "after_from": after_from}
+    planned_last = np.where(has & (after_last >= last), after_planned, last)
+    return last, planned_last, {"num_pages_with_last_fetch": int(np.sum(has)),
+                                "num_last_fetch_rows_not_in_plan": unmatched, "after_from": after_from,
+                                "planned_from": planned_from}
 
 
 #: Crawl-delay hosts listed in the JSON line (the most deferred first); the report shows ten.

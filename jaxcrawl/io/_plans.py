@@ -32,12 +32,16 @@ PLAN = Schema(
 
 
 #: Timetable: ``time,page_id`` (``time`` a number in the plan's unit) or
-#: ``time,epoch_seconds,page_id`` (``time`` ISO 8601 UTC), one crawl a row.
+#: ``time,epoch_seconds,page_id`` (``time`` ISO 8601 UTC), one crawl a row; with crawl delays a
+#: last column ``planned`` (``planned_epoch_seconds``): the time the plan gave the crawl before
+#: the delays moved it, the crawl state the next window continues from.
 TIMETABLE = Schema(
     "timetable",
     (Column("time", strip=True),
      Column("epoch_seconds", "number", required=False, default=float("nan")),
-     Column("page_id")),
+     Column("page_id"),
+     Column("planned", "number", required=False, default=float("nan")),
+     Column("planned_epoch_seconds", "number", required=False, default=float("nan"))),
     rows="crawls",
 )
 
@@ -98,7 +102,8 @@ def write_plan(path: PathLike, page_id: ArrayLike, rate: ArrayLike, prob: ArrayL
 
 
 def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: ArrayLike, *,
-                    start_epoch: float | None = None, unit: str = "days", progress=None) -> None:
+                    start_epoch: float | None = None, unit: str = "days", planned: ArrayLike | None = None,
+                    progress=None) -> None:
     """Write a timetable atomically, one row per crawl in the given order.
 
     Without ``start_epoch``: columns ``time,page_id`` with ``time`` in the plan's time unit
@@ -106,30 +111,50 @@ def write_timetable(path: PathLike, time: ArrayLike, page: ArrayLike, page_id: A
     ``--start``): columns
     ``time,epoch_seconds,page_id`` with ``time`` an ISO 8601 UTC timestamp (milliseconds,
     ``Z``) and ``epoch_seconds`` = ``start_epoch + time * seconds_per_unit`` (float64,
-    computed on the host whatever the JAX dtype).
+    computed on the host whatever the JAX dtype).  With ``planned`` (each crawl's time before
+    crawl delays moved it, in ``time``'s coordinates) a last column ``planned`` (plan units)
+    or ``planned_epoch_seconds``.
     """
     ids = np.asarray(page_id)
     t = np.asarray(time, np.float64)
     pid = ids[np.asarray(page, np.int64)]
     if start_epoch is None:
         cols = {"time": t, "page_id": pid}
+        if planned is not None:
+            cols["planned"] = np.asarray(planned, np.float64)
     else:
         epoch = float(start_epoch) + t * unit_seconds(unit)
         cols = {"time": iso_utc(epoch), "epoch_seconds": epoch, "page_id": pid}
+        if planned is not None:
+            cols["planned_epoch_seconds"] = float(start_epoch) + np.asarray(planned, np.float64) * unit_seconds(unit)
     write_table(path, cols, progress=progress)
 
 
-def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
-    """Read a timetable written by :func:`write_timetable`: ``(time, page_id, absolute)``.
+def read_timetable(path: PathLike, *, planned: bool = False) -> tuple:
+    """Read a timetable written by :func:`write_timetable`: ``(time, page_id, absolute)``,
+    and with ``planned=True`` ``(time, page_id, absolute, planned)``.
 
     ``time`` is float64: epoch seconds when the file has an ``epoch_seconds`` column
-    (``absolute`` True), else the ``time`` column in the plan's unit.  A malformed row (a
-    non-numeric time) is a :class:`~jaxcrawl.io.TableError` naming the file.
+    (``absolute`` True), else the ``time`` column in the plan's unit; ``planned`` the
+    ``planned`` (``planned_epoch_seconds``) column in the same coordinates, ``time`` where the
+    file has none or leaves a row empty.  A malformed row (a non-numeric time) is a
+    :class:`~jaxcrawl.io.TableError` naming the file.
     """
     t = read_table(path, TIMETABLE, id_columns=("page_id",))
+    time, absolute = _timetable_times(path, t)
+    if not planned:
+        return time, t["page_id"], absolute
+    given = np.asarray(t["planned_epoch_seconds" if absolute else "planned"], np.float64)
+    if np.isinf(given).any():
+        bad = int(np.flatnonzero(np.isinf(given))[0])
+        raise TableError(path, bad + 1, f"column 'planned' must be finite; got {given[bad]!r}", unit="row")
+    return time, t["page_id"], absolute, np.where(np.isnan(given), time, given)
+
+
+def _timetable_times(path, t) -> tuple[np.ndarray, bool]:
     epoch = np.asarray(t["epoch_seconds"], np.float64)
     if epoch.size and not np.isnan(epoch).all():
-        return epoch, t["page_id"], True
+        return epoch, True
     text = np.asarray(t["time"]).astype(str)
     try:
         time = text.astype(np.float64)
@@ -140,7 +165,7 @@ def read_timetable(path: PathLike) -> tuple[np.ndarray, np.ndarray, bool]:
     if not np.isfinite(time).all():
         bad = int(np.flatnonzero(~np.isfinite(time))[0])
         raise TableError(path, bad + 1, f"column 'time' must be finite; got {str(text[bad])!r}", unit="row")
-    return time, t["page_id"], False
+    return time, False
 
 
 def _is_number(x: str) -> bool:
