@@ -13,6 +13,7 @@ own mechanics (keys, chunks, resume) are tested on a toy learner that compiles i
 import functools
 import json
 import os
+import re
 from typing import Any, NamedTuple
 
 import jax
@@ -598,6 +599,35 @@ def test_llc_param_validation(llc_small):
         lc.lambda_learn_and_crawl("uniform_crawl", **s)
     with pytest.raises(ValueError, match="windows_per_epoch"):
         lc.lambda_learn_and_crawl(config=s["config"], windows_per_epoch=0)
+
+
+def _while_loops(compiled) -> int:
+    """The number of while loops in a compiled program."""
+    return len(re.findall(r"^\s*(?:ROOT )?%\S+ = .*\swhile\(", compiled.as_text(), re.M))
+
+
+@pytest.mark.long
+def test_llc_run_compiles_the_inner_solve_once(llc_small):
+    """run_learner starts LLC from ``init.pending`` (init's state without its inner solve),
+    whose first step solves for the initial estimate with the step's own solver: the compiled
+    run has exactly init's while loops (the inner solver's) fewer than the same run started
+    from ``init``, and the same results bit for bit."""
+    learner = lc.lambda_learn_and_crawl(**llc_small["settings"])
+    p = llc_small["problem"]
+    assert int(learner.init.pending(p).epoch) == -1
+
+    def init(problem, params=None):  # without init.pending: run_learner scans the steps from init
+        return learner.init(problem, params)
+
+    from_init = Learner(init, learner.step, learner.name)
+    key = jax.random.key(3)
+    pending_run, init_run = (jax.jit(lambda k, lrn=lrn: run_learner(k, lrn, p, 3)).lower(key).compile()
+                             for lrn in (learner, from_init))
+    init_loops = _while_loops(jax.jit(learner.init).lower(p).compile())
+    assert init_loops >= 1
+    assert _while_loops(pending_run) == _while_loops(init_run) - init_loops
+    for a, b in zip(jax.tree_util.tree_leaves(pending_run(key)), jax.tree_util.tree_leaves(init_run(key))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def log_rate(nu, params):

@@ -17,6 +17,10 @@ class Learner(NamedTuple):
     ICML-20 Alg. 1).  Hashable, a static argument of :func:`run_learner`: build it once.  A
     pytree with no leaves (its functions are static aux data), so it is also a plain argument
     of ``jax.jit`` and ``tree_map`` passes over it.
+
+    Optional attributes of ``init``: ``check(env, params)`` (:func:`check_learner_params`);
+    ``pending(env, params)``, a state whose ``step`` returns ``init``'s, from which
+    :func:`run_learner` runs one step more (so LLC's inner solve is compiled once).
     """
 
     init: Callable[..., Any]
@@ -58,12 +62,14 @@ def run_learner(key: jax.Array, learner: Learner, problem: Any, num_steps: int,
 
 
 def _run(key: jax.Array, learner: Learner, problem: Any, num_steps: int, params: Any = None) -> tuple[Any, Any]:
-    state = learner.init(problem, params)
-
     def body(st, i):
         return learner.step(jax.random.fold_in(key, i), st, problem)
 
-    return jax.lax.scan(body, state, jnp.arange(num_steps))
+    pending = getattr(learner.init, "pending", None)
+    if pending is None:
+        return jax.lax.scan(body, learner.init(problem, params), jnp.arange(num_steps))
+    final, info = jax.lax.scan(body, pending(problem, params), jnp.arange(-1, num_steps).clip(0))
+    return final, jax.tree_util.tree_map(lambda x: x[1:], info)
 
 
 _run.__name__ = _run.__qualname__ = "run_learner"  # the compiled program's name (logs, compile counts)

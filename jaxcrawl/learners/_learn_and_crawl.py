@@ -527,16 +527,26 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
     epoch_length = config.window * windows_per_epoch
     sampler = check_observe(observe, epoch_length)
 
-    def init(problem: CrawlProblem, params: LLCParams | None = None) -> LLCState:
+    def solve_for(problem, estimate, prm):
+        return inner_solve(utilities, problem, estimate, prm.epsilon, _solver_index(utilities, prm))
+
+    def unsolved(problem: CrawlProblem, params: LLCParams | None, epoch: int) -> LLCState:
         dtype = problem.change_rate.dtype
         prm = _llc_params(params, dtype)
         _check_llc_params(prm)
         n = problem.change_rate.shape[-1]
         estimate = jnp.broadcast_to(prm.initial_rate, (n,)).astype(dtype)
-        policy = inner_solve(utilities, problem, estimate, prm.epsilon, _solver_index(utilities, prm))
+        if epoch == 0:
+            policy = solve_for(problem, estimate, prm)
+        else:  # a placeholder of the solve's structure (traced only for its shapes), replaced by the first step
+            shapes = jax.eval_shape(solve_for, problem, estimate, prm)
+            policy = jax.tree_util.tree_map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
         sim = init_state(problem)
         hist = empty_history(n, history_capacity, history_epochs, dtype)
-        return LLCState(estimate, policy, sim, hist, jnp.zeros((), jnp.int32), prm)
+        return LLCState(estimate, policy, sim, hist, jnp.full((), epoch, jnp.int32), prm)
+
+    def init(problem: CrawlProblem, params: LLCParams | None = None) -> LLCState:
+        return unsolved(problem, params, 0)
 
     def check(problem: CrawlProblem, params: LLCParams | None = None) -> None:
         prm = _llc_params(params, problem.change_rate.dtype)
@@ -545,8 +555,13 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
             _solver_index(utilities, prm)
 
     init.check = check
+    # ``run_learner`` starts from ``init.pending``'s state: init's without its inner solve
+    # (epoch -1), which the first step completes by the step's own solve, so that the
+    # compiled run holds the inner solver once (see ``Learner``)
+    init.pending = lambda problem, params=None: unsolved(problem, params, -1)
 
-    def step(key, state: LLCState, problem: CrawlProblem):
+    def epoch_estimate(key, state: LLCState, problem: CrawlProblem):
+        """Lines 5-13: execute the policy for an epoch, then the suffix's estimates."""
         prm = state.params
         epoch = state.epoch
         schedule = schedule_from_policy(problem.replace(complete=state.policy.on_signal), state.policy)
@@ -555,20 +570,32 @@ def lambda_learn_and_crawl(solver: Solver | tuple = "harmonic", *, config: SimCo
         else:
             sim, hist, stats = crawl_epoch(key, state.sim, state.history, problem, schedule, config,
                                            windows_per_epoch, epoch)
-        overflow, crawls = stats.overflow, stats.num_crawls
         estimate, truncated, est_ok = suffix_estimate(
             hist, problem.complete, epoch, prm.suffix_epochs, prm.smoothing, epoch_length,
             state.estimate, min_rate=min_rate, max_rate=max_rate,
             half_life=prm.half_life if forgetting else None, complete_interval=prm.complete_interval,
             return_converged=True)
-        policy = inner_solve(utilities, problem, estimate, prm.epsilon, _solver_index(utilities, prm))
+        return (sim, hist, estimate, jnp.sum(stats.num_crawls), jnp.sum(stats.overflow),
+                jnp.sum(truncated, dtype=jnp.int32), jnp.all(est_ok))
+
+    def keep(key, state: LLCState, problem: CrawlProblem):
+        """A pending state (epoch -1) runs no epoch: its estimate is the initial one."""
+        none = jnp.zeros((0,), jnp.int32)  # empty sums: zeros of the sums' dtypes
+        return (state.sim, state.history, state.estimate, jnp.sum(none), jnp.sum(none),
+                jnp.sum(none, dtype=jnp.int32), jnp.all(none == 0))
+
+    def step(key, state: LLCState, problem: CrawlProblem):
+        prm = state.params
+        # a real branch where the state's epoch is not batched (run_learner, also under vmap)
+        sim, hist, estimate, crawls, overflow, truncated, est_ok = jax.lax.cond(
+            state.epoch < 0, keep, epoch_estimate, key, state, problem)
+        policy = solve_for(problem, estimate, prm)
         harm, binc = policy_costs(problem, policy)
         err = jnp.mean(jnp.abs(jnp.log(estimate / problem.change_rate)))
-        new = LLCState(estimate, policy, sim, hist, epoch + 1, prm)
-        info = LLCInfo(harm, binc, err, jnp.sum(crawls), jnp.sum(overflow),
-                       jnp.sum(truncated, dtype=jnp.int32), policy.dual, epoch + 1,
-                       policy.converged & _llc_params_valid(prm), jnp.asarray(sampler, jnp.int32),
-                       jnp.all(est_ok))
+        new_epoch = state.epoch + 1  # a pending state's step ends at epoch 0, init's
+        new = LLCState(estimate, policy, sim, hist, new_epoch, prm)
+        info = LLCInfo(harm, binc, err, crawls, overflow, truncated, policy.dual, new_epoch,
+                       policy.converged & _llc_params_valid(prm), jnp.asarray(sampler, jnp.int32), est_ok)
         return new, info
 
     name = "+".join(_LEARNER_NAMES.get(u, f"llc[{u.name}]") for u in utilities)
