@@ -87,7 +87,8 @@ LONG = pytest.mark.long
 
 @pytest.mark.parametrize("phase, kind", [("golden", "iso"), pytest.param("hash", "iso", marks=LONG),
                                          pytest.param("zero", "iso", marks=LONG),
-                                         ("hash", "numeric"), pytest.param("golden", "numeric", marks=LONG),
+                                         pytest.param("hash", "numeric", marks=LONG),
+                                         pytest.param("golden", "numeric", marks=LONG),
                                          pytest.param("zero", "numeric", marks=LONG)])
 def test_consecutive_windows_give_the_crawls_of_one_long_window(tmp_path, capsys, phase, kind):
     """Three 1-day windows (each with ``--after`` the previous one) equal one 3-day window:
