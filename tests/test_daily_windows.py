@@ -136,7 +136,8 @@ def test_consecutive_windows_give_the_crawls_of_one_long_window(tmp_path, capsys
     assert not set(p3.tolist()) & set(ids[:3].tolist())
 
 
-@pytest.mark.parametrize("phase", ["zero", pytest.param("golden", marks=LONG), pytest.param("hash", marks=LONG)])
+@pytest.mark.parametrize("phase", [pytest.param("zero", marks=LONG), pytest.param("golden", marks=LONG),
+                                   pytest.param("hash", marks=LONG)])
 def test_next_fetch_is_never_later_than_last_fetch_plus_interval(tmp_path, capsys, phase):
     """Across four daily windows with crawl delays, every page's gap between consecutive
     crawls is at most its interval plus the largest crawl-delay move reported that day, and
