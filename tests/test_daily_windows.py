@@ -106,11 +106,11 @@ def test_consecutive_windows_give_the_crawls_of_one_long_window(tmp_path, capsys
 
     # h0 is a crawl-delay host loaded past its delay: its queue grows every day, and each
     # window starts with the crawls the previous ones planned but could not fit (planned
-    # column); five windows keep the one long window's queue crawl for crawl
-    ids, rate, _ = _plan(tmp_path, n=200, signal=3)
+    # column); four windows keep the one long window's queue crawl for crawl
+    ids, rate, _ = _plan(tmp_path, n=160, signal=3)
     delays = ["--crawl-delays", tmp_path / "delays.csv"]
-    t3, p3, days = _days(tmp_path, capsys, 5, start, 1, ["--phase", phase, *delays])
-    s = _run(tmp_path, capsys, "--start", start(0), "--horizon", 5, "--phase", phase, *delays,
+    t3, p3, days = _days(tmp_path, capsys, 4, start, 1, ["--phase", phase, *delays])
+    s = _run(tmp_path, capsys, "--start", start(0), "--horizon", 4, "--phase", phase, *delays,
              "-o", tmp_path / "long.csv")
     tl, pl, _ = _crawls(tmp_path / "long.csv")
     diff = _counts(ids, p3) - _counts(ids, pl)
@@ -120,7 +120,7 @@ def test_consecutive_windows_give_the_crawls_of_one_long_window(tmp_path, capsys
     assert np.all(diff[host_of >= 2] == 0)  # hosts without a delay: exactly the same crawls
     # the same crawls at the same times, up to float32: a page whose crawl sits at a midnight
     # may move across it, and the long window's gaps carry a margin of a few ulps of its
-    # largest time (5 days) per crawl of a saturated host's queue (< 2 min over its ~190 crawls)
+    # largest time (4 days) per crawl of a saturated host's queue (< 2 min over its ~120 crawls)
     assert np.count_nonzero(diff) <= 2
     for i in np.flatnonzero(diff == 0):
         a, b = np.sort(t3[p3 == ids[i]]), np.sort(tl[pl == ids[i]])
