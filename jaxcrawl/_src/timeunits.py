@@ -76,21 +76,22 @@ def iso_utc(epoch_seconds: ArrayLike, unit: str = "ms") -> np.ndarray:
     return np.datetime_as_string(ticks, unit=unit, timezone="UTC")
 
 
-def first_crawl(rate: ArrayLike, phase: ArrayLike, start: float, last: ArrayLike | None = None) -> np.ndarray:
-    """Each page's first crawl at or after ``start`` (float64, on the host, in the rates' unit
-    of absolute time): the grid point ``(k + phase) / rate`` (the grid anchored at absolute
-    time 0, :mod:`jaxcrawl.timetable`), or, for a page with a finite ``last`` crawl,
-    ``max(start, last + 1 / rate)``; ``inf`` for rate 0."""
+def first_crawl(rate: ArrayLike, phase: ArrayLike, start: ArrayLike, last: ArrayLike | None = None) -> np.ndarray:
+    """Each page's first crawl at or after ``start`` (a time, or one per page; float64, on the
+    host, in the rates' unit of absolute time): the grid point ``(k + phase) / rate`` (the
+    grid anchored at absolute time 0, :mod:`jaxcrawl.timetable`), or, for a page with a
+    finite ``last`` crawl, ``max(start, last + 1 / rate)``; ``inf`` for rate 0."""
     r = np.asarray(rate, np.float64)
     p = np.broadcast_to(np.asarray(phase, np.float64), r.shape)
+    s = np.asarray(start, np.float64)
     pos = r > 0
     rr = np.where(pos, r, 1.0)
-    x0 = float(start) * rr - p
-    first = float(start) + (np.ceil(x0) - x0) / rr
+    x0 = s * rr - p
+    first = s + (np.ceil(x0) - x0) / rr
     if last is not None:
         lc = np.broadcast_to(np.asarray(last, np.float64), r.shape)
         has = np.isfinite(lc)
-        first = np.where(has, np.maximum(float(start), np.where(has, lc, 0.0) + 1.0 / rr), first)
+        first = np.where(has, np.maximum(s, np.where(has, lc, 0.0) + 1.0 / rr), first)
     return np.where(pos, first, np.inf)
 
 

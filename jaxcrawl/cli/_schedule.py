@@ -379,9 +379,7 @@ def _continue_sequences(rate, phase, origin: float, last, planned_last, state: d
     np.maximum.at(served, hidx[has], seq_last[has])
     since = np.where(delay_page, served[np.maximum(hidx, 0)], -np.inf)
     since = np.where(np.isfinite(since), since, lo)
-    x0 = since * r - phase
-    grid_from = since + (np.ceil(x0) - x0) / r  # each page's first grid point at or after ``since``
-    nxt = np.where(has, seq_last + 1.0 / r, grid_from)
+    nxt = np.where(has, seq_last + 1.0 / r, first_crawl(rate, phase, since))
     count = np.where(delay_page & (nxt >= planned_from) & (nxt < origin), np.ceil((origin - nxt) * r), 0.0)
     count = count.astype(np.int64)
     seq_last = np.where(delay_page, np.where(count > 0, nxt + (count - 1) / r, nxt - 1.0 / r), seq_last)

@@ -144,10 +144,11 @@ def read_timetable(path: PathLike, *, planned: bool = False) -> tuple:
     time, absolute = _timetable_times(path, t)
     if not planned:
         return time, t["page_id"], absolute
-    given = np.asarray(t["planned_epoch_seconds" if absolute else "planned"], np.float64)
+    column = "planned_epoch_seconds" if absolute else "planned"
+    given = np.asarray(t[column], np.float64)
     if np.isinf(given).any():
         bad = int(np.flatnonzero(np.isinf(given))[0])
-        raise TableError(path, bad + 1, f"column 'planned' must be finite; got {given[bad]!r}", unit="row")
+        raise TableError(path, bad + 1, f"column {column!r} must be finite; got {given[bad]!r}", unit="row")
     return time, t["page_id"], absolute, np.where(np.isnan(given), time, given)
 
 
