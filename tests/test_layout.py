@@ -15,7 +15,7 @@ import jaxcrawl
 
 ROOT = Path(jaxcrawl.__file__).resolve().parent
 REPO = ROOT.parent
-MAX_PUBLIC = 205
+MAX_PUBLIC = 216
 
 
 def _modules() -> dict[str, Path]:
