@@ -2,9 +2,12 @@
 half-widths) out.
 
 Input is either a directory in the NeurIPS-19 data set format
-(:func:`jaxcrawl.io.load_crawl_dataset`) or a table of histories with header
+(:func:`jaxcrawl.io.load_crawl_dataset`), a table of histories with header
 ``page_id,interval,changed[,importance]`` (:func:`jaxcrawl.io.read_histories`; one row per
-observation, in time order within each page).
+observation, in time order within each page), or what crawlers keep: CDX/CDXJ indexes
+(``--from-cdx``, :func:`jaxcrawl.io.read_cdx`), WARC files (``--from-warc``,
+:func:`jaxcrawl.io.read_warc`) or Nutch CrawlDb dumps (``--from-nutch-dumps``,
+:func:`jaxcrawl.io.read_nutch_dumps`), whose intervals are in ``--time-unit``.
 Output is a CSV with one row per page.  With a data set directory and ``--columns
 problem`` this is the NeurIPS-19 ``ProcessRawData`` step in one invocation: every URL's
 change rate is estimated from its whole history (complete-observation URLs keep their
@@ -32,12 +35,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcrawl import estimators as est
+from jaxcrawl._src.timeunits import TIME_UNITS
 from jaxcrawl.io import (
     CrawlDataset,
     Histories,
     TableError,
     check_output,
+    read_cdx,
     read_histories,
+    read_nutch_dumps,
+    read_warc,
     write_estimates,
     write_problem,
 )
@@ -62,7 +69,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Estimate every page's change rate from its crawl history. INPUT is a directory "
             "in the NeurIPS-19 data set format (urlid_imp.txt, urlid_offset_history.txt, ...) "
             "or a CSV with header page_id,interval,changed[,importance] (one row per "
-            "observation). Writes a CSV page_id,importance,change_rate,half_width,"
+            "observation); or, instead of INPUT, crawl archives (--from-cdx, --from-warc) or Nutch CrawlDb "
+            "dumps (--from-nutch-dumps), with intervals in --time-unit. Writes a CSV page_id,importance,change_rate,half_width,"
             "num_observations,complete,clipped (or, with --columns problem, the solve-ready table "
             "page_id,importance,change_rate,complete). half_width is the Learning-to-Crawl "
             "Lemma 3 bound (partial observations) or Lemma 8 bound (complete-observation "
@@ -71,7 +79,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "is one JSON object."
         ),
     )
-    p.add_argument("input", help="data set directory or CSV of histories")
+    p.add_argument("input", nargs="?", help="data set directory or CSV of histories (or one of --from-cdx, "
+                                            "--from-warc, --from-nutch-dumps)")
+    p.add_argument("--from-cdx", nargs="+", metavar="FILE",
+                   help="histories from CDXJ or classic CDX capture indexes (.gz too; several files are merged): "
+                        "consecutive status-200 captures of a page (revisits included) give one interval, "
+                        "changed when their payload digests differ; redirects and errors give none")
+    p.add_argument("--from-warc", nargs="+", metavar="FILE",
+                   help="histories from WARC files (response and revisit records; needs the archives extra, "
+                        "pip install \"jaxcrawl[archives]\"), by --from-cdx's rules")
+    p.add_argument("--from-nutch-dumps", nargs="+", metavar="DUMP",
+                   help="histories from Nutch CrawlDb dumps (readdb -dump), in the order they were taken")
+    p.add_argument("--time-unit", choices=tuple(TIME_UNITS), default=None,
+                   help="--from-cdx/--from-warc/--from-nutch-dumps: the unit of the intervals, hence of the "
+                        "rates written (default days)")
     p.add_argument("--output", "-o", help="CSV to write (default: print only the summary); never an input")
     p.add_argument("--estimator", choices=ESTIMATORS, default="mle-smoothed",
                    help="mle-smoothed (default): NeurIPS-19 Alg. 4 line 11, the MLE with one imaginary "
@@ -89,7 +110,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="mle-smoothed only: use the history suffix of this length (time units) before each page's last crawl")
     p.add_argument("--columns", choices=("full", "problem"), default="full",
                    help="full: with half-widths and counts (default); problem: page_id,importance,change_rate,complete "
-                        "for `jaxcrawl solve` (pages with importance <= 0 are left out and counted)")
+                        "for `jaxcrawl solve` (pages with importance <= 0 are left out and counted; "
+                        "--from-cdx/--from-warc/--from-nutch-dumps give every page importance 1)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--errors", choices=("raise", "skip"), default="raise",
                    help="malformed input lines: raise (default) or skip and count them")
@@ -170,6 +192,37 @@ def estimate_rates(histories: Histories, estimator: str = "mle-smoothed", *, del
     return rates, np.where(comp, hw8, hw3)
 
 
+_SOURCES = ("--from-cdx", "--from-warc", "--from-nutch-dumps")
+
+
+def _source(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The input's kind (``"input"`` or one of :data:`_SOURCES`) and its files; exactly one."""
+    given = [(flag, getattr(args, flag[2:].replace("-", "_"), None)) for flag in _SOURCES]
+    given = [(flag, list(files)) for flag, files in given if files]
+    if args.input is not None:
+        given.insert(0, ("input", [args.input]))
+    if len(given) != 1:
+        names = " and ".join("INPUT" if f == "input" else f for f, _ in given)
+        raise ValueError(f"estimate reads one source: INPUT (a history table or data set directory), "
+                         f"{', '.join(_SOURCES)}; got " + (names if given else "none"))
+    if given[0][0] == "input" and args.time_unit is not None:
+        raise ValueError("--time-unit applies to --from-cdx, --from-warc and --from-nutch-dumps (a history "
+                         "table's intervals are already in its own unit)")
+    return given[0]
+
+
+def _read_source(args: argparse.Namespace, kind: str, files: list[str], dtype: type) -> Histories:
+    unit = args.time_unit or "days"
+    if kind == "--from-cdx":
+        return read_cdx(files, errors=args.errors, unit=unit, dtype=dtype, hint=_SKIP_HINT)
+    if kind == "--from-warc":
+        return read_warc(files, errors=args.errors, unit=unit, dtype=dtype, hint=_SKIP_HINT)
+    if kind == "--from-nutch-dumps":
+        return read_nutch_dumps(files, errors=args.errors, unit=unit, dtype=dtype)
+    return read_histories(args.input, errors=args.errors, dtype=dtype, max_observations=args.max_observations,
+                          hint=_SKIP_HINT, quiet=getattr(args, "quiet", False))
+
+
 def _check_args(args: argparse.Namespace) -> None:
     if not (0 < args.delta < 1):
         raise ValueError(f"--delta must lie in (0, 1); got {args.delta}")
@@ -211,21 +264,24 @@ def run(args: argparse.Namespace) -> int:
     """Run ``jaxcrawl estimate``; returns the process exit code."""
 
     _check_args(args)
+    kind, files = _source(args)
+    if kind != "input" and args.max_observations is not None:
+        raise ValueError("--max-observations applies to a data set directory INPUT only")
     inputs = ([os.path.join(args.input, name) for name in CrawlDataset.FILES.values()]
-              if os.path.isdir(args.input) else [args.input])
+              if kind == "input" and os.path.isdir(args.input) else files)
     check_output(args.output, *inputs)
     dtype = np.float64 if args.x64 else np.float32
     t0 = time.perf_counter()
     try:
-        h = read_histories(args.input, errors=args.errors, dtype=dtype,
-                           max_observations=args.max_observations, hint=_SKIP_HINT,
-                           quiet=getattr(args, "quiet", False))
+        h = _read_source(args, kind, files, dtype)
     except TableError as err:
         if (err.reason or "").startswith("interval outside"):  # not a malformed line: --x64, not --errors skip
             raise
         raise err.with_hint(_SKIP_HINT) from None
     read_seconds = time.perf_counter() - t0
     n = h.page_id.shape[0]
+    if kind != "input":  # archives and CrawlDb dumps rank no page above another: importance 1 each
+        h = h._replace(importance=np.ones(n))
     has_importance = bool(np.all(np.isfinite(h.importance))) if n else False
     if args.output and args.columns == "problem" and not has_importance:
         raise ValueError("--columns problem needs importance scores (a data set directory, "
@@ -255,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
             write_estimates(args.output, h.page_id, h.importance, rates, half, nobs, h.complete, clipped)
 
     report = h.report
-    dataset = os.path.isdir(h.source)  # a LoadReport (joins, missing files), else a FileReport
+    dataset = kind == "input" and os.path.isdir(h.source)  # a LoadReport (joins, missing files), else a FileReport
     summary = {
         "input": h.source,
         "estimator": args.estimator,
@@ -279,6 +335,11 @@ def run(args: argparse.Namespace) -> int:
         summary["missing_files"] = list(report.missing_files)
     else:
         summary["skipped_by_reason"] = report.skipped_by_reason
+    if kind != "input":
+        summary["source"] = kind[2:]
+        summary["time_unit"] = args.time_unit or "days"
+        if hasattr(report, "captures"):
+            summary["captures"] = dict(report.captures)
     if args.output:
         summary["output"] = args.output
         summary["columns"] = args.columns
@@ -292,6 +353,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"             read {summary['rows_read']} rows, skipped {summary['rows_skipped']}"
               + (f" {report.skipped_by_reason}" if summary["rows_skipped"] else ""))
+    if "captures" in summary:
+        print("             captures " + ", ".join(f"{k} {v}" for k, v in summary["captures"].items()))
     print(f"estimator    {args.estimator}, clipped to [{args.min_rate:g}, {args.max_rate:g}]; "
           f"{summary['pages_at_min_rate']} pages at the lower clip, {summary['pages_at_max_rate']} at the upper")
     advice = _clip_advice(args, int(np.sum(low & ~h.complete)), int(np.sum(high & ~h.complete)),

@@ -48,6 +48,7 @@ from jaxcrawl.io import (
     read_plan,
     read_timetable,
     write_nutch_seeds,
+    write_stormcrawler,
     write_timetable,
     write_urlfrontier,
 )
@@ -79,8 +80,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "With crawl delays (--crawl-delays/--robots) no host is crawled twice within its delay: crawls are "
             "moved later as needed. Pages with prob > 0 are crawled on "
             "change signals and are left out unless --include-signal-pages, except for their periodic_rate "
-            "(periodic crawls beside the signals), which is timetabled. --urlfrontier and "
-            "--nutch write crawler-native queue files. The last line printed is one JSON object."
+            "(periodic crawls beside the signals), which is timetabled. --urlfrontier, "
+            "--nutch and --stormcrawler write crawler-native queue files. The last line printed is one JSON object."
         ),
     )
     p.add_argument("--plan", "-p", required=True, help="plan page_id,rate,prob (.csv, .parquet, .jsonl)")
@@ -112,6 +113,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--urlfrontier", help="also write a URLFrontier JSON Lines file (each page's next fetch as "
                    "refetchable_from_date, epoch seconds; needs an ISO --start)")
     p.add_argument("--nutch", help="also write a Nutch injector seed list (url<TAB>nutch.fetchInterval=<s>)")
+    p.add_argument("--stormcrawler", help="also write StormCrawler status documents (url, status, nextFetchDate, "
+                   "metadata, key) as JSON Lines; needs an ISO --start")
+    p.add_argument("--stormcrawler-bulk", action="store_true",
+                   help="write --stormcrawler as an OpenSearch/Elasticsearch _bulk body (an index action line, "
+                        "_id the URL's SHA-256, before each document)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     p.add_argument("--x64", action="store_true", help="compute the times in float64")
     p.set_defaults(func=run)
@@ -145,12 +151,16 @@ def run(args: argparse.Namespace) -> int:
     origin = start if epoch is None else epoch / unit
     if (args.urlfrontier) and epoch is None:
         raise ValueError("--urlfrontier needs an ISO 8601 --start (absolute time)")
-    outputs = [o for o in (args.output, args.urlfrontier, args.nutch) if o]
+    if args.stormcrawler and epoch is None:
+        raise ValueError("--stormcrawler needs an ISO 8601 --start (absolute time)")
+    if args.stormcrawler_bulk and not args.stormcrawler:
+        raise ValueError("--stormcrawler-bulk needs --stormcrawler FILE")
+    outputs = [o for o in (args.output, args.urlfrontier, args.nutch, args.stormcrawler) if o]
     for out in outputs:
         check_output(out, args.plan, args.crawl_delays, args.hosts, *(args.after or ()),
                      *([args.last_fetch] if args.last_fetch else []))
     if len(set(map(os.path.realpath, outputs))) < len(outputs):
-        raise ValueError("--output, --urlfrontier and --nutch must be different files")
+        raise ValueError("--output, --urlfrontier, --nutch and --stormcrawler must be different files")
     with stages.stage("read"):
         plan = read_plan(args.plan)
         gaps = host_gaps(args, plan.page_id)
@@ -276,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
             write_timetable(args.output, times - shift, pages, plan.page_id, start_epoch=epoch,
                             unit=args.time_unit, planned=planned, progress=bar)
         summary["output"] = args.output
-    if args.urlfrontier or args.nutch:
+    if args.urlfrontier or args.nutch or args.stormcrawler:
         with stages.stage("crawler files"):
             # signal-only pages (no periodic crawls) are told their planned signal-driven rate:
             # due on that rate's grid (or one interval after their last fetch), flagged on_signal
@@ -285,12 +295,12 @@ def run(args: argparse.Namespace) -> int:
             with np.errstate(over="ignore"):
                 signal_rate = np.asarray(plan.rate).astype(jnp.dtype(dtype)).astype(np.float64)
             files_due = np.where(only_signal, first_crawl(signal_rate, phase64, origin, last) - origin, due)
+            key = None
+            if gaps is not None:
+                hidx, _, names = gaps
+                if names.size:
+                    key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], "")  # "": the URL's host
             if args.urlfrontier:
-                key = None
-                if gaps is not None:
-                    hidx, _, names = gaps
-                    if names.size:
-                        key = np.where(hidx >= 0, names[np.maximum(hidx, 0)], "")  # "": the URL's host
                 k = write_urlfrontier(args.urlfrontier, plan.page_id, files_rate, epoch + files_due * unit,
                                       unit=args.time_unit, key=key, on_signal=signal)
                 summary["urlfrontier"] = {"path": args.urlfrontier, "num_urls": k.num_urls,
@@ -298,6 +308,11 @@ def run(args: argparse.Namespace) -> int:
             if args.nutch:
                 k = write_nutch_seeds(args.nutch, plan.page_id, files_rate, unit=args.time_unit, on_signal=signal)
                 summary["nutch"] = {"path": args.nutch, "num_urls": k.num_urls, "num_clamped": k.num_clamped}
+            if args.stormcrawler:
+                k = write_stormcrawler(args.stormcrawler, plan.page_id, files_rate, epoch + files_due * unit,
+                                       unit=args.time_unit, key=key, on_signal=signal, bulk=args.stormcrawler_bulk)
+                summary["stormcrawler"] = {"path": args.stormcrawler, "num_urls": k.num_urls,
+                                           "num_clamped": k.num_clamped, "bulk": bool(args.stormcrawler_bulk)}
             summary["num_signal_only_pages_in_crawler_files"] = int(np.sum(only_signal))
     summary["seconds"] = stages.seconds()
     print(f"plan         {args.plan}: {summary['num_pages']} pages, "
@@ -538,11 +553,13 @@ def _delay_hosts(plain, spaced, hidx, delay, names, horizon: float, unit: float)
 
 
 def report_crawler_files(summary: dict) -> None:
-    """Print the report lines of the crawler files in ``summary`` (``urlfrontier``, ``nutch``)."""
+    """Print the report lines of the crawler files in ``summary`` (``urlfrontier``, ``nutch``,
+    ``stormcrawler``)."""
 
     limits = {"urlfrontier": "next fetches after 2286-11-20T17:46:39Z written as that date",
-              "nutch": "fetch intervals longer than 2^31 - 1 s written as 2147483647"}
-    for key in ("urlfrontier", "nutch"):
+              "nutch": "fetch intervals longer than 2^31 - 1 s written as 2147483647",
+              "stormcrawler": "next fetches after 9999-12-31T23:59:59.999Z written as that date"}
+    for key in ("urlfrontier", "nutch", "stormcrawler"):
         if key in summary:
             entry = summary[key]
             clamped = f" ({entry['num_clamped']} {limits[key]})" if entry["num_clamped"] else ""

@@ -12,11 +12,14 @@ plan, timetable                        :func:`read_plan`, :func:`write_plan` (:c
                                        :func:`read_timetable`, :func:`write_timetable`;
                                        a crawler's last fetches: :func:`read_last_fetch`
 crawl histories, estimates             :func:`read_histories` (:class:`Histories`),
-                                       :func:`write_estimates`
+                                       :func:`write_estimates`; from Nutch CrawlDb
+                                       dumps: :func:`read_nutch_dumps`; from crawl archives:
+                                       :func:`read_cdx` (CDX, CDXJ), :func:`read_warc`
 NeurIPS-19 data set                    :func:`load_crawl_dataset` (:class:`CrawlDataset`)
 host caps, crawl delays                :func:`read_host_caps`, :func:`read_crawl_delays`
                                        (hosts by one rule: :func:`canonical_host`)
-crawler queues                         :func:`write_urlfrontier`, :func:`write_nutch_seeds`
+crawler queues                         :func:`write_urlfrontier`, :func:`write_nutch_seeds`,
+                                       :func:`write_stormcrawler`
 any output                             :func:`atomic_write`, :func:`check_output`,
                                        :class:`CheckpointStore`
 =====================================  =====================================================
@@ -31,10 +34,14 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 _LAZY = {
     "atomic_write": (".._src.fileio", "atomic_write"),
+    "read_cdx": ("._archives", "read_cdx"),
+    "read_warc": ("._archives", "read_warc"),
     "synthetic": (".synthetic", None),
     "CheckpointStore": ("._checkpoint", "CheckpointStore"),
     "write_nutch_seeds": ("._crawler", "write_nutch_seeds"),
     "write_urlfrontier": ("._crawler", "write_urlfrontier"),
+    "write_stormcrawler": ("._crawler", "write_stormcrawler"),
+    "read_nutch_dumps": ("._crawldb", "read_nutch_dumps"),
     "write_table": ("._formats", "write_table"),
     "Histories": ("._histories", "Histories"),
     "read_histories": ("._histories", "read_histories"),
@@ -68,8 +75,12 @@ if _TYPE_CHECKING:  # static analysers see the eager imports
     from .._src.fileio import atomic_write as atomic_write
     from .._src.hostmap import canonical_host as canonical_host
     from . import synthetic as synthetic
+    from ._archives import read_cdx as read_cdx
+    from ._archives import read_warc as read_warc
     from ._checkpoint import CheckpointStore as CheckpointStore
+    from ._crawldb import read_nutch_dumps as read_nutch_dumps
     from ._crawler import write_nutch_seeds as write_nutch_seeds
+    from ._crawler import write_stormcrawler as write_stormcrawler
     from ._crawler import write_urlfrontier as write_urlfrontier
     from ._formats import write_table as write_table
     from ._histories import Histories as Histories
@@ -121,11 +132,12 @@ __all__ = [
     # page tables, plans, timetables, histories, the data set
     "PageTable", "read_problem", "write_problem", "write_page_table", "read_local_rows",
     "Plan", "read_plan", "write_plan", "read_timetable", "write_timetable", "read_last_fetch",
-    "Histories", "read_histories", "write_estimates",
+    "Histories", "read_histories", "write_estimates", "read_nutch_dumps",
+    "read_cdx", "read_warc",
     "CrawlDataset", "load_crawl_dataset",
     # hosts and crawlers
     "read_host_caps", "read_host_caps_rows", "read_crawl_delays", "canonical_host",
-    "write_urlfrontier", "write_nutch_seeds",
+    "write_urlfrontier", "write_nutch_seeds", "write_stormcrawler",
     # writing outputs
     "atomic_write", "check_output", "CheckpointStore",
 ]

@@ -21,6 +21,22 @@
   metadata; ``nutch.fetchInterval`` is the page's custom fetch interval, a Java ``int``
   number of seconds (``1 / rate`` in seconds, rounded to the nearest second, in
   ``[1, MAX_FETCH_INTERVAL]``).
+* **StormCrawler status index** (Apache StormCrawler's OpenSearch/Elasticsearch
+  ``StatusUpdaterBolt`` and its ``status.mapping``): one document per line, as the bolt
+  builds it::
+
+      {"url":URL,"status":"DISCOVERED","metadata":{NAME:[TEXT],...},"key":HOST,
+       "nextFetchDate":"2026-01-05T06:00:00.000Z"}
+
+  ``status`` is ``DISCOVERED`` (what injected URLs get); ``nextFetchDate`` (a ``date`` in
+  ``date_optional_time`` format) is the page's next fetch in UTC, rounded up to the
+  millisecond, at most ``MAX_NEXT_FETCH_DATE``; ``key`` is the routing field
+  (``status.routing.fieldname: "key"``): the host, as its ``URLPartitioner`` in ``byHost``
+  mode gives it (a URL with no host: ``_DEFAULT_``); metadata names have their periods
+  written ``%2E`` as the bolt writes them (``jaxcrawl%2Erate``...).  With ``bulk=True`` each
+  document follows its ``_bulk`` action line ``{"index":{"_index":"status","_id":ID,
+  "routing":HOST}}``, ``ID`` the SHA-256 hex of the URL (the bolt's document id), so a
+  ``POST _bulk`` replaces the pages' status documents.
 """
 from __future__ import annotations
 
@@ -49,6 +65,13 @@ MAX_REFETCH_DATE = 9_999_999_999
 #: (keeping ``db.fetch.interval.default``).  Longer intervals are written as this and counted.
 MAX_FETCH_INTERVAL = 2**31 - 1
 
+
+#: The latest ``nextFetchDate`` written, 9999-12-31T23:59:59.999Z (the last date of its
+#: ``date_optional_time`` format); later next fetches are written as this date and counted.
+MAX_NEXT_FETCH_DATE = 253_402_300_799.999
+
+#: The routing key StormCrawler gives a URL whose host it cannot read.
+DEFAULT_KEY = "_DEFAULT_"
 
 #: The longest queue key (Java characters) the URLFrontier services accept; they skip an item
 #: with a longer one.
@@ -186,32 +209,11 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
         (jaxcrawl._src.bulk_text); the queue keys (a few per host) found, checked and
         written once per distinct key of the block."""
         rows = keep[part]
-        take = pa.array(rows)
-        url_text = ids.take(take)
-        if given_keys is None:
-            dictionary, indices = [""], np.zeros(rows.size, np.int64)
-        else:
-            dictionary = given_keys.dictionary.to_pylist()
-            indices = given_keys.indices.take(take).fill_null(len(dictionary)).to_numpy(zero_copy_only=False)
-            dictionary = dictionary + [""]  # a missing key: the URL's host
-        need = np.asarray([not k for k in dictionary], bool)[indices]  # no key given: the URL's host, or the URL
-        need_rows = np.flatnonzero(need)
-        try:
-            codes, hosts = url_host_codes(url_text.take(pa.array(need_rows)), url_host)
-        except ValueError as err:  # e.g. an unclosed IPv6 bracket, an empty label
-            raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
-        for c in np.flatnonzero(np.asarray([not h for h in hosts], bool)).tolist():  # no host: the URL
-            at = np.flatnonzero(codes == c)
-            hosts[c] = url_text[int(need_rows[at[0]])].as_py()
-            if at.size > 1:  # several URLs behind one host-less prefix: each its own key
-                codes[at[1:]] = len(hosts) + np.arange(at.size - 1)
-                hosts += [url_text[int(need_rows[j])].as_py() for j in at[1:].tolist()]
-        _check_key_lengths(hosts, lambda k: int(rows[need_rows[np.flatnonzero(
-            np.asarray(hosts, object)[codes] == k)[0]]]), ids)
-        as_json = lambda texts: pa.array([',"key":' + _quote(k) if k else "" for k in texts], pa.string())  # noqa: E731
-        key_json = pc.take(as_json(dictionary), pa.array(indices))
-        if need_rows.size:
-            key_json = pc.replace_with_mask(key_json, pa.array(need), pc.take(as_json(hosts), pa.array(codes)))
+        url_text = ids.take(pa.array(rows))
+        keys, code, given = _block_keys(rows, url_text, given_keys)
+        _check_key_lengths(keys[given:], lambda k: int(rows[np.flatnonzero(np.asarray(keys, object)[code] == k)[0]]),
+                           ids)
+        key_json = pc.take(pa.array([',"key":' + _quote(k) if k else "" for k in keys], pa.string()), pa.array(code))
         return pc.binary_join_element_wise(
             '{"known":{"info":{"url":', json_strings(url_text), key_json,
             ',"metadata":{"jaxcrawl.rate":{"values":["', float_repr(r[rows]),
@@ -221,6 +223,36 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
 
     _write_lines(path, _blocks(keep.size, block_lines, chunk), os.fspath(path).lower().endswith(".gz"))
     return CrawlerFile(int(keep.size), int(np.sum(clamped)))
+
+
+def _block_keys(rows: np.ndarray, url_text, given_keys, hostless: str | None = None) -> tuple[list, np.ndarray, int]:
+    """``(keys, code, given)``: the distinct queue keys of the written pages ``rows`` (their
+    URLs ``url_text``) and each page's index into them.  A page's key is its given key
+    (``given_keys``, a dictionary array over all pages; the first ``given`` keys are its
+    dictionary), else its URL's host (:func:`_queue_key`'s rule); a URL with no host is its own
+    key, or ``hostless`` when given.  Hosts are found once per distinct host of the block."""
+    pa, pc = _arrow()
+    if given_keys is None:
+        dictionary, indices = [""], np.zeros(rows.size, np.int64)
+    else:
+        dictionary = given_keys.dictionary.to_pylist()
+        indices = given_keys.indices.take(pa.array(rows)).fill_null(len(dictionary)).to_numpy(zero_copy_only=False)
+        dictionary = dictionary + [""]  # a missing key: the URL's host
+    need = np.asarray([not k for k in dictionary], bool)[indices]  # no key given: the URL's host, or the URL
+    need_rows = np.flatnonzero(need)
+    try:
+        codes, hosts = url_host_codes(url_text.take(pa.array(need_rows)), url_host)
+    except ValueError as err:  # e.g. an unclosed IPv6 bracket, an empty label
+        raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
+    for c in np.flatnonzero(np.asarray([not h for h in hosts], bool)).tolist():  # no host
+        at = np.flatnonzero(codes == c)
+        hosts[c] = hostless if hostless is not None else url_text[int(need_rows[at[0]])].as_py()
+        if at.size > 1 and hostless is None:  # several URLs behind one host-less prefix: each its own key
+            codes[at[1:]] = len(hosts) + np.arange(at.size - 1)
+            hosts += [url_text[int(need_rows[j])].as_py() for j in at[1:].tolist()]
+    code = np.asarray(indices, np.int64).copy()
+    code[need_rows] = len(dictionary) + codes
+    return dictionary + hosts, code, len(dictionary)
 
 
 #: Pages whose lines are built together (the memory of one block's text columns, about
@@ -292,6 +324,83 @@ def write_nutch_seeds(path: PathLike, url: ArrayLike, rate: ArrayLike, *, unit: 
         return pc.binary_join_element_wise(
             ids.take(pa.array(rows)), "\tnutch.fetchInterval=", pc.cast(pa.array(seconds[part]), pa.string()),
             pc.if_else(pa.array(sig[rows]), "\tjaxcrawl.on_signal=true\n", "\n"), "")
+
+    _write_lines(path, _blocks(keep.size, block_lines, chunk), os.fspath(path).lower().endswith(".gz"))
+    return CrawlerFile(int(keep.size), int(np.sum(clamped)))
+
+
+def write_stormcrawler(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoch: ArrayLike, *,
+                       unit: str = "days", key: ArrayLike | None = None, on_signal: ArrayLike | None = None,
+                       bulk: bool = False, index: str = "status", chunk: int = 1 << 16) -> CrawlerFile:
+    """Write StormCrawler status documents as JSON Lines (module docstring), one per page
+    with rate > 0, atomically; with ``bulk`` each after its ``_bulk`` action line.
+
+    Args:
+      path: the file (``.gz``: gzip).
+      url: ``(n,)`` page URLs.
+      rate: ``(n,)`` crawl rates per ``unit``.
+      next_epoch: ``(n,)`` next fetch time, epoch seconds (float64); ``inf`` or any date past
+        ``MAX_NEXT_FETCH_DATE`` is written as ``MAX_NEXT_FETCH_DATE``.
+      unit: the rates' time unit.
+      key: ``(n,)`` routing keys (default, and for an empty key: the URL's host, the host rule
+        of the URLFrontier writer; a URL with no host: ``DEFAULT_KEY``).
+      on_signal: ``(n,)`` True for a page crawled on its change signals: its document carries
+        ``"jaxcrawl%2Eon_signal": ["true"]``.
+      bulk: write the ``_bulk`` action line before each document.
+      index: the status index's name in the action lines.
+
+    Returns:
+      a ``CrawlerFile`` ``(num_urls, num_clamped)``.
+
+    Raises:
+      ValueError: a rate that is not finite and >= 0 or a next fetch that is NaN or before
+        1970-01-01, naming the page; nothing is written.
+    """
+    import hashlib
+
+    r = np.asarray(rate, np.float64)
+    t = np.asarray(next_epoch, np.float64)
+    pa, pc = _arrow()
+    ids = _text_array(url)
+    _check_rates(r, ids)
+    keep = np.flatnonzero(r > 0)
+    keys = _text_array(key, "key") if key is not None else None
+    if keys is not None and len(keys) != len(ids):
+        raise ValueError(f"key must have one value per URL, shape ({len(ids)},); got ({len(keys)},)")
+    given_keys = None if keys is None else keys if isinstance(keys, pa.DictionaryArray) else pc.dictionary_encode(keys)
+    sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
+    tk = t[keep]
+    bad = np.flatnonzero(~(tk >= 0))
+    if bad.size:
+        i = int(keep[bad[0]])
+        raise ValueError(f"page {ids[i].as_py()!r}: next fetch {float(t[i])!r} s is not a StormCrawler nextFetchDate "
+                         f"(a date from 1970-01-01 UTC on) -- {bad.size} such pages; give a later --start")
+    clamped = ~(tk <= MAX_NEXT_FETCH_DATE)
+    with np.errstate(invalid="ignore"):
+        ms = np.where(clamped, np.floor(MAX_NEXT_FETCH_DATE * 1000), np.ceil(tk * 1000 - 1e-3))
+    with np.errstate(divide="ignore", over="ignore"):
+        interval = unit_seconds(unit) / r[keep]
+    meta_tail = ',"jaxcrawl%2Etime_unit":[' + _quote(unit) + ']},"key":'
+    signal_meta = ',"jaxcrawl%2Eon_signal":["true"]'
+    action = '{"index":{"_index":' + _quote(str(index)) + ',"_id":"'
+
+    def block_lines(part: slice):
+        rows = keep[part]
+        url_text = ids.take(pa.array(rows))
+        names, code, _ = _block_keys(rows, url_text, given_keys, hostless=DEFAULT_KEY)
+        key_json = pc.take(pa.array([_quote(k) for k in names], pa.string()), pa.array(code))
+        date = pa.array(iso_utc(ms[part] / 1000.0, "ms").astype(object), pa.string())
+        doc = pc.binary_join_element_wise(
+            '{"url":', json_strings(url_text), ',"status":"DISCOVERED","metadata":{"jaxcrawl%2Erate":["',
+            float_repr(r[rows]), '"],"jaxcrawl%2Einterval_seconds":["', float_repr(interval[part]), '"]',
+            pc.if_else(pa.array(sig[rows]), signal_meta, ""), meta_tail, key_json, ',"nextFetchDate":"', date,
+            '"}\n', "")
+        if not bulk:
+            return doc
+        # the bolt's document id, DigestUtils.sha256Hex(url); no vectorised SHA-256 is at hand
+        digest = pa.array([hashlib.sha256(u.encode("utf-8", "surrogatepass")).hexdigest()
+                           for u in url_text.to_pylist()], pa.string())
+        return pc.binary_join_element_wise(action, digest, '","routing":', key_json, "}}\n", doc, "")
 
     _write_lines(path, _blocks(keep.size, block_lines, chunk), os.fspath(path).lower().endswith(".gz"))
     return CrawlerFile(int(keep.size), int(np.sum(clamped)))
