@@ -6,7 +6,7 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GUIDES = ("concepts.md", "objectives.md", "solvers.md", "differentiation.md", "research.md", "scale.md")
+GUIDES = ("concepts.md", "objectives.md", "solvers.md", "differentiation.md", "research.md", "scale.md", "scrapy.md")
 
 
 def _examples():
