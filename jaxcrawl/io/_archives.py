@@ -19,10 +19,13 @@ interval between them and whether their digests differ.  The rules:
   (``pages_without_observation``).
 
 CDX and CDXJ files are parsed in blocks of bytes with NumPy, two blocks at a time (NumPy
-releases the GIL): the fields are found in each line's first bytes (CDXJ: the keys ``url``,
-``mime``, ``status``, ``digest`` in any order, the pywb / Common Crawl order fastest).  Lines
-the block parser does not settle (a JSON escape, a field past the first 4 KiB, a malformed
-line) are parsed one at a time with ``json``, which names the error.
+releases the GIL): the line ends are found 8 bytes at a time, the fields in each line's
+first bytes (CDXJ: the keys ``url``, ``mime``, ``status``, ``digest`` in any order, the pywb /
+Common Crawl layout by one search per value), and timestamps, statuses and hashes are read
+as 8-byte words at the fields' offsets.  Lines the block parser does not settle (a JSON
+escape, a field past the first 4 KiB, a malformed line) are parsed one at a time with
+``json``, which names the error.  Captures read in page-then-time order (one CDXJ file, as
+indexes are sorted) are paired where they lie, without sorting the captures.
 """
 from __future__ import annotations
 
@@ -90,29 +93,54 @@ def _mix(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint64(29))
 
 
+def _words(buf: np.ndarray) -> np.ndarray:
+    """The little-endian 8-byte word at every byte offset of ``buf`` (a view, no copy)."""
+    return np.ndarray((buf.size - 7,), "<u8", buf, 0, (1,))
+
+
+_KEEP = np.array([(1 << 8 * r) - 1 for r in range(9)], np.uint64)  # the low r bytes of a word
+
+
 def _hash_segments(buf: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarray:
     """A 64-bit hash (never 0) of each byte segment ``buf[start:start + length]``: its bytes
-    read as 8-byte words, folded with a multiply-xorshift step.  Segments are grouped by
-    length (:func:`_width`) and each group is hashed as one ``(segments, width)`` matrix."""
+    read as 8-byte words (zero after its length, up to its :func:`_width`), folded with a
+    multiply-xorshift step.  Segments of one width are hashed together, a word at a time."""
     out = np.empty(start.size, np.uint64)
-    for w in np.unique(width := _width(length)).tolist():
-        sel = np.flatnonzero(width == w)
-        s, n = start[sel], length[sel]
-        mat = _gather(buf, s, n, w)
+    width = _width(length)
+    groups = np.flatnonzero(np.bincount(width >> 3))
+    words = _words(buf)
+    for w8 in groups.tolist():
+        sel = None if groups.size == 1 else np.flatnonzero(width == w8 * 8)
+        s, n = (start, length) if sel is None else (start[sel], length[sel])
         h = n.astype(np.uint64) * _M1
-        for word in mat.view("<u8").T.copy():  # one row per 8-byte word, contiguous
+        shifted = np.empty_like(h)
+        at = s.copy()
+        full = int(n.min()) // 8  # words wholly inside every segment
+        for j in range(w8):
+            if j < full:
+                word = words[at]
+            else:
+                word = words[np.minimum(at, words.size - 1)] & _KEEP[np.clip(n - 8 * j, 0, 8)]
             h ^= word
             h *= _M1
-            h ^= h >> np.uint64(29)
-        out[sel] = _mix(h)
-    return np.where(out == 0, np.uint64(1), out)
+            h ^= np.right_shift(h, np.uint64(29), out=shifted)
+            at += 8
+        if sel is None:
+            out = _mix(h)
+        else:
+            out[sel] = _mix(h)
+    out[out == 0] = 1
+    return out
 
 
 def _width(length: np.ndarray) -> np.ndarray:
     """The matrix width of each segment: its length rounded up to 8 bytes (at least 8) up to
     64, then to a power of two."""
-    eight = np.maximum(8, (length + 7) & ~7)
-    return np.where(length <= 64, eight, 1 << np.ceil(np.log2(np.maximum(length, 1))).astype(np.int64))
+    width = np.maximum(8, (length + 7) & ~7)
+    long = np.flatnonzero(length > 64)
+    if long.size:
+        width[long] = 1 << np.ceil(np.log2(length[long])).astype(np.int64)
+    return width
 
 
 def _gather(buf: np.ndarray, start: np.ndarray, length: np.ndarray, w: int) -> np.ndarray:
@@ -129,8 +157,10 @@ def _texts(buf: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """The segments' bytes as an object array of ``bytes``."""
     out = np.empty(start.size, object)
     length = end - start
-    for w in np.unique(width := _width(length)).tolist():
-        sel = np.flatnonzero(width == w)
+    width = _width(length)
+    for w in np.flatnonzero(np.bincount(width >> 3)).tolist():
+        sel = np.flatnonzero(width == w * 8)
+        w *= 8
         out[sel] = _gather(buf, start[sel], length[sel], w).view(f"S{w}").ravel().astype(object)
     return out
 
@@ -161,33 +191,56 @@ def _equals(buf: np.ndarray, start: np.ndarray, end: np.ndarray, text: bytes) ->
     return out
 
 
-def _eight_digits(d: np.ndarray) -> np.ndarray:
-    """The numbers of ``(n, 8)`` digit values (0-9, first digit most significant), three
-    multiply-shift steps on each row read as one little-endian 64-bit word."""
-    x = np.ascontiguousarray(d).view("<u8").ravel()
+_ONES = np.uint64(0x0101010101010101)
+
+
+def _all_digits(word: np.ndarray) -> np.ndarray:
+    """Whether every byte of each 8-byte word is an ASCII digit."""
+    high = np.uint64(0xF0) * _ONES
+    return ((word & high) == np.uint64(0x30) * _ONES) & (((word + np.uint64(6) * _ONES) & high) == np.uint64(0x30) * _ONES)
+
+
+def _digit_pairs(word: np.ndarray, first: int = 0) -> list[np.ndarray]:
+    """The two-digit numbers ``first``-3 of each word of 8 ASCII digits (first digit most
+    significant)."""
+    x = word - np.uint64(0x30) * _ONES
     x = (x * np.uint64(10) + (x >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
-    x = (x * np.uint64(100) + (x >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
-    x = (x * np.uint64(10000) + (x >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
-    return x.astype(np.int64)
+    return [((x >> np.uint64(16 * i)) & np.uint64(0xFF)).astype(np.int64) for i in range(first, 4)]
 
 
-def _epoch_us(digits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Microseconds since the epoch of ``(n, 14)`` ASCII ``YYYYMMDDhhmmss`` and whether each is a
-    valid date and time (every byte a digit, month 1-12, day within the month, 00:00:00-23:59:59)."""
-    d = digits - np.uint8(48)
-    ok = d.max(axis=1, initial=0) <= 9
-    date, clock = _eight_digits(d[:, :8]), _eight_digits(d[:, 6:]) % 1_000_000  # YYYYMMDD, (DD)hhmmss
-    y, mo, day = date // 10000, date // 100 % 100, date % 100
-    hh, mi, ss = clock // 10000, clock // 100 % 100, clock % 100
-    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
-    dim = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])[np.clip(mo, 1, 12) - 1] + (leap & (mo == 2))
-    ok &= (y >= 1) & (mo >= 1) & (mo <= 12) & (day >= 1) & (day <= dim) & (hh < 24) & (mi < 60) & (ss < 60)
-    yy = y - (mo <= 2)
-    era = yy // 400
-    yoe = yy - era * 400
-    doy = (153 * (mo + np.where(mo > 2, -3, 9)) + 2) // 5 + day - 1
-    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+def _days_to(year: np.ndarray) -> np.ndarray:
+    """Days from 1970-01-01 to January 1st of each year (proleptic Gregorian)."""
+    y = year - 1
+    return 365 * y + y // 4 - y // 100 + y // 400 - 719162
+
+
+_YEAR_DAY = _days_to(np.arange(10000))  # by year 0-9999
+_LEAP = (np.arange(10000) % 4 == 0) & ((np.arange(10000) % 100 != 0) | (np.arange(10000) % 400 == 0))
+_MONTH_DAY = np.array([0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334])  # days before month 1-12
+_MONTH_LEN = np.array([31, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+
+
+def _epoch_us(date: np.ndarray, clock: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Microseconds since the epoch of ``YYYYMMDDhhmmss`` given as two little-endian 8-byte
+    words, its bytes 0-7 and 6-13, and whether each is a valid date and time (every byte a
+    digit, month 1-12, day within the month, 00:00:00-23:59:59)."""
+    ok = _all_digits(date) & _all_digits(clock)
+    century, yy, mo, day = _digit_pairs(date)
+    hh, mi, ss = _digit_pairs(clock, 1)
+    y = np.clip(century * 100 + yy, 0, 9999)  # (out of range: not all digits)
+    m = np.clip(mo, 0, 12)
+    leap = _LEAP[y]
+    ok &= (y >= 1) & (mo >= 1) & (mo <= 12) & (day >= 1) & (day <= _MONTH_LEN[m] + (leap & (m == 2)))
+    ok &= (hh < 24) & (mi < 60) & (ss < 60)
+    days = _YEAR_DAY[y] + _MONTH_DAY[m] + (leap & (m > 2)) + day - 1
     return (days * 86400 + hh * 3600 + mi * 60 + ss) * 1_000_000, ok
+
+
+def _text_epoch_us(stamps: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_epoch_us` of 14-byte timestamps."""
+    words = _words(np.frombuffer(b"".join(stamps) + bytes(8), np.uint8))
+    at = 14 * np.arange(len(stamps))
+    return _epoch_us(words[at], words[at + 6])
 
 
 class _Segs(NamedTuple):
@@ -205,17 +258,19 @@ class _Segs(NamedTuple):
 def _values(buf: np.ndarray, g: _Segs) -> tuple[dict, np.ndarray]:
     """The capture columns of segments, and which lines pass every rule (the others are
     parsed again, one at a time, for their error)."""
-    t, ok = _epoch_us(_windows(buf, g.ts, 14))
+    words = _words(buf)
+    ts = np.clip(g.ts, 0, words.size - 7)
+    t, ok = _epoch_us(words[ts], words[ts + 6])
     ok &= g.ts_len == 14
     ok &= g.key[1] > g.key[0]
     ok &= g.url[1] > g.url[0]
     s0, s1 = g.status
-    st3 = _windows(buf, s0, 3) - np.uint8(48)
-    digits = (s1 - s0 == 3) & (st3[:, 0] <= 9) & (st3[:, 1] <= 9) & (st3[:, 2] <= 9)
-    dash = _equals(buf, s0, s1, b"-")
-    ok &= digits | dash
-    st3 = st3.astype(np.int16)
-    status = np.where(digits, st3[:, 0] * 100 + st3[:, 1] * 10 + st3[:, 2], -1)
+    word = words[np.clip(s0, 0, words.size - 1)]
+    three = (word & np.uint64(0xFFFFFF)) | np.uint64(0x3030303030000000)  # its first 3 bytes, then digits
+    digits = (s1 - s0 == 3) & _all_digits(three)
+    ok &= digits | ((s1 - s0 == 1) & (word & np.uint64(0xFF) == 45))  # or "-"
+    x = (three - np.uint64(0x30) * _ONES).astype(np.int64)
+    status = np.where(digits, (x & 0xFF) * 100 + (x >> 8 & 0xFF) * 10 + (x >> 16 & 0xFF), -1)
     d0, d1 = g.digest
     ok &= d1 > d0
     revisit = (_equals(buf, g.mime[0], g.mime[1], b"warc/revisit") if g.mime is not None
@@ -280,8 +335,25 @@ def _parse_cdx(line: bytes, fields: tuple, exact: bool) -> tuple:
 
 
 # ------------------------------------------------------------------------ blocks
+def _newlines(buf: np.ndarray, n: int) -> np.ndarray:
+    """``np.flatnonzero(buf[:n] == 10)``, searched a word of 8 bytes at a time: a word holding
+    one newline gives it by a bit count, the rare word holding several its bytes."""
+    is_nl = np.zeros(-(-n // 8) * 8, bool)
+    np.equal(buf[:n], 10, out=is_nl[:n])
+    words = is_nl.view("<u8")
+    at = np.flatnonzero(words != 0)
+    x = words[at]
+    one = np.uint64(1)
+    pos = at * 8 + (np.bitwise_count((x & (~x + one)) - one) >> np.uint8(3))  # its lowest 0x01 byte
+    several = np.flatnonzero(x & (x - one))
+    if several.size:
+        row, col = np.nonzero(is_nl.reshape(-1, 8)[at[several]])
+        pos = np.sort(np.concatenate([np.delete(pos, several), at[several][row] * 8 + col]))
+    return pos
+
+
 def _line_bounds(buf: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    ends = np.flatnonzero(buf[:n] == 10)
+    ends = _newlines(buf, n)
     starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
     cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)
     return starts, ends - cr
@@ -340,10 +412,48 @@ def _value(a: np.ndarray, end: np.ndarray, name: bytes, after: np.ndarray, json_
     return np.where(v0 < 0, 0, v0), np.where(v0 < 0, -1, v1)
 
 
+_LAYOUT = (b' {"url": "', b', "mime": "', b', "status": "', b', "digest": "')  # each key's text before its value
+
+
 def _cdxj_fields(a: np.ndarray, end: np.ndarray, whole: np.ndarray) -> tuple[dict, np.ndarray]:
     """Where each field of CDXJ lines is (columns in the prefixes ``a``), and which lines the
-    search settles: the JSON keys url, mime, status, digest found (any order; the pywb and
-    Common Crawl order fastest), with no backslash (a JSON escape) up to the last of them."""
+    search settles: the JSON keys url, mime, status, digest found, with no backslash (a JSON
+    escape) up to the last of them.  Lines in the pywb / Common Crawl layout (those keys
+    first, in that order, Common Crawl's ``mime-detected`` between mime and status) are
+    settled by one search per value; the others by :func:`_cdxj_fields_any`."""
+    url, mime, status, digest = _LAYOUT
+    sp = _find(a, b" ", 0, end)  # the key's end; the timestamp follows, then the url
+    u1 = _find(a, b'"', sp + 15 + len(url), end)
+    m1 = _find(a, b'"', u1 + 1 + len(mime), end)
+    detected = np.strings.startswith(a, b', "mime-detected": "', m1 + 1, end)
+    at = np.flatnonzero(detected)
+    if at.size == a.size:  # the end of the value before status
+        s_after = _find(a, b'"', m1 + 21, end)
+    else:
+        s_after = m1.copy()
+        if at.size:
+            s_after[at] = _find(a[at], b'"', m1[at] + 21, end[at])
+    s1 = _find(a, b'"', s_after + 1 + len(status), end)
+    d1 = _find(a, b'"', s1 + 1 + len(digest), end)
+    ok = ((sp > 0) & (u1 >= 0) & (m1 >= 0) & (s_after >= 0) & (s1 >= 0) & (d1 >= 0)
+          & np.strings.startswith(a, url, sp + 15, end) & np.strings.startswith(a, mime, u1 + 1, end)
+          & np.strings.startswith(a, status, s_after + 1, end) & np.strings.startswith(a, digest, s1 + 1, end))
+    ok &= _find(a, b"\\", 0, np.maximum(d1, 0)) < 0
+    got = {"key": (np.zeros_like(sp), sp), "timestamp": (sp + 1, sp + 15), "url": (sp + 15 + len(url), u1),
+           "mime": (u1 + 1 + len(mime), m1), "status": (s_after + 1 + len(status), s1),
+           "digest": (s1 + 1 + len(digest), d1)}
+    other = np.flatnonzero(~ok)
+    if other.size:
+        more, ok[other] = _cdxj_fields_any(a[other], end[other])
+        for name, (s, e) in more.items():
+            got[name][0][other] = s
+            got[name][1][other] = e
+    return got, ok
+
+
+def _cdxj_fields_any(a: np.ndarray, end: np.ndarray) -> tuple[dict, np.ndarray]:
+    """:func:`_cdxj_fields` of lines in any key order: each key found after the previous
+    value (first tried right after it), else anywhere in the object."""
     sp = _find(a, b" ", 0, end)
     ok = (sp > 0) & np.strings.startswith(a, b" {", sp + 15, end)
     j = sp + 16
@@ -392,10 +502,10 @@ def _segments(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, finder) -> 
                  status=seg["status"], digest=seg["digest"]), fit
 
 
-def _compact(key: np.ndarray, time: np.ndarray, digest: np.ndarray, status: np.ndarray, revisit: np.ndarray,
-             urls) -> tuple:
-    """``(kinds, columns, firsts)`` of captures: counts by kind, the columns of the successes,
-    and the candidates for each page's earliest success with their URL (``urls(index)``)."""
+def _compact(status: np.ndarray, revisit: np.ndarray, columns, urls) -> tuple:
+    """``(kinds, columns, firsts)`` of captures: counts by kind, the columns of the successes
+    (``columns(index)``: the key hash, time and digest hash of the captures at ``index``), and
+    the candidates for each page's earliest success with their URL (``urls(index)``)."""
     success = (status == 200) | (revisit & ((status == -1) | (status == 304)))
     redirect = (status >= 300) & (status < 400)
     kinds = {"ok": int(np.sum(success & ~revisit)), "revisit": int(np.sum(success & revisit)),
@@ -403,10 +513,10 @@ def _compact(key: np.ndarray, time: np.ndarray, digest: np.ndarray, status: np.n
     idx = np.flatnonzero(success)
     if not idx.size:
         return kinds, None, None
-    k, t = key[idx], time[idx]
+    k, t, digest = columns(idx)
     # a page's earliest capture in a run of its captures starts the run or is earlier than the one before
     head = np.flatnonzero(np.concatenate([[True], (k[1:] != k[:-1]) | (t[1:] < t[:-1])]))
-    return kinds, (k, t, digest[idx], revisit[idx]), (k[head], t[head], urls(idx[head]))
+    return kinds, (k, t, digest, revisit[idx]), (k[head], t[head], urls(idx[head]))
 
 
 class _Captures:
@@ -422,7 +532,7 @@ class _Captures:
     def add(self, key: np.ndarray, time: np.ndarray, digest: np.ndarray, status: np.ndarray,
             revisit: np.ndarray, urls) -> None:
         """``urls(index)``: the URL text of the captures at ``index``."""
-        self.extend(_compact(key, time, digest, status, revisit, urls))
+        self.extend(_compact(status, revisit, lambda i: (key[i], time[i], digest[i]), urls))
 
     def extend(self, part: tuple) -> None:
         """Add a :func:`_compact` result."""
@@ -442,8 +552,8 @@ class _Captures:
         """Keep one earliest URL per page (bounded: text once per page)."""
         if self.pending:
             k, t, u = (np.concatenate(c) for c in zip(*self.firsts))
-            order = _by_key_then_time(k, t)
-            head = order[np.concatenate([[True], k[order][1:] != k[order][:-1]])]
+            order, k_sorted, _ = _by_key_then_time(k, t)
+            head = order[np.concatenate([[True], k_sorted[1:] != k_sorted[:-1]])]
             self.firsts = [(k[head], t[head], u[head])]
         self.merged = sum(f[0].size for f in self.firsts)
         self.pending = 0
@@ -544,12 +654,13 @@ def _parse_block(buf: np.ndarray, size: int, kind: str, finder) -> tuple:
 
     def take(a):  # the block-parsed lines' values (all of them, as a rule)
         return a if fast.size == starts.size else a[fast]
-    k0, d0, d1 = take(g.key[0]), take(g.digest[0]), take(g.digest[1])
-    key = _hash_segments(buf, k0, take(g.key[1]) - k0)
-    dig = np.where(take(v["nodigest"]), _MISSING, _hash_segments(buf, d0, d1 - d0))
+    k0, k1, d0, d1, time, nodigest = (take(a) for a in (*g.key, *g.digest, v["time"], v["nodigest"]))
+
+    def columns(i):  # the hashes of the successes only
+        dig = _hash_segments(buf, d0[i], d1[i] - d0[i])
+        return _hash_segments(buf, k0[i], k1[i] - k0[i]), time[i], np.where(nodigest[i], _MISSING, dig)
     us, ue = take(g.url[0]), take(g.url[1])
-    part = _compact(key, take(v["time"]), dig, take(v["status"]), take(v["revisit"]),
-                    lambda i: _decode(_texts(buf, us[i], ue[i])))
+    part = _compact(take(v["status"]), take(v["revisit"]), columns, lambda i: _decode(_texts(buf, us[i], ue[i])))
     return part, starts.size, int(blank.sum()), int(meta.sum()), fast.size, starts[slow], ends[slow], slow
 
 
@@ -606,7 +717,7 @@ def _add_values(caps: _Captures, got: list[tuple]) -> None:
     timestamp may be int64 microseconds already."""
     key, ts, url, mime, status, digest = zip(*got)
     if isinstance(ts[0], bytes):
-        time, _ = _epoch_us(np.frombuffer(b"".join(ts), np.uint8).reshape(-1, 14))
+        time, _ = _text_epoch_us(ts)
     else:
         time = np.asarray(ts, np.int64)
     st = np.array([-1 if s == b"-" else int(s) for s in status], np.int64)
@@ -618,15 +729,31 @@ def _add_values(caps: _Captures, got: list[tuple]) -> None:
 
 
 # ------------------------------------------------------------------------ pairing
-def _by_key_then_time(key: np.ndarray, time: np.ndarray) -> np.ndarray:
-    """``np.lexsort((time, key))`` by stable sorts: by key alone when that leaves each key's
-    times in order (captures read in time order: one file, or files given oldest first)."""
-    order = np.argsort(key, kind="stable")
+def _stable_argsort(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")``, sorting only the first of each run of equal keys
+    (a file sorted by SURT key holds each page's captures in one run)."""
+    head = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
+    if head.size > key.size // 2:
+        return np.argsort(key, kind="stable")
+    runs = np.argsort(key[head], kind="stable")
+    length = np.diff(np.append(head, key.size))[runs]
+    first = np.cumsum(length) - length  # where each run lands
+    order = np.repeat(head[runs] - first, length)
+    order += np.arange(key.size)
+    return order
+
+
+def _by_key_then_time(key: np.ndarray, time: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``order = np.lexsort((time, key))`` by stable sorts (by key alone when that leaves each
+    key's times in order: captures read in time order, one file or files given oldest first),
+    and ``key[order]``, ``time[order]``."""
+    order = _stable_argsort(key)
     k, t = key[order], time[order]
     if np.any((k[1:] == k[:-1]) & (t[1:] < t[:-1])):
         order = np.argsort(time, kind="stable")
         order = order[np.argsort(key[order], kind="stable")]
-    return order
+        k, t = key[order], time[order]
+    return order, k, t
 
 
 def _pair(caps: _Captures, unit: str, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -638,27 +765,34 @@ def _pair(caps: _Captures, unit: str, dtype) -> tuple[np.ndarray, np.ndarray, np
         parts, caps.cols[j] = caps.cols[j], []
         return np.concatenate(parts) if parts else np.zeros(0, dtypes[j])
 
+    firsts_k, firsts_t, firsts_u = (np.concatenate(c) for c in zip(*caps.firsts)) if caps.firsts else (
+        np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, object))
     key, time = column(0), column(1)
-    order = _by_key_then_time(key, time)
-    key = key[order]
-    time = time[order]
-    dig = column(2)[order]
-    rev = column(3)[order]
-    del order
+    same_page = key[1:] == key[:-1]
+    # as read: each page's captures one run (as many runs as pages, firsts being merged), in time order
+    as_read = caps.pending == 0 and np.count_nonzero(~same_page) + min(key.size, 1) == firsts_k.size and not (
+        np.any(same_page & (time[1:] < time[:-1])))
+    if as_read:  # pages in the order read (sorted by key below)
+        dig, rev = column(2), column(3)
+    else:
+        order, key, time = _by_key_then_time(key, time)
+        dig = column(2)[order]
+        rev = column(3)[order]
+        del order
+    del same_page
     dup = np.concatenate([[False], (key[1:] == key[:-1]) & (time[1:] == time[:-1])])
-    if dup.any():  # captures at one time: a response first, a missing digest last, then by digest
-        tied = np.flatnonzero(dup | np.concatenate([dup[1:], [False]]))
-        sub = tied[np.lexsort((dig[tied], dig[tied] == _MISSING, rev[tied], time[tied], key[tied]))]
-        dig[tied] = dig[sub]
-    del rev
     counts["duplicate"] = int(dup.sum())
     counts["same_time_conflicts"] = 0
-    if counts["duplicate"]:
-        group = np.cumsum(~dup) - 1
+    if counts["duplicate"]:  # captures at one time: a response first, a missing digest last, then by digest
+        group = np.cumsum(~dup) - 1  # each page and time
+        tied = np.flatnonzero(dup | np.concatenate([dup[1:], [False]]))
+        sub = tied[np.lexsort((dig[tied], dig[tied] == _MISSING, rev[tied], group[tied]))]
+        dig[tied] = dig[sub]
         head_dig = dig[np.flatnonzero(~dup)][group]
         conflict = dup & (dig != head_dig) & (dig != _MISSING) & (head_dig != _MISSING)
         counts["same_time_conflicts"] = int(np.unique(group[conflict]).size)
         key, time, dig = key[~dup], time[~dup], dig[~dup]
+    del rev
     counts["revisit_without_reference"] = 0
     if np.any(dig == _MISSING):  # a revisit without digest repeats the page's previous success
         new_page = np.concatenate([[True], key[1:] != key[:-1]])
@@ -667,26 +801,33 @@ def _pair(caps: _Captures, unit: str, dtype) -> tuple[np.ndarray, np.ndarray, np
         resolved = ref >= page_start
         counts["revisit_without_reference"] = int(np.sum(~resolved))
         key, time, dig = key[resolved], time[resolved], dig[ref[resolved]]
-    obs = np.flatnonzero(key[1:] == key[:-1]) + 1  # a capture after one of its page
-    interval = ((time[obs] - time[obs - 1]) / (unit_seconds(unit) * 1e6)).astype(dtype)
-    changed = dig[obs] != dig[obs - 1]
-    obs_key = key[obs]  # sorted: each page's observations are one run
+    prev = np.flatnonzero(key[1:] == key[:-1])  # a capture before one of its page
+    obs = prev + 1
+    changed = dig[obs] != dig[prev]
+    gap = time[obs]
+    gap -= time[prev]
+    del prev
+    interval = np.divide(gap, unit_seconds(unit) * 1e6, out=gap.view(np.float64)).astype(dtype, copy=False)
+    del gap
+    obs_key = key[obs]  # each page's observations are one run
     del key, time, dig
     first_obs = np.flatnonzero(np.concatenate([[True], obs_key[1:] != obs_key[:-1]])) if obs.size else obs
     pages = obs_key[first_obs]
     count = np.diff(np.concatenate([first_obs, [obs.size]]))
     del obs, obs_key
-    # pages in order of their first success (ties by key hash)
-    firsts_k, firsts_t, firsts_u = (np.concatenate(c) for c in zip(*caps.firsts)) if caps.firsts else (
-        np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, object))
+    if as_read:  # the pages by key, as sorted captures give them
+        by_key = np.argsort(pages)
+        pages, first_obs, count = pages[by_key], first_obs[by_key], count[by_key]
+        del by_key
     at = np.searchsorted(firsts_k, pages)  # merge_firsts leaves them sorted by key
+    # pages in order of their first success (ties by key hash)
     counts["pages_without_observation"] = int(firsts_k.size - pages.size)
     page_order = np.argsort(firsts_t[at], kind="stable")  # pages are sorted: ties by key hash
     offsets = np.concatenate([[0], np.cumsum(count[page_order])]).astype(np.int64)
-    # observations of each page are contiguous (sorted by key, then time): gather page by page order
+    # observations of each page are contiguous: gather them page by page order
     src = np.repeat(first_obs[page_order], count[page_order]) + (
         np.arange(offsets[-1]) - np.repeat(offsets[:-1], count[page_order]))
-    return firsts_u[at][page_order], interval[src], changed[src], offsets, counts
+    return firsts_u[at[page_order]], interval[src], changed[src], offsets, counts
 
 
 def _histories(caps: _Captures, log_reports: list, paths: list[str], unit: str, dtype) -> Histories:
