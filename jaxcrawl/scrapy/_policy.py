@@ -133,18 +133,25 @@ def solve_rates(policy: str, *, importance, change_rate, budget: float, allowed,
     return rate, prob, bool(np.all(np.asarray(pol.converged)))
 
 
-def estimate_rates(intervals, changed, mask):
-    """Change rates per day from padded observations: the smoothed MLE of NeurIPS-19 Alg. 4
-    line 11 (:func:`jaxcrawl.estimators.mle_smoothed`, imaginary intervals of half a day).  The
-    rows are padded to :func:`bucket` (empty histories)."""
-    from jaxcrawl import estimators
-
+def _padded(intervals, changed, mask):
+    """The observations with their rows padded to :func:`bucket` (empty histories)."""
     n, k = np.shape(intervals)
     m = bucket(n)
     w = np.ones((m, k), _float())
     c = np.zeros((m, k), bool)
     mk = np.zeros((m, k), bool)
     w[:n], c[:n], mk[:n] = intervals, changed, mask
+    return w, c, mk
+
+
+def estimate_rates(intervals, changed, mask):
+    """Change rates per day from padded observations: the smoothed MLE of NeurIPS-19 Alg. 4
+    line 11 (:func:`jaxcrawl.estimators.mle_smoothed`, imaginary intervals of half a day).  The
+    rows are padded to :func:`bucket` (empty histories)."""
+    from jaxcrawl import estimators
+
+    n = np.shape(intervals)[0]
+    w, c, mk = _padded(intervals, changed, mask)
     est = estimators.mle_smoothed(w, c, mk, return_info=True)
     return np.asarray(est.rate, np.float64)[:n], bool(np.all(np.asarray(est.converged)[:n]))
 
@@ -154,12 +161,8 @@ def estimate_complete(intervals, changed, mask):
     with Alg. 4 line 13's imaginary signal (:func:`jaxcrawl.estimators.complete_obs_rate`)."""
     from jaxcrawl import estimators
 
-    n, k = np.shape(intervals)
-    m = bucket(n)
-    w = np.ones((m, k), _float())
-    c = np.zeros((m, k), bool)
-    mk = np.zeros((m, k), bool)
-    w[:n], c[:n], mk[:n] = intervals, changed, mask
+    n = np.shape(intervals)[0]
+    w, c, mk = _padded(intervals, changed, mask)
     return np.asarray(estimators.complete_obs_rate(w, c, mk), np.float64)[:n]
 
 
