@@ -141,6 +141,19 @@ def _queue_key(url: str) -> str:
         raise ValueError(f"{err}; give its queue key (--hosts)") from None  # err names the page
 
 
+def _frontier_inputs(url, rate, next_epoch, key):
+    """``(rate, next_epoch, url text, pages kept (rate > 0), key text or None)`` of a queue
+    file's arguments, checked: rates finite and >= 0, one key per URL."""
+    r = np.asarray(rate, np.float64)
+    t = np.asarray(next_epoch, np.float64)
+    ids = _text_array(url)
+    _check_rates(r, ids)
+    keys = _text_array(key, "key") if key is not None else None
+    if keys is not None and len(keys) != len(ids):
+        raise ValueError(f"key must have one value per URL, shape ({len(ids)},); got ({len(keys)},)")
+    return r, t, ids, np.flatnonzero(r > 0), keys
+
+
 def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoch: ArrayLike, *,
                       unit: str = "days", key: ArrayLike | None = None, crawl_id: str = "",
                       on_signal: ArrayLike | None = None, chunk: int = 1 << 16) -> CrawlerFile:
@@ -170,15 +183,8 @@ def write_urlfrontier(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epoc
         1970-01-01T00:00:01Z (``0`` means "never refetch" to the frontier), or a queue key
         longer than ``MAX_KEY_LENGTH``, naming the page; nothing is written.
     """
-    r = np.asarray(rate, np.float64)
-    t = np.asarray(next_epoch, np.float64)
+    r, t, ids, keep, keys = _frontier_inputs(url, rate, next_epoch, key)
     pa, pc = _arrow()
-    ids = _text_array(url)
-    _check_rates(r, ids)
-    keep = np.flatnonzero(r > 0)
-    keys = _text_array(key, "key") if key is not None else None
-    if keys is not None and len(keys) != len(ids):
-        raise ValueError(f"key must have one value per URL, shape ({len(ids)},); got ({len(keys)},)")
     sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
     tk = t[keep]
     with np.errstate(invalid="ignore"):
@@ -358,15 +364,8 @@ def write_stormcrawler(path: PathLike, url: ArrayLike, rate: ArrayLike, next_epo
     """
     import hashlib
 
-    r = np.asarray(rate, np.float64)
-    t = np.asarray(next_epoch, np.float64)
+    r, t, ids, keep, keys = _frontier_inputs(url, rate, next_epoch, key)
     pa, pc = _arrow()
-    ids = _text_array(url)
-    _check_rates(r, ids)
-    keep = np.flatnonzero(r > 0)
-    keys = _text_array(key, "key") if key is not None else None
-    if keys is not None and len(keys) != len(ids):
-        raise ValueError(f"key must have one value per URL, shape ({len(ids)},); got ({len(keys)},)")
     given_keys = None if keys is None else keys if isinstance(keys, pa.DictionaryArray) else pc.dictionary_encode(keys)
     sig = np.zeros(len(ids), bool) if on_signal is None else np.broadcast_to(np.asarray(on_signal, bool), r.shape)
     tk = t[keep]
