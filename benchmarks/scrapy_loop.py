@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 POLICIES = ("plan", "learn", "uniform", "nutch-adaptive")
 Z99 = 2.5758  # two-sided 99% normal quantile: the intervals reported
 Z999 = 3.2905  # two-sided 99.9%: the margin claim's check (a true claim fails one run in a thousand)
-QUICK = dict(pages=120, hosts=6, days=14.0, warm=4.0, seconds_per_day=0.5, runs=1, epoch_days=2.0)
+QUICK = dict(pages=120, hosts=6, days=14.0, warm=4.0, seconds_per_day=1.0, runs=1, epoch_days=2.0)
 FULL = dict(pages=300, hosts=12, days=24.0, warm=4.0, seconds_per_day=1.5, runs=3, epoch_days=3.0)
 
 

@@ -45,6 +45,43 @@ def pytest_runtest_call(item):
                                "use @pytest.mark.x64 or jax.enable_x64() as a context manager")
 
 
+def _map_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as fh:
+            return int(fh.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def _mappings() -> int:
+    try:
+        with open("/proc/self/maps", "rb") as fh:
+            return fh.read().count(b"\n")
+    except OSError:
+        return 0
+
+
+#: The kernel's limit on a process's memory mappings, and the count at which a test worker
+#: drops its compiled executables (half the limit; after a clearing, half-way from what is
+#: left to the limit).
+MAP_LIMIT = _map_limit()
+_map_budget = [MAP_LIMIT // 2]
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """XLA's CPU backend maps a few regions of memory for every executable it compiles, and
+    JAX's caches keep them all; a worker that runs a few hundred compiling tests reaches the
+    kernel's ``vm.max_map_count`` (65,530), where the next compile fails in LLVM ("Cannot
+    allocate memory") and XLA then crashes the process with a segmentation fault.  Past the
+    budget, the caches are cleared (later tests compile again; nothing else changes)."""
+    if MAP_LIMIT and _mappings() > _map_budget[0]:
+        import gc
+
+        jax.clear_caches()
+        gc.collect()
+        _map_budget[0] = max(_map_budget[0], (_mappings() + MAP_LIMIT) // 2)
+
+
 @pytest.fixture
 def fresh_sigint():
     """SIGINT as a fresh interpreter has it (Python's ``default_int_handler``, reinstalled at

@@ -85,7 +85,7 @@ def _iso(d):
 LONG = pytest.mark.long
 
 
-@pytest.mark.parametrize("phase, kind", [("golden", "iso"), pytest.param("hash", "iso", marks=LONG),
+@pytest.mark.parametrize("phase, kind", [pytest.param("golden", "iso", marks=LONG), pytest.param("hash", "iso", marks=LONG),
                                          pytest.param("zero", "iso", marks=LONG),
                                          pytest.param("hash", "numeric", marks=LONG),
                                          pytest.param("golden", "numeric", marks=LONG),

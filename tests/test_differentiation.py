@@ -40,8 +40,8 @@ def active_bounds(name, pol, p):
 
 
 @pytest.mark.x64
-# uniform_interval_crawl's three derivative programs take ~20 s to compile: the long step
-@pytest.mark.parametrize("name", [pytest.param(s, marks=pytest.mark.long) if s in ("uniform_interval_crawl", "binary_lambda_crawl_eps") else s
+# these solvers' derivative programs take 5-20 s to compile: the long step
+@pytest.mark.parametrize("name", [pytest.param(s, marks=pytest.mark.long) if s in ("uniform_interval_crawl", "binary_lambda_crawl_eps", "binary_lambda_crawl", "lambda_crawl_approx") else s
                                   for s in SOLVERS])
 @pytest.mark.parametrize("seed,bw", [(0, 0.3), pytest.param(1, 0.05, marks=pytest.mark.long),
                                      pytest.param(2, 2.0, marks=pytest.mark.long)])

@@ -179,6 +179,7 @@ def test_far_below_the_change_rates_the_budget_goes_to_the_top_page():
         assert np.all(np.delete(rate, top) == 0)
 
 
+@pytest.mark.long
 def test_the_plain_path_is_kept_where_it_is_accurate():
     """At an ordinary bandwidth the solve is the plain dual solve, bit for bit (the log-gap
     re-solve runs only within a fraction of the largest marginal at zero)."""
@@ -193,7 +194,8 @@ def test_the_plain_path_is_kept_where_it_is_accurate():
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize("name", ["binary", pytest.param("uniform", marks=pytest.mark.long)])
+@pytest.mark.long
+@pytest.mark.parametrize("name", ["binary", "uniform"])
 def test_gradient_through_the_gap_solve_matches_finite_differences(name):
     """Exact derivatives (implicit function theorem) through the re-solve: directional
     derivatives of a weighted sum of the rates in importance and change rates vs central

@@ -78,8 +78,8 @@ def test_a_small_solve_keeps_the_plain_iteration(name):
 
 
 @pytest.mark.parametrize("n", [1_000_000, pytest.param(FULL, marks=pytest.mark.long)], ids=["1M", "18.5M"])
-@pytest.mark.parametrize("x64", [False, pytest.param(True, marks=pytest.mark.x64)], ids=["float32", "float64"])
-@pytest.mark.parametrize("name", sorted(SOLVERS))
+@pytest.mark.parametrize("x64", [False, pytest.param(True, marks=(pytest.mark.x64, pytest.mark.long))], ids=["float32", "float64"])
+@pytest.mark.parametrize("name", ["lambda_crawl", pytest.param("binary_lambda_crawl", marks=pytest.mark.long)])
 def test_at_most_four_passes(monkeypatch, name, x64, n):
     """Mixed LambdaCrawl and BinaryLambdaCrawl on the benchmark problem (4% complete; 18.5M
     pages in the long lane): at most 4 passes over the pages -- the search's passes plus the
@@ -96,7 +96,7 @@ def test_at_most_four_passes(monkeypatch, name, x64, n):
     assert abs(total - float(problem.bandwidth)) <= 2 * rtol * float(problem.bandwidth)
 
 
-@pytest.mark.parametrize("name", sorted(SOLVERS))
+@pytest.mark.parametrize("name", ["lambda_crawl", pytest.param("binary_lambda_crawl", marks=pytest.mark.long)])
 def test_search_and_plain_iteration_agree(monkeypatch, name):
     """The same problem above and below the search's threshold (the plain iteration forced by
     raising it): the same dual to the tolerance, the same rates to it."""

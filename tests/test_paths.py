@@ -86,8 +86,8 @@ def problem_of(path):
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize("name", [n if n == "harmonic" else pytest.param(n, marks=pytest.mark.long)
-                                  for n in OBJECTIVES])
+@pytest.mark.long
+@pytest.mark.parametrize("name", OBJECTIVES)
 def test_process_rows_and_streamed_table_equal_in_memory(files, name):
     """In memory vs ProcessRows (caps and bounds, and neither) vs a StreamedTable of the
     ``.npy`` table (bounds; streamed solves take no caps)."""
@@ -112,7 +112,7 @@ def test_process_rows_and_streamed_table_equal_in_memory(files, name):
 
 
 @pytest.mark.x64
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [pytest.param(f, marks=pytest.mark.long) if f == "table" else f for f in FORMATS])
 @pytest.mark.parametrize("name", [n if n == "harmonic" else pytest.param(n, marks=pytest.mark.long)
                                   for n in OBJECTIVES])
 def test_page_table_files_equal_in_memory(files, fmt, name, tmp_path):

@@ -171,6 +171,60 @@ def test_a_lost_interrupt_keeps_the_finished_checkpoint_then_stops(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+class _SignalOnEnter:
+    """A lock that sends ``sig`` to this process as it is taken: the handler raises on the
+    first line of the handlers' removal, before it marks the command as ended."""
+
+    def __init__(self, lock, sig):
+        self.lock, self.sig, self.sent = lock, sig, False
+
+    def __enter__(self):
+        if not self.sent:
+            self.sent = True
+            os.kill(os.getpid(), self.sig)
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self.lock.__exit__(*exc)
+
+
+def _watchdogs():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "jaxcrawl-signal-watchdog"]
+
+
+@pytest.mark.usefixtures("fresh_sigint")
+def test_a_signal_as_the_handlers_are_removed_still_removes_them(monkeypatch):
+    from jaxcrawl._src import interrupts
+
+    monkeypatch.setattr(interrupts, "_lock", _SignalOnEnter(interrupts._lock, signal.SIGINT))
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.handlers():
+            assert len(_watchdogs()) == 1
+    assert _watchdogs() == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert signal.set_wakeup_fd(-1) == -1  # no wakeup descriptor left behind
+    assert (interrupts._received, interrupts._raised, interrupts._armed) == ([], [], False)
+
+
+@pytest.mark.usefixtures("fresh_sigint")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_as_a_command_ends_keeps_its_output_and_says_so(tmp_path, monkeypatch, sig):
+    from jaxcrawl._src import interrupts
+
+    monkeypatch.setattr(interrupts, "_lock", _SignalOnEnter(interrupts._lock, sig))
+    out = tmp_path / "plan.jsonl"
+    code, err = _quiet_main(["solve", "--num-pages", "64", "-q", "-o", str(out)])
+    assert code == STATUS[sig], err
+    assert "as the command ended (what it wrote is complete)" in err
+    assert len(out.read_text().splitlines()) == 64
+    assert _leftovers(tmp_path) == [] and _watchdogs() == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 @pytest.mark.long
 def test_second_signal_during_cleanup_is_ignored(tmp_path, monkeypatch):
     """A second Ctrl-C while the first unwinds must not interrupt the temporary file's removal."""

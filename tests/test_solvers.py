@@ -254,7 +254,7 @@ ALL_SOLVERS = [
     jaxcrawl.uniform_interval_crawl,
 ]
 # the costliest to compile batched: their batched-vs-loop check runs in the long step
-_HEAVY = (jaxcrawl.lambda_crawl_approx, jaxcrawl.binary_lambda_crawl, jaxcrawl.uniform_interval_crawl)
+_HEAVY = (jaxcrawl.lambda_crawl_approx, jaxcrawl.binary_lambda_crawl, jaxcrawl.uniform_interval_crawl, ALL_SOLVERS[3])
 
 
 @pytest.mark.x64

@@ -148,15 +148,22 @@ def handlers() -> Iterator[list[int]]:
     try:
         yield _received
     finally:
-        with _lock:  # no deferred signal is delivered again from here on
-            _closing = True
-        if watchdog is not None:
-            watchdog.stop()
-        for sig, old in previous.items():
-            signal.signal(sig, old)  # runs a pending handler first: ours, which only records
-        del _received[:]
-        del _raised[:]
-        _armed = False
+        # a signal can still raise at the first of these lines (the body has ended, but
+        # nothing marked it so yet); what follows it runs all the same, so the watchdog is
+        # stopped and the previous handlers are back whatever is raised
+        try:
+            with _lock:  # no deferred signal is delivered again from here on
+                _closing = True
+        finally:
+            try:
+                if watchdog is not None:
+                    watchdog.stop()
+            finally:
+                for sig, old in previous.items():
+                    signal.signal(sig, old)  # runs a pending handler first: ours, which only records
+                del _received[:]
+                del _raised[:]
+                _armed = False
 
 
 def _again(signum: int) -> None:

@@ -125,11 +125,16 @@ def main(argv: Sequence[str] | None = None, *, compile_cache: bool | None = None
     produced by any operation: status 3).  SIGINT returns 130 and SIGTERM 143 (see the module
     documentation).
     """
-    with _interrupts.handlers() as fired:
-        try:
-            status = _main(argv, compile_cache, fired)
-        finally:
-            _fileio.remove_leftovers()
+    try:
+        with _interrupts.handlers() as fired:
+            try:
+                status = _main(argv, compile_cache, fired)
+            finally:
+                _fileio.remove_leftovers()
+    except (KeyboardInterrupt, Terminated) as err:  # at the very end, once the command was over
+        status = EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED
+        print(f"jaxcrawl: {'terminated' if status == EXIT_TERMINATED else 'interrupted'} as the command "
+              "ended (what it wrote is complete)", file=sys.stderr)
     if argv is None and (status in (EXIT_INTERRUPTED, EXIT_TERMINATED)
                          or (status != 0 and jax.distributed.is_initialized())):
         # run as a program and interrupted: end here, without the interpreter's teardown
