@@ -82,14 +82,9 @@ def _iso(d):
     return f"2026-01-{5 + d:02d}T00:00:00Z"
 
 
-LONG = pytest.mark.long
-
-
-@pytest.mark.parametrize("phase, kind", [pytest.param("golden", "iso", marks=LONG), pytest.param("hash", "iso", marks=LONG),
-                                         pytest.param("zero", "iso", marks=LONG),
-                                         pytest.param("hash", "numeric", marks=LONG),
-                                         pytest.param("golden", "numeric", marks=LONG),
-                                         pytest.param("zero", "numeric", marks=LONG)])
+@pytest.mark.long
+@pytest.mark.parametrize("phase, kind", [("golden", "iso"), ("hash", "iso"), ("zero", "iso"),
+                                         ("hash", "numeric"), ("golden", "numeric"), ("zero", "numeric")])
 def test_consecutive_windows_give_the_crawls_of_one_long_window(tmp_path, capsys, phase, kind):
     """Three 1-day windows (each with ``--after`` the previous one) equal one 3-day window:
     the same crawl times without crawl delays; with them, each page within one crawl and
@@ -136,8 +131,8 @@ def test_consecutive_windows_give_the_crawls_of_one_long_window(tmp_path, capsys
     assert not set(p3.tolist()) & set(ids[:3].tolist())
 
 
-@pytest.mark.parametrize("phase", [pytest.param("zero", marks=LONG), pytest.param("golden", marks=LONG),
-                                   pytest.param("hash", marks=LONG)])
+@pytest.mark.long
+@pytest.mark.parametrize("phase", ["zero", "golden", "hash"])
 def test_next_fetch_is_never_later_than_last_fetch_plus_interval(tmp_path, capsys, phase):
     """Across four daily windows with crawl delays, every page's gap between consecutive
     crawls is at most its interval plus the largest crawl-delay move reported that day, and

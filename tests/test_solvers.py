@@ -243,18 +243,22 @@ def test_uniform_interval_crawl_matches_reference():
 
 
 # --------------------------------------------------------- batching and types
+def _binary_eps(p):
+    return jaxcrawl.binary_lambda_crawl(p, 0.4)
+
+
 ALL_SOLVERS = [
     jaxcrawl.lambda_crawl,
     jaxcrawl.lambda_crawl_approx,
     jaxcrawl.binary_lambda_crawl,
-    lambda p: jaxcrawl.binary_lambda_crawl(p, 0.4),
+    _binary_eps,
     jaxcrawl.uniform_crawl,
     jaxcrawl.change_rate_crawl,
     jaxcrawl.accumulated_delay_crawl,
     jaxcrawl.uniform_interval_crawl,
 ]
 # the costliest to compile batched: their batched-vs-loop check runs in the long step
-_HEAVY = (jaxcrawl.lambda_crawl_approx, jaxcrawl.binary_lambda_crawl, jaxcrawl.uniform_interval_crawl, ALL_SOLVERS[3])
+_HEAVY = (jaxcrawl.lambda_crawl_approx, jaxcrawl.binary_lambda_crawl, jaxcrawl.uniform_interval_crawl, _binary_eps)
 
 
 @pytest.mark.x64
