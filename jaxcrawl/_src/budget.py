@@ -48,7 +48,7 @@ import jax.numpy as jnp
 
 from . import rootfind
 from . import search as _search
-from .passes import View, reduce_array
+from .passes import View, reduce_array, reduce_arrays
 
 
 class BudgetSolution(NamedTuple):
@@ -81,18 +81,25 @@ def eval_pages(rate_fn: Callable, params: Any, nu: jax.Array, lower: jax.Array, 
     return x, jnp.where(free & jnp.isfinite(dphi), dphi, 0.0), free, at_lo, at_hi
 
 
+#: the reductions of :func:`limit_values`
+LIMIT_OPS = ("sum", "sum", "sum", "max")
+
+
+def limit_values(v) -> tuple:
+    """Per page of the view ``v``: its lower limit, its finite width (0 if infinite), 1 if
+    its width is infinite, its finite width again; reduced by :data:`LIMIT_OPS`."""
+    shape = jnp.broadcast_shapes(jnp.shape(v.lo), jnp.shape(v.hi), jnp.shape(v.index))
+    v = v._replace(lo=jnp.broadcast_to(v.lo, shape), hi=jnp.broadcast_to(v.hi, shape))
+    width = v.hi - v.lo
+    fin = jnp.isfinite(width)
+    fw = jnp.where(fin, width, 0.0)
+    return v.lo, fw, jnp.where(fin, 0.0, 1.0).astype(fw.dtype), fw
+
+
 def limit_stats(pages) -> tuple:
     """``(sum lower, sum of finite widths, number of infinite widths, largest finite width)``
     of the pages' limits: one pass."""
-    def stats(v):
-        shape = jnp.broadcast_shapes(jnp.shape(v.lo), jnp.shape(v.hi), jnp.shape(v.index))
-        v = v._replace(lo=jnp.broadcast_to(v.lo, shape), hi=jnp.broadcast_to(v.hi, shape))
-        width = v.hi - v.lo
-        fin = jnp.isfinite(width)
-        fw = jnp.where(fin, width, 0.0)
-        return v.lo, fw, jnp.where(fin, 0.0, 1.0).astype(fw.dtype), fw
-
-    return pages.reduce(stats, ("sum", "sum", "sum", "max"))
+    return pages.reduce(limit_values, LIMIT_OPS)
 
 
 def _at_reference(v, marginal_fn, slack, big, total):
@@ -126,19 +133,20 @@ def bracket_from_marginals(pages, marginal_fn: Callable, budget: jax.Array) -> t
     return jnp.where(fallback, 1.0, a), jnp.where(fallback, 1.0, b)
 
 
-def expand_bracket(total_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.Array, loop=jax.lax.while_loop,
+def expand_bracket(totals_fn: Callable, budget: jax.Array, a: jax.Array, b: jax.Array, loop=jax.lax.while_loop,
                    max_expansions: int = 64) -> tuple[jax.Array, jax.Array]:
-    """Widen ``[a, b]`` (geometrically when positive) until ``total(a) >= B >= total(b)``."""
-    def widen_lo(a, b):
-        return jnp.where(a > 0, a / 4.0, a - 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
+    """Widen ``[a, b]`` (geometrically when positive) until ``total(a) >= B >= total(b)``;
+    ``totals_fn(a, b) -> (total(a), total(b))`` is one pass for both ends, so the loop takes
+    one pass per widening of either end (and one to confirm)."""
+    def body(s):
+        a, b, _, k = s
+        ta, tb = totals_fn(a, b)
+        grow_a, grow_b = ta < budget, tb > budget
+        a2 = jnp.where(grow_a, jnp.where(a > 0, a / 4.0, a - 2.0 * jnp.maximum(jnp.abs(b - a), 1.0)), a)
+        b2 = jnp.where(grow_b, jnp.where(b > 0, b * 4.0, b + 2.0 * jnp.maximum(jnp.abs(b - a), 1.0)), b)
+        return a2, b2, grow_a | grow_b, k + 1
 
-    def widen_hi(a, b):
-        return jnp.where(b > 0, b * 4.0, b + 2.0 * jnp.maximum(jnp.abs(b - a), 1.0))
-
-    a, _ = loop(lambda s: (total_fn(s[0]) < budget) & (s[1] < max_expansions),
-                lambda s: (widen_lo(s[0], b), s[1] + 1), (a, 0))
-    b, _ = loop(lambda s: (total_fn(s[0]) > budget) & (s[1] < max_expansions),
-                lambda s: (widen_hi(a, s[0]), s[1] + 1), (b, 0))
+    a, b, _, _ = loop(lambda s: s[2] & (s[3] < max_expansions), body, (a, b, jnp.asarray(True), 0))
     return a, b
 
 
@@ -154,6 +162,8 @@ class ArrayPages(NamedTuple):
     lo: jax.Array
     hi: jax.Array
     n: int = 0  # the number of pages (``lo`` and ``hi`` may be scalars)
+    known_limits: Any = None  # the limits' statistics when a pass already reduced them
+
 
     def view(self):
         return View(self.params, self.lo, self.hi, jnp.arange(self.n))
@@ -163,7 +173,7 @@ class ArrayPages(NamedTuple):
             return self._reduce(fn, ops, *args)
 
     def _reduce(self, fn, ops, *args):
-        return tuple(reduce_array(o, op) for o, op in zip(fn(self.view(), *args), ops))
+        return reduce_arrays(fn(self.view(), *args), ops)
 
     def map(self, fn, *args):
         with jax.named_scope(PASS_SCOPE):
@@ -174,7 +184,7 @@ class ArrayPages(NamedTuple):
             return jnp.sum(x)
 
     def limits(self):
-        return limit_stats(self)
+        return limit_stats(self) if self.known_limits is None else self.known_limits
 
     def page(self, k):
         return jax.tree_util.tree_map(lambda v: jnp.asarray(v)[..., k], self.params)
@@ -182,9 +192,7 @@ class ArrayPages(NamedTuple):
     def derive(self, fn):
         return self._replace(params=fn(self.view()))
 
-    @staticmethod
-    def loop(cond, body, init):
-        return jax.lax.while_loop(cond, body, init)
+    loop = staticmethod(jax.lax.while_loop)
 
     @staticmethod
     def first_of(attempt, ks, wanted, init):
@@ -272,8 +280,8 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     safeguarded Newton iteration, residual before the closing correction, the corrected
     plan.  Returns ``(x, nu, residual, converged, steps)``; ``converged`` is the iteration's
     (see :func:`checked`)."""
-    def clipped(v, nu):
-        return (jnp.clip(rate_fn(nu, v.params), v.lo, v.hi),)
+    def clipped(v, *duals):
+        return tuple(jnp.clip(rate_fn(nu, v.params), v.lo, v.hi) for nu in duals)
 
     def sums(v, nu):
         return eval_pages(rate_fn, v.params, nu, v.lo, v.hi)[:2]
@@ -282,8 +290,8 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     if marginal_fn is not None:
         a, b = bracket_from_marginals(pages, marginal_fn, budget)
     else:
-        a, b = expand_bracket(lambda nu: pages.reduce(clipped, ("sum",), nu)[0], budget, bracket[0], bracket[1],
-                              loop=pages.loop)
+        a, b = expand_bracket(lambda a, b: pages.reduce(clipped, ("sum", "sum"), a, b), budget, bracket[0],
+                              bracket[1], loop=pages.loop)
     a = jax.lax.stop_gradient(jnp.asarray(a, dtype))
     b = jax.lax.stop_gradient(jnp.asarray(b, dtype))
     state, log_mode = rootfind.root_init(a, b)
@@ -354,8 +362,16 @@ def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracke
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
     if build is not None and _search.applies(shape[-1], marginal_fn, unrolled):
         return _solve_fast(rate_fn, marginal_fn, cfg, budget, shape[-1], side_args, raw)
-    side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
-    pages = ArrayPages(params, lower, upper, shape[-1])
+    if side_fn is not None and marginal_fn is not None:
+        # the side statistics and the limits' (for the bracket) in one pass
+        side_ops = side_fn(None)[1]
+        both = ArrayPages(params, lower, upper, shape[-1]).reduce(
+            lambda v, *a: (*side_fn(v, *a)[0], *limit_values(v)), side_ops + LIMIT_OPS, *side_args)
+        side = both[:len(side_ops)]
+        pages = ArrayPages(params, lower, upper, shape[-1], both[len(side_ops):])
+    else:
+        side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
+        pages = ArrayPages(params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
     return x, nu, None, residual, converged, steps, side
 

@@ -45,3 +45,43 @@ def reduce_array(v, op):
     if op == "argmin":
         return jnp.argmin(v)
     raise ValueError(op)
+
+
+#: the most elements of a stacked reduction (:func:`reduce_arrays`): below it a pass's
+#: reductions are one array reduced once per kind; above it each is its own, as large
+#: passes want them (a backend vectorises a reduction with its operands inside it)
+STACK_ELEMENTS = 1 << 16
+
+
+def reduce_arrays(values, ops) -> tuple:
+    """The reductions of one pass (``reduce_array(v, op)`` of each pair), the same values
+    written as few reductions: the sums of a dtype stacked and reduced once, likewise the
+    maxima and minima (a minimum as the maximum of the negation) and the arg-extremes (an
+    ``argmin`` as the ``argmax`` of the negation: the same first index).  XLA:CPU compiles
+    each reduction of more than a few dozen elements as several kernels, so a pass of ``k``
+    reductions compiles ``k`` times the code of one; stacked, a pass is at most three
+    reductions.  Passes larger than :data:`STACK_ELEMENTS` keep one reduction each."""
+    values = [jnp.asarray(v) for v in values]
+    out = [None] * len(values)
+    groups = {}
+    for i, (v, op) in enumerate(zip(values, ops)):
+        kind = {"sum": "sum", "max": "max", "min": "max", "argmax": "argmax", "argmin": "argmax"}.get(op)
+        if kind is None:
+            raise ValueError(op)
+        groups.setdefault((kind, v.dtype), []).append(i)
+    for (kind, dtype), idx in groups.items():
+        shape = jnp.broadcast_shapes(*(values[i].shape for i in idx))
+        if len(idx) == 1 or int(np.prod(shape, dtype=np.int64)) * len(idx) > STACK_ELEMENTS \
+                or (kind != "sum" and not jnp.issubdtype(dtype, jnp.floating)):
+            for i in idx:
+                out[i] = reduce_array(values[i], ops[i])
+            continue
+        flip = [ops[i] in ("min", "argmin") for i in idx]
+        stacked = jnp.stack([jnp.broadcast_to(-values[i] if f else values[i], shape) for i, f in zip(idx, flip)])
+        if kind == "argmax":
+            red = jnp.argmax(stacked.reshape(len(idx), -1), axis=1)
+        else:
+            red = (jnp.sum if kind == "sum" else jnp.max)(stacked, axis=tuple(range(1, len(shape) + 1)))
+        for j, (i, f) in enumerate(zip(idx, flip)):
+            out[i] = -red[j] if f and kind == "max" else red[j]
+    return tuple(out)

@@ -128,6 +128,20 @@ def iterate(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any,
         f, df = f_and_df(root_value(s, log_mode))
         return freeze(s, root_update(s, f, df, log_mode, tol, ztol))
 
+    if loop is jax.lax.while_loop and jnp.ndim(state.z) == 0 and max_steps < 2 ** 24:
+        # one scalar root (a budget's dual): its whole state carried as one vector (the
+        # step count and the flag as exact floats), so that XLA:CPU computes a step's
+        # state in one kernel instead of one per scalar (the same operations and values)
+        dtype = jnp.result_type(state.z)
+
+        def pack(s):
+            return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.k.astype(dtype), s.done.astype(dtype)])
+
+        def unpack(v):
+            return RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0)
+
+        v = loop(lambda v: (v[5] == 0) & (v[4] < max_steps), lambda v: pack(body(unpack(v))), pack(state))
+        return unpack(v)
     return loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, state)
 
 
