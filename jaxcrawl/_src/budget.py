@@ -300,17 +300,19 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
         s, ds = pages.reduce(sums, ("sum", "sum"), nu)
         return s - budget, ds
 
-    if unrolled:
-        final = rootfind.iterate_unrolled(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps)
+    if not unrolled and pages.loop is jax.lax.while_loop and jnp.ndim(state.z) == 0 and max_steps >= 1:
+        # the dual the iteration last evaluated, with its residual and slope: no pass for them
+        final, residual, ds = rootfind.iterate_evaluated(f_and_df, state, log_mode, rtol * jnp.abs(budget),
+                                                         max_steps)
+        nu = rootfind.root_value(final, log_mode)
     else:
-        final = rootfind.iterate(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps, loop=pages.loop)
-    nu = rootfind.root_value(final, log_mode)
-    # the residual at nu (one fused reduction with its slope), then the corrected plan
-    def residual(v, nu):
-        return sums(v, nu)
-
-    s, ds = pages.reduce(residual, ("sum", "sum"), nu)
-    residual = s - budget
+        if unrolled:
+            final = rootfind.iterate_unrolled(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps)
+        else:
+            final = rootfind.iterate(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps, loop=pages.loop)
+        nu = rootfind.root_value(final, log_mode)
+        # the residual at nu (one fused reduction with its slope)
+        residual, ds = f_and_df(nu)
     x = corrected_plan(pages, rate_fn, nu, residual, ds)
     return x, nu, residual, final.done & jnp.isfinite(residual), final.k
 

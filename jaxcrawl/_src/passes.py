@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .search import on_host_loops
 
 
 class View(NamedTuple):
@@ -60,7 +63,9 @@ def reduce_arrays(values, ops) -> tuple:
     ``argmin`` as the ``argmax`` of the negation: the same first index).  XLA:CPU compiles
     each reduction of more than a few dozen elements as several kernels, so a pass of ``k``
     reductions compiles ``k`` times the code of one; stacked, a pass is at most three
-    reductions.  Passes larger than :data:`STACK_ELEMENTS` keep one reduction each."""
+    reductions, and on a CPU a pass of sums and extremes of one dtype is one
+    (:func:`tree_reduce`).  Passes larger than :data:`STACK_ELEMENTS` keep one reduction
+    each."""
     values = [jnp.asarray(v) for v in values]
     out = [None] * len(values)
     groups = {}
@@ -69,19 +74,72 @@ def reduce_arrays(values, ops) -> tuple:
         if kind is None:
             raise ValueError(op)
         groups.setdefault((kind, v.dtype), []).append(i)
-    for (kind, dtype), idx in groups.items():
+
+    def rows(idx, shape):
+        return [jnp.broadcast_to(-values[i] if ops[i] in ("min", "argmin") else values[i], shape) for i in idx]
+
+    def small(idx):
         shape = jnp.broadcast_shapes(*(values[i].shape for i in idx))
-        if len(idx) == 1 or int(np.prod(shape, dtype=np.int64)) * len(idx) > STACK_ELEMENTS \
-                or (kind != "sum" and not jnp.issubdtype(dtype, jnp.floating)):
+        return shape, int(np.prod(shape, dtype=np.int64)) * len(idx) <= STACK_ELEMENTS
+
+    for kind, dtype in list(groups):
+        if kind != "sum" or ("max", dtype) not in groups or not jnp.issubdtype(dtype, jnp.floating) \
+                or not on_host_loops():
+            continue
+        s_idx, m_idx = groups[("sum", dtype)], groups[("max", dtype)]
+        shape, ok = small(s_idx + m_idx)
+        if not ok:
+            continue
+        sums, maxima = tree_reduce(jnp.stack(rows(s_idx, shape)).reshape(len(s_idx), -1),
+                                   jnp.stack(rows(m_idx, shape)).reshape(len(m_idx), -1))
+        for j, i in enumerate(s_idx):
+            out[i] = sums[j]
+        for j, i in enumerate(m_idx):
+            out[i] = -maxima[j] if ops[i] == "min" else maxima[j]
+        del groups[("sum", dtype)], groups[("max", dtype)]
+    for (kind, dtype), idx in groups.items():
+        shape, ok = small(idx)
+        if len(idx) == 1 or not ok or (kind != "sum" and not jnp.issubdtype(dtype, jnp.floating)):
             for i in idx:
                 out[i] = reduce_array(values[i], ops[i])
             continue
-        flip = [ops[i] in ("min", "argmin") for i in idx]
-        stacked = jnp.stack([jnp.broadcast_to(-values[i] if f else values[i], shape) for i, f in zip(idx, flip)])
+        stacked = jnp.stack(rows(idx, shape))
         if kind == "argmax":
             red = jnp.argmax(stacked.reshape(len(idx), -1), axis=1)
         else:
             red = (jnp.sum if kind == "sum" else jnp.max)(stacked, axis=tuple(range(1, len(shape) + 1)))
-        for j, (i, f) in enumerate(zip(idx, flip)):
-            out[i] = -red[j] if f and kind == "max" else red[j]
+        for j, i in enumerate(idx):
+            out[i] = -red[j] if ops[i] == "min" else red[j]
     return tuple(out)
+
+
+#: the width of each level of :func:`tree_reduce`
+TREE_WIDTH = 32
+
+
+def tree_reduce(sums: jax.Array, maxima: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Row sums of ``sums`` ``(k, n)`` and row maxima of ``maxima`` ``(j, n)`` as one
+    two-operand reduction per level: blocks of :data:`TREE_WIDTH` first, then blocks of
+    their results, until one is left (pairwise-like summation, as XLA's own split of a long
+    sum).  XLA:CPU compiles each level as one kernel (the first with the pass's per-page
+    work inside it), where the two stacked reductions would take six.  NaN propagates
+    through the maxima as through ``jnp.max``."""
+    dtype = sums.dtype
+    inits = (jnp.zeros((), dtype), jnp.full((), -jnp.inf, dtype))
+
+    def both(a, b):
+        return a[0] + b[0], jax.lax.max(a[1], b[1])
+
+    k, j = sums.shape[0], maxima.shape[0]  # (a variadic reduction's operands share one shape)
+    ops = tuple(jnp.pad(o, ((0, max(k, j) - o.shape[0]), (0, 0)), constant_values=init)
+                for o, init in zip((sums, maxima), inits))
+    n = sums.shape[1]
+    while n > TREE_WIDTH:
+        m = -(-n // TREE_WIDTH)
+        ops = tuple(jnp.pad(o, ((0, 0), (0, m * TREE_WIDTH - n)), constant_values=init).reshape(o.shape[0], m,
+                                                                                                  TREE_WIDTH)
+                    for o, init in zip(ops, inits))
+        ops = jax.lax.reduce(ops, inits, both, (2,))
+        n = m
+    total, top = jax.lax.reduce(ops, inits, both, (1,))
+    return total[:k], top[:j]

@@ -145,6 +145,31 @@ def iterate(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any,
     return loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, state)
 
 
+def iterate_evaluated(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any,
+                      max_steps: int, ztol: Any = 0.0) -> tuple[RootState, jax.Array, jax.Array]:
+    """:func:`iterate` for one scalar root in a ``lax.while_loop`` (``max_steps >= 1``) that
+    also returns the last evaluation: ``(state, f, df)`` with ``state.z`` the last point
+    ``f_and_df`` was evaluated at and ``(f, df)`` its values.  A converged iteration stops
+    on the point it evaluated, so that is its root; the last step allowed by ``max_steps``
+    keeps its point (the bracket still shrinks to it) rather than moving to an untried one.
+    The caller needs no pass to know the residual at the root it reports."""
+    if jnp.ndim(state.z) != 0 or not 1 <= max_steps < 2 ** 24:
+        raise ValueError("iterate_evaluated solves one scalar root with 1 <= max_steps < 2**24")
+    dtype = jnp.result_type(state.z)
+
+    def body(v):
+        s = RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0)
+        f, df = f_and_df(root_value(s, log_mode))
+        new = freeze(s, root_update(s, f, df, log_mode, tol, ztol))
+        new = new._replace(z=jnp.where(new.k >= max_steps, s.z, new.z))
+        return jnp.stack([new.za, new.zb, new.z, new.dz_old, new.k.astype(dtype), new.done.astype(dtype), f, df])
+
+    init = jnp.stack([state.za, state.zb, state.z, state.dz_old, state.k.astype(dtype), state.done.astype(dtype),
+                      jnp.full((), jnp.nan, dtype), jnp.full((), jnp.nan, dtype)])
+    v = jax.lax.while_loop(lambda v: (v[5] == 0) & (v[4] < max_steps), body, init)
+    return RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0), v[6], v[7]
+
+
 # --------------------------------------------------------------- per-element monotone roots
 class Roots(NamedTuple):
     """Result of :func:`solve_monotone`.
