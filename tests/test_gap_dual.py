@@ -235,7 +235,10 @@ def test_a_batch_mixes_both_paths_like_a_loop():
         assert bool(np.all(np.asarray(out.converged)))
         for k in range(2):
             one = jaxcrawl.solve(jaxcrawl.CrawlProblem(imp, lam, bws[k]), name)
-            np.testing.assert_allclose(np.asarray(out.rate[k]), np.asarray(one.rate), rtol=4 * float(np.finfo(dtype()).eps))
+            # the same iteration and dual; the two programs may round the closing
+            # correction's few operations differently (a few ulps)
+            np.testing.assert_allclose(np.asarray(out.rate[k]), np.asarray(one.rate),
+                                       rtol=16 * float(np.finfo(dtype()).eps))
 
 
 @pytest.mark.long
