@@ -311,8 +311,12 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
         else:
             final = rootfind.iterate(f_and_df, state, log_mode, rtol * jnp.abs(budget), max_steps, loop=pages.loop)
         nu = rootfind.root_value(final, log_mode)
-        # the residual at nu (one fused reduction with its slope)
-        residual, ds = f_and_df(nu)
+        # the residual at nu (one fused reduction with its slope; a pass of its own name)
+        def residual(v, nu):
+            return sums(v, nu)
+
+        s, ds = pages.reduce(residual, ("sum", "sum"), nu)
+        residual = s - budget
     x = corrected_plan(pages, rate_fn, nu, residual, ds)
     return x, nu, residual, final.done & jnp.isfinite(residual), final.k
 
