@@ -63,9 +63,9 @@ def reduce_arrays(values, ops) -> tuple:
     ``argmin`` as the ``argmax`` of the negation: the same first index).  XLA:CPU compiles
     each reduction of more than a few dozen elements as several kernels, so a pass of ``k``
     reductions compiles ``k`` times the code of one; stacked, a pass is at most three
-    reductions, and on a CPU a pass of sums and extremes of one dtype is one
-    (:func:`tree_reduce`).  Passes larger than :data:`STACK_ELEMENTS` keep one reduction
-    each."""
+    reductions, and on a CPU a pass of sums and extremes of one dtype of at most
+    :data:`TREE_ELEMENTS` is one (:func:`tree_reduce`).  Passes larger than
+    :data:`STACK_ELEMENTS` keep one reduction each."""
     values = [jnp.asarray(v) for v in values]
     out = [None] * len(values)
     groups = {}
@@ -87,8 +87,8 @@ def reduce_arrays(values, ops) -> tuple:
                 or not on_host_loops():
             continue
         s_idx, m_idx = groups[("sum", dtype)], groups[("max", dtype)]
-        shape, ok = small(s_idx + m_idx)
-        if not ok:
+        shape, _ = small(s_idx + m_idx)
+        if int(np.prod(shape, dtype=np.int64)) * 2 * max(len(s_idx), len(m_idx)) > TREE_ELEMENTS:
             continue
         sums, maxima = tree_reduce(jnp.stack(rows(s_idx, shape)).reshape(len(s_idx), -1),
                                    jnp.stack(rows(m_idx, shape)).reshape(len(m_idx), -1))
@@ -115,6 +115,10 @@ def reduce_arrays(values, ops) -> tuple:
 
 #: the width of each level of :func:`tree_reduce`
 TREE_WIDTH = 32
+#: the most elements (both operands) of a :func:`tree_reduce`: XLA:CPU runs a two-operand
+#: reduction element by element, where it vectorises a plain one, so above this (or a few
+#: dozen problems of it under ``vmap``) the kernels saved no longer pay for the time
+TREE_ELEMENTS = 1 << 12
 
 
 def tree_reduce(sums: jax.Array, maxima: jax.Array) -> tuple[jax.Array, jax.Array]:
