@@ -164,7 +164,6 @@ class ArrayPages(NamedTuple):
     n: int = 0  # the number of pages (``lo`` and ``hi`` may be scalars)
     known_limits: Any = None  # the limits' statistics when a pass already reduced them
 
-
     def view(self):
         return View(self.params, self.lo, self.hi, jnp.arange(self.n))
 
@@ -368,16 +367,15 @@ def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracke
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
     if build is not None and _search.applies(shape[-1], marginal_fn, unrolled):
         return _solve_fast(rate_fn, marginal_fn, cfg, budget, shape[-1], side_args, raw)
+    pages = ArrayPages(params, lower, upper, shape[-1])
     if side_fn is not None and marginal_fn is not None:
         # the side statistics and the limits' (for the bracket) in one pass
         side_ops = side_fn(None)[1]
-        both = ArrayPages(params, lower, upper, shape[-1]).reduce(
-            lambda v, *a: (*side_fn(v, *a)[0], *limit_values(v)), side_ops + LIMIT_OPS, *side_args)
+        both = pages.reduce(lambda v, *a: (*side_fn(v, *a)[0], *limit_values(v)), side_ops + LIMIT_OPS, *side_args)
         side = both[:len(side_ops)]
-        pages = ArrayPages(params, lower, upper, shape[-1], both[len(side_ops):])
+        pages = pages._replace(known_limits=both[len(side_ops):])
     else:
         side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
-        pages = ArrayPages(params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)
     return x, nu, None, residual, converged, steps, side
 

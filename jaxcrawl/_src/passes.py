@@ -78,17 +78,18 @@ def reduce_arrays(values, ops) -> tuple:
     def rows(idx, shape):
         return [jnp.broadcast_to(-values[i] if ops[i] in ("min", "argmin") else values[i], shape) for i in idx]
 
-    def small(idx):
+    def common(idx):
+        """The rows' common shape and its number of elements."""
         shape = jnp.broadcast_shapes(*(values[i].shape for i in idx))
-        return shape, int(np.prod(shape, dtype=np.int64)) * len(idx) <= STACK_ELEMENTS
+        return shape, int(np.prod(shape, dtype=np.int64))
 
     for kind, dtype in list(groups):
         if kind != "sum" or ("max", dtype) not in groups or not jnp.issubdtype(dtype, jnp.floating) \
                 or not on_host_loops():
             continue
         s_idx, m_idx = groups[("sum", dtype)], groups[("max", dtype)]
-        shape, _ = small(s_idx + m_idx)
-        if int(np.prod(shape, dtype=np.int64)) * 2 * max(len(s_idx), len(m_idx)) > TREE_ELEMENTS:
+        shape, size = common(s_idx + m_idx)
+        if size * 2 * max(len(s_idx), len(m_idx)) > TREE_ELEMENTS:
             continue
         sums, maxima = tree_reduce(jnp.stack(rows(s_idx, shape)).reshape(len(s_idx), -1),
                                    jnp.stack(rows(m_idx, shape)).reshape(len(m_idx), -1))
@@ -98,8 +99,8 @@ def reduce_arrays(values, ops) -> tuple:
             out[i] = -maxima[j] if ops[i] == "min" else maxima[j]
         del groups[("sum", dtype)], groups[("max", dtype)]
     for (kind, dtype), idx in groups.items():
-        shape, ok = small(idx)
-        if len(idx) == 1 or not ok or (kind != "sum" and not jnp.issubdtype(dtype, jnp.floating)):
+        shape, size = common(idx)
+        if len(idx) == 1 or size * len(idx) > STACK_ELEMENTS or (kind != "sum" and not jnp.issubdtype(dtype, jnp.floating)):
             for i in idx:
                 out[i] = reduce_array(values[i], ops[i])
             continue

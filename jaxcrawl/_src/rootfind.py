@@ -129,20 +129,23 @@ def iterate(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any,
         return freeze(s, root_update(s, f, df, log_mode, tol, ztol))
 
     if loop is jax.lax.while_loop and jnp.ndim(state.z) == 0 and max_steps < 2 ** 24:
-        # one scalar root (a budget's dual): its whole state carried as one vector (the
-        # step count and the flag as exact floats), so that XLA:CPU computes a step's
-        # state in one kernel instead of one per scalar (the same operations and values)
-        dtype = jnp.result_type(state.z)
-
-        def pack(s):
-            return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.k.astype(dtype), s.done.astype(dtype)])
-
-        def unpack(v):
-            return RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0)
-
-        v = loop(lambda v: (v[5] == 0) & (v[4] < max_steps), lambda v: pack(body(unpack(v))), pack(state))
-        return unpack(v)
+        # one scalar root (a budget's dual): its whole state carried as one vector, so that
+        # XLA:CPU computes a step's state in one kernel instead of one per scalar
+        v = loop(lambda v: (v[5] == 0) & (v[4] < max_steps), lambda v: _pack(body(_unpack(v))), _pack(state))
+        return _unpack(v)
     return loop(lambda s: jnp.any(~s.done) & (s.k < max_steps), body, state)
+
+
+def _pack(s: RootState, *extra: jax.Array) -> jax.Array:
+    """A scalar root's state (and ``extra`` scalars) as one vector, the step count and the
+    flag as exact floats (the same values as the state's own fields)."""
+    dtype = jnp.result_type(s.z)
+    return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.k.astype(dtype), s.done.astype(dtype), *extra])
+
+
+def _unpack(v: jax.Array) -> RootState:
+    """The state of :func:`_pack`'s vector."""
+    return RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0)
 
 
 def iterate_evaluated(f_and_df: Callable, state: RootState, log_mode: jax.Array, tol: Any,
@@ -155,19 +158,15 @@ def iterate_evaluated(f_and_df: Callable, state: RootState, log_mode: jax.Array,
     The caller needs no pass to know the residual at the root it reports."""
     if jnp.ndim(state.z) != 0 or not 1 <= max_steps < 2 ** 24:
         raise ValueError("iterate_evaluated solves one scalar root with 1 <= max_steps < 2**24")
-    dtype = jnp.result_type(state.z)
-
     def body(v):
-        s = RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0)
+        s = _unpack(v)
         f, df = f_and_df(root_value(s, log_mode))
         new = freeze(s, root_update(s, f, df, log_mode, tol, ztol))
-        new = new._replace(z=jnp.where(new.k >= max_steps, s.z, new.z))
-        return jnp.stack([new.za, new.zb, new.z, new.dz_old, new.k.astype(dtype), new.done.astype(dtype), f, df])
+        return _pack(new._replace(z=jnp.where(new.k >= max_steps, s.z, new.z)), f, df)
 
-    init = jnp.stack([state.za, state.zb, state.z, state.dz_old, state.k.astype(dtype), state.done.astype(dtype),
-                      jnp.full((), jnp.nan, dtype), jnp.full((), jnp.nan, dtype)])
-    v = jax.lax.while_loop(lambda v: (v[5] == 0) & (v[4] < max_steps), body, init)
-    return RootState(v[0], v[1], v[2], v[3], v[4].astype(jnp.int32), v[5] > 0), v[6], v[7]
+    nan = jnp.full((), jnp.nan, jnp.result_type(state.z))
+    v = jax.lax.while_loop(lambda v: (v[5] == 0) & (v[4] < max_steps), body, _pack(state, nan, nan))
+    return _unpack(v), v[6], v[7]
 
 
 # --------------------------------------------------------------- per-element monotone roots
