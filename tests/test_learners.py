@@ -503,12 +503,13 @@ def test_compressed_history_gives_the_full_history_mle(capacity, flat):
         assert np.any(np.asarray(truncated))
 
 
-@pytest.mark.parametrize("size", [None, 7])
+@pytest.mark.parametrize("size", [None, 7, 200])
 def test_flat_ring_estimate_equals_the_padded_estimator(size):
-    """`ring_mle_smoothed` (the ring's newest entries packed flat, a segment sum per Newton
-    pass) equals `estimators.mle_smoothed` on the same entries padded, to the root-finder's
-    tolerance, on rings of random fill, wrap and content -- with every entry in the flat
-    slots and with 7 slots (the rest in further chunks); every root converged."""
+    """`ring_mle_smoothed` equals `estimators.mle_smoothed` on the same entries padded, to the
+    root-finder's tolerance, on rings of random fill, wrap and content -- on the ring itself
+    (the default capacity of so small a ring), with 200 flat slots (every entry packed, a
+    segment sum per Newton pass) and with 7 (the rest packed and summed in further chunks);
+    every root converged."""
     from jaxcrawl._src.ring_mle import flat_capacity, ring_mle_smoothed
 
     rng = np.random.default_rng(4)
@@ -525,6 +526,7 @@ def test_flat_ring_estimate_equals_the_padded_estimator(size):
     mk = np.concatenate([valid, (unchanged > 0)[:, None]], axis=1)
     ref = estimators.mle_smoothed(jnp.asarray(iv, dt), ch, mk, smoothing=0.5, max_rate=1e3, return_info=True)
     k = flat_capacity(n, c) if size is None else size
+    assert (k == n * c) == (size is None)
     est, overflow = jax.jit(functools.partial(ring_mle_smoothed, size=k))(
         jnp.asarray(ring, dt), jnp.asarray(head), jnp.asarray(count), jnp.asarray(unchanged, dt), 0.5,
         lc.DEFAULT_MIN_RATE, 1e3)

@@ -17,6 +17,11 @@ Exact whatever ``K``: the slots past the capacity are packed and summed chunk by
 conditional that stays one under ``vmap``, where ``lax.cond`` would run both branches --
 and whose work depends on the trip, so the compiler cannot hoist it out of the Newton
 loop (a whole-ring pass written there was hoisted and ran in every Newton pass).
+
+A ring small enough (:func:`flat_capacity`: at most :data:`DENSE_ELEMENTS` slots and at
+most :data:`DENSE_RATIO` times the packed capacity) is solved on itself, its slots outside
+the suffix masked: no packing, no segment sum, no chunk loop -- fewer kernels to compile
+and, at these sizes, less work per pass than the gathers and scatters of the packing.
 """
 from __future__ import annotations
 
@@ -30,13 +35,21 @@ from .rootfind import solve_monotone
 from .special import inv_expm1 as _inv_expm1
 from .special import log_gap as _log_gap
 
-__all__ = ["flat_capacity", "ring_mle_smoothed"]
+__all__ = ["DENSE_ELEMENTS", "DENSE_RATIO", "flat_capacity", "ring_mle_smoothed"]
+
+
+#: the most slots of a ring solved on itself (:func:`flat_capacity`)
+DENSE_ELEMENTS = 1 << 20
+#: the most slots of a ring solved on itself, in packed capacities
+DENSE_RATIO = 8
 
 
 def flat_capacity(num_pages: int, capacity: int) -> int:
-    """Default flat capacity: four observations per page on average (at least 1,024), never
-    more than the ring itself."""
-    return int(min(num_pages * capacity, max(4 * num_pages, 1024)))
+    """Default flat capacity: four observations per page on average (at least 1,024); the
+    whole ring (``num_pages * capacity``: solved on itself, masked) when that is at most
+    :data:`DENSE_RATIO` times as many slots and at most :data:`DENSE_ELEMENTS`."""
+    ring, packed = num_pages * capacity, max(4 * num_pages, 1024)
+    return int(ring if ring <= min(DENSE_RATIO * packed, DENSE_ELEMENTS) else packed)
 
 
 def _pack(ring: jax.Array, head: jax.Array, count: jax.Array, size: int,
@@ -61,6 +74,13 @@ def _changed_sum(x: jax.Array, w: jax.Array, seg: jax.Array) -> jax.Array:
     xs = jnp.concatenate([x, jnp.ones((1,), x.dtype)])[seg]
     t = jnp.where(seg < n, w * _inv_expm1(jnp.where(seg < n, xs * w, 1)), 0)
     return jax.ops.segment_sum(t, seg, num_segments=n + 1)[:n]
+
+
+def _dense_score(x: jax.Array, params: Any) -> jax.Array:
+    """:func:`_ring_score` on the whole ring ``(n, C)``, the slots outside the suffix masked."""
+    ring_w, valid, s, w_u = params
+    t = jnp.where(valid, ring_w * _inv_expm1(jnp.where(valid, x[:, None] * ring_w, 1)), 0)
+    return _log_gap(jnp.sum(t, axis=-1) + s * _inv_expm1(x * s), w_u)
 
 
 def _ring_score(x: jax.Array, params: Any) -> jax.Array:
@@ -91,7 +111,8 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
       unchanged_time: ``(n,)`` total unchanged time of the suffix.
       smoothing: the imaginary intervals' length ``s`` (> 0).
       min_rate, max_rate: the clip.
-      size: the flat capacity ``K`` (static; :func:`flat_capacity`).
+      size: the flat capacity ``K`` (static; :func:`flat_capacity`); ``K >= n * C``
+        solves on the ring itself, masked.
 
     Returns:
       ``(estimate, overflow)``: the :class:`~jaxcrawl.estimators.Estimate` (equal to
@@ -103,27 +124,32 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
     head = jnp.asarray(head, jnp.int32)
     count = jnp.asarray(count, jnp.int32)
     s = jnp.broadcast_to(jnp.asarray(smoothing, dtype), (n,))
-    w, seg = _pack(ring_interval, head, count, size)
-    total = jnp.sum(count)
-    chunks = ((total + size - 1) // size).astype(jnp.int32)  # 1 unless the flat capacity overflowed
-    overflow = chunks > 1
     w_u = unchanged_time + s
-    params = (w, seg, s, w_u, ring_interval, head, count, chunks)
+    inf = jnp.asarray(jnp.inf, dtype)
+    if size >= n * c:  # the ring itself: slot j holds one of the count newest entries
+        valid = jnp.mod(head[:, None] - 1 - jnp.arange(c, dtype=jnp.int32), c) < count[:, None]
+        total_c = jnp.sum(jnp.where(valid, ring_interval, 0), axis=-1)
+        w_min = jnp.min(jnp.where(valid, ring_interval, inf), axis=-1)
+        score, params, overflow = _dense_score, (ring_interval, valid, s, w_u), jnp.zeros((), bool)
+    else:
+        w, seg = _pack(ring_interval, head, count, size)
+        chunks = ((jnp.sum(count) + size - 1) // size).astype(jnp.int32)  # 1 unless the flat capacity overflowed
+        overflow = chunks > 1
+
+        def stats(w, seg):
+            return (jax.ops.segment_sum(w, seg, num_segments=n + 1)[:n],
+                    jax.ops.segment_min(jnp.where(seg < n, w, inf), seg, num_segments=n + 1)[:n])
+
+        def more(carry):
+            j, tot, low = carry
+            t, m = stats(*_pack(ring_interval, head, count, size, j * size))
+            return j + 1, tot + t, jnp.minimum(low, m)
+
+        _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < chunks, more, (jnp.int32(1), *stats(w, seg)))
+        score, params = _ring_score, (w, seg, s, w_u, ring_interval, head, count, chunks)
     # the bracket of likelihood.bracket_from_stats from the sufficient statistics (every page
     # has the imaginary changed and unchanged intervals, so both sums are positive)
     u = count.astype(dtype) + 1
-    inf = jnp.asarray(jnp.inf, dtype)
-
-    def stats(w, seg):
-        return (jax.ops.segment_sum(w, seg, num_segments=n + 1)[:n],
-                jax.ops.segment_min(jnp.where(seg < n, w, inf), seg, num_segments=n + 1)[:n])
-
-    def more(carry):
-        j, tot, low = carry
-        t, m = stats(*_pack(ring_interval, head, count, size, j * size))
-        return j + 1, tot + t, jnp.minimum(low, m)
-
-    _, total_c, w_min = jax.lax.while_loop(lambda cr: cr[0] < chunks, more, (jnp.int32(1), *stats(w, seg)))
     s_c = total_c + s
     w_min = jnp.minimum(w_min, s)
     left = jnp.maximum(jnp.log1p(s_c / w_u) * u / s_c, jnp.log1p(w_min / w_u) / w_min)
@@ -131,6 +157,5 @@ def ring_mle_smoothed(ring_interval: jax.Array, head: jax.Array, count: jax.Arra
     bracket = (jax.lax.stop_gradient(left), jax.lax.stop_gradient(right))
     lo = jnp.broadcast_to(jnp.asarray(min_rate, dtype), (n,))
     hi = jnp.broadcast_to(jnp.asarray(max_rate, dtype), (n,))
-    roots = solve_monotone(_ring_score, params, lo, hi, x0=bracket[0], max_steps=max_steps, rtol=rtol,
-                           bracket=bracket)
+    roots = solve_monotone(score, params, lo, hi, x0=bracket[0], max_steps=max_steps, rtol=rtol, bracket=bracket)
     return Estimate(roots.x, roots.converged, jax.lax.stop_gradient(roots.num_steps), roots.steps), overflow
