@@ -228,7 +228,12 @@ def poisson_counts(
         u = uniform_fine(key_light, mean.size, mean.dtype).reshape(mean.shape)
     else:
         key_heavy = key
-    count = poisson_inverse(u, jnp.where(small, mean, 0.0), cap)
+    light = jnp.where(small, mean, 0.0)
+    if mean.ndim == 1:
+        count = poisson_inverse(u, light, cap)
+    else:  # row by row: an inversion whose consumers read its rows apart (a sum of the rows)
+        # is fused into them and runs several times slower than on contiguous rows
+        count = jnp.stack([poisson_inverse(u[i], light[i], cap) for i in range(mean.shape[0])])
     lead = tuple(range(mean.ndim - 1))
     rank = cumsum(heavy.astype(jnp.int32)) - 1
     overflow = (heavy & (rank >= num_heavy)) | jnp.any(~small & ~heavy, axis=lead)
