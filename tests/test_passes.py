@@ -70,11 +70,12 @@ def test_every_page_reduction_of_a_large_solve_is_a_counted_pass(name):
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
 def test_a_small_solve_keeps_the_plain_iteration(name):
-    """Below the threshold the importance unit is the largest importance: its own reduction."""
+    """Below the threshold the importance unit (the largest importance) rides with the checks'
+    statistics and the limits' in the plain iteration's first pass: no reduction of its own."""
     n = _search.MIN_PAGES // 2
     problem = jaxcrawl.synthetic(jax.random.key(2), n)
     inside, outside = page_reductions(SOLVERS[name], problem, n=n)
-    assert inside and [e.primitive.name for e in outside] == ["reduce_max"]
+    assert inside and not outside, [str(e.primitive) + " " + str(e.source_info.name_stack) for e in outside]
 
 
 @pytest.mark.parametrize("n", [1_000_000, pytest.param(FULL, marks=pytest.mark.long)], ids=["1M", "18.5M"])

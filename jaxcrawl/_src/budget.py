@@ -351,6 +351,20 @@ def checked(pages, x, budget, residual, converged, rtol: float, *, capped: bool 
     return converged
 
 
+def first_pass(pages, side_fn, side_args, extra_fn, extra_ops) -> tuple:
+    """``(side, extra, limits)``: the side statistics of ``side_fn`` (as :func:`solve` takes
+    them), ``extra_fn(view) -> values`` reduced by ``extra_ops``, and the pages'
+    :func:`limit_stats`, in one pass (for :func:`solve`'s ``limits``); not differentiated."""
+    side_ops = side_fn(None)[1]
+
+    def values(v, *a):
+        return (*side_fn(v, *a)[0], *extra_fn(v), *limit_values(v))
+
+    out = jax.lax.stop_gradient(pages.reduce(values, side_ops + tuple(extra_ops) + LIMIT_OPS, *side_args))
+    k, e = len(side_ops), len(extra_ops)
+    return out[:k], out[k:k + e], out[k + e:]
+
+
 def _side_pass(side_fn, side_args, params, lower, upper, n):
     """The side statistics as their own pass (where the search does not fold them in)."""
     if side_fn is None:
@@ -360,15 +374,15 @@ def _side_pass(side_fn, side_args, params, lower, upper, n):
 
 
 def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args=(),
-                 raw=()):
+                 raw=(), limits=None):
     max_steps, _, rtol, side_fn, build = cfg
     probe = bracket[0] if bracket is not None else jnp.ones((), budget.dtype)
     shape = jax.eval_shape(lambda: rate_fn(probe, params)).shape
     shape = jnp.broadcast_shapes(shape, jnp.shape(lower), jnp.shape(upper))
     if build is not None and _search.applies(shape[-1], marginal_fn, unrolled):
         return _solve_fast(rate_fn, marginal_fn, cfg, budget, shape[-1], side_args, raw)
-    pages = ArrayPages(params, lower, upper, shape[-1])
-    if side_fn is not None and marginal_fn is not None:
+    pages = ArrayPages(params, lower, upper, shape[-1], limits)
+    if side_fn is not None and marginal_fn is not None and limits is None:
         # the side statistics and the limits' (for the bracket) in one pass
         side_ops = side_fn(None)[1]
         both = pages.reduce(lambda v, *a: (*side_fn(v, *a)[0], *limit_values(v)), side_ops + LIMIT_OPS, *side_args)
@@ -551,10 +565,10 @@ def _across_jumps(at, hs, outer, log_mode, inner, log_h, bind, bind_page, x, bud
 
 
 def _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, extra, unrolled=False):
-    side_args, raw = extra
+    side_args, raw, limits = extra
     if hosts is None:
         out = _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, unrolled, side_args,
-                           raw)
+                           raw, limits)
     else:
         out = _solve_capped(rate_fn, marginal_fn, cfg, params, budget, lower, upper, *hosts, side_args)
     x, nu, kappa, residual, converged, steps, side = out
@@ -622,7 +636,8 @@ _solve_jit = jax.jit(_solve, static_argnums=(0, 1, 2))
 def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: jax.Array, lower: jax.Array,
           upper: jax.Array, *, bracket: tuple | None = None, hosts: tuple | None = None,
           max_steps: int = 100, inner_steps: int = 100, rtol: float | None = None,
-          unrolled: bool = False, side: tuple | None = None, built: tuple | None = None) -> BudgetSolution:
+          unrolled: bool = False, side: tuple | None = None, built: tuple | None = None,
+          limits: tuple | None = None) -> BudgetSolution:
     """Solve one budget problem (no validation: the public wrappers check their inputs).
 
     ``hosts`` is ``None`` or ``(host, cap)``; ``unrolled=True`` runs exactly ``max_steps``
@@ -638,6 +653,10 @@ def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: 
     solve -- ``side_fn(view, *side_args)`` gives ``(values, ops)`` per page (``side_fn(None)``
     must give the ops), folded into the first pass of a large solve
     (:mod:`jaxcrawl._src.search`), their own pass otherwise; returned as ``side``.
+
+    ``limits`` (optional): the pages' :func:`limit_stats` when the caller already reduced
+    them (with its own first pass, :func:`first_pass`); the plain solve then takes no pass
+    for them.
     """
     if bracket is None:
         bracket = (jnp.ones((), budget.dtype), jnp.ones((), budget.dtype))
@@ -648,9 +667,11 @@ def solve(rate_fn: Callable, marginal_fn: Callable | None, params: Any, budget: 
     if unrolled:
         if hosts is not None:
             raise ValueError("the unrolled adjoint has no host-capped form")
-        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, (side_args, raw), True)
+        out = _impl(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, None, (side_args, raw, limits),
+                    True)
     else:
-        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts, (side_args, raw))
+        out = _solve_jit(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracket, hosts,
+                         (side_args, raw, limits))
     x, nu, kappa, residual, converged, steps, side_out = out
     return BudgetSolution(x, nu, kappa, jax.lax.stop_gradient(residual), converged, steps, side_out)
 

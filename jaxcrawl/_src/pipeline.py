@@ -255,17 +255,36 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     # log-dual needs -- another objective may have a dual <= 0 and keeps the plain iteration)
     fast = (_search.applies(shape[-1], obj.marginal, opts.adjoint == "unrolled") and host is None
             and obj.homogeneous)
-    if obj.homogeneous:
-        imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
-        big = _search.sample_scale(imp, shape[-1]) if fast else jnp.max(jnp.abs(imp))
-        a, c = unit_scales(big, budget, n)
     raw = (pages.importance, pages.change_rate, pages.complete, a, c, budget, lower, upper, valid)
     build = _builder(obj, n, tuple(v is None for v in raw[6:]), valid is not None or host is not None)
     raw = tuple(v for v in raw if v is not None)
-    params, lo, hi = build(raw)
     gap = obj.gap if obj.separable else None
     if gap is not None and valid is not None:
         gap = _gap.masked(gap)
+    side_args = (pages.importance, pages.change_rate, lower, upper, valid)
+    side_fn = _side_fn(None if gap is None else gap.top, tuple(v is None for v in side_args))
+    side_args = tuple(v for v in side_args if v is not None)
+    first = None  # (side, limits): the side statistics and the limits, reduced before the solve
+    if obj.homogeneous:
+        imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
+        c = unit_scales(1.0, budget, n)[1]
+        if fast:
+            big = _search.sample_scale(imp, shape[-1])
+        elif host is None and obj.marginal is not None:
+            # one pass over the pages built in importance unit 1 (a homogeneous objective's
+            # limits do not depend on that unit) gives the side statistics, the limits and the
+            # unit; a log marginal at zero moves by -log(a) with it
+            raw1 = raw[:3] + (jnp.ones((), dtype), c) + raw[5:]
+            side, (big,), limits = _budget.first_pass(_budget.ArrayPages(*build(raw1), shape[-1]), side_fn,
+                                                      side_args, lambda v: (jnp.abs(imp),), ("max",))
+            first = (side, limits)
+        else:
+            big = jnp.max(jnp.abs(imp))
+        a, c = unit_scales(big, budget, n)
+        raw = raw[:3] + (a, c) + raw[5:]
+        if first is not None and gap is not None:
+            first = (first[0][:-1] + (first[0][-1] - jnp.log(a),), first[1])
+    params, lo, hi = build(raw)
     bracket = None
     if obj.marginal is None:
         if obj.bracket is None:
@@ -277,13 +296,12 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     hosts = None
     if host is not None:
         hosts = (jnp.asarray(host, jnp.int32), jnp.asarray(cap, dtype) / c)
-    side_args = (pages.importance, pages.change_rate, lower, upper, valid)
-    side_fn = _side_fn(None if gap is None else gap.top, tuple(v is None for v in side_args))
-    side_args = tuple(v for v in side_args if v is not None)
     sol = _budget.solve(rate_fn, marginal_fn, params, budget / c, lo, hi, bracket=bracket, hosts=hosts,
                         max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
-                        unrolled=opts.adjoint == "unrolled", side=(side_fn, side_args),
-                        built=(build, raw) if fast else None)
+                        unrolled=opts.adjoint == "unrolled", side=None if first else (side_fn, side_args),
+                        built=(build, raw) if fast else None, limits=None if first is None else first[1])
+    if first is not None:
+        sol = sol._replace(side=first[0])
     ok_inputs = _inputs_ok(sol.side, lower is not None or upper is not None, budget)
     if gap is not None and hosts is None:
         gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
