@@ -357,10 +357,10 @@ def first_pass(pages, side_fn, side_args, extra_fn, extra_ops) -> tuple:
     :func:`limit_stats`, in one pass (for :func:`solve`'s ``limits``); not differentiated."""
     side_ops = side_fn(None)[1]
 
-    def values(v, *a):
-        return (*side_fn(v, *a)[0], *extra_fn(v), *limit_values(v))
+    def values(v, *a):  # (no tangent enters the reductions)
+        return jax.lax.stop_gradient((*side_fn(v, *a)[0], *extra_fn(v), *limit_values(v)))
 
-    out = jax.lax.stop_gradient(pages.reduce(values, side_ops + tuple(extra_ops) + LIMIT_OPS, *side_args))
+    out = pages.reduce(values, side_ops + tuple(extra_ops) + LIMIT_OPS, *side_args)
     k, e = len(side_ops), len(extra_ops)
     return out[:k], out[k:k + e], out[k + e:]
 

@@ -285,8 +285,10 @@ def observe_epoch(key: jax.Array, sim: SimState, hist: CrawlHistory, problem: Cr
                            jnp.sum(obs.overflow, dtype=jnp.int32), jnp.sum(obs.num_crawls, dtype=jnp.int32))
         return (sim_, h), stats
 
-    keys = key[None] if num_windows == 1 else jax.random.split(key, num_windows)  # (one hash call fewer)
-    (sim, hist), stats = jax.lax.scan(window, (sim, hist), keys)
+    if num_windows == 1:  # one window: no loop (and one hash call fewer)
+        (sim, hist), stats = window((sim, hist), key)
+        return sim, hist, jax.tree_util.tree_map(lambda v: v[None], stats)
+    (sim, hist), stats = jax.lax.scan(window, (sim, hist), jax.random.split(key, num_windows))
     return sim, hist, stats
 
 
