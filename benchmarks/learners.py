@@ -27,8 +27,9 @@ compile times (wall and process CPU) of ``jit(lambda_crawl)``, ``jit(binary_lamb
 one LambdaLearnAndCrawl ``run_learner`` of ``--research-epochs`` epochs and the vmapped
 ``--seeds``-seed run, each divided by the compile time of a 20-line plain JAX bisection of
 the same ``--research-pages``-page problem compiled in the same process (each the least of
-``--compile-repeat`` compilations, the baseline's of twice as many, before and after); the time of
-``llc_settings``; and, at steady state (compiled), the vmapped ``--grid`` × ``--seeds``
+``--compile-repeat`` compilations, the baseline's of twice as many, before and after), with each
+program's kernel count (XLA fusions: compile time follows it, and it does not vary with the
+machine's load); the time of ``llc_settings``; and, at steady state (compiled), the vmapped ``--grid`` × ``--seeds``
 sweep against the Python loop of the same runs, for LLC and for MirrorSync (ICML-20
 Table 1 bandit).  Usage: ``python benchmarks/learners.py --research [--research-pages 200]
 [--research-epochs 10] [--seeds 8] [--grid 8] [--sync-steps 20]``.
@@ -110,6 +111,12 @@ def plain_bisection(q):
     return rates(jnp.exp(0.5 * (a + b)))
 
 
+def kernels(compiled) -> int:
+    """The compiled program's kernels: XLA fusions in its optimised HLO (each is compiled on
+    its own, so compile time follows their count; a steadier figure than the times)."""
+    return compiled.as_text().count("fusion(")
+
+
 def compile_seconds(fn, *args, repeat=1):
     """``(wall, cpu)`` seconds of ``jax.jit(fn).lower(*args).compile()`` -- tracing, lowering
     and XLA's compilation; a new function object each time, so nothing is cached in
@@ -136,20 +143,24 @@ def research(args):
                   load_average=round(os.getloadavg()[0], 1))
     compile_seconds(lambda x: x + 1, 1.0)  # the first compile of a process pays one-off set-up
     rep = args.compile_repeat
-    w, c, _ = compile_seconds(plain_bisection, q, repeat=2 * rep)
+    w, c, compiled = compile_seconds(plain_bisection, q, repeat=2 * rep)
     base = dict(wall=w, cpu=c)
-    print(f"plain JAX bisection ({args.research_pages} pages): compile {w:.2f} s wall, {c:.2f} s CPU")
-    result.update(bisection_compile_wall=round(w, 3), bisection_compile_cpu=round(c, 3))
+    print(f"plain JAX bisection ({args.research_pages} pages): compile {w:.2f} s wall, {c:.2f} s CPU, "
+          f"{kernels(compiled)} kernels")
+    result.update(bisection_compile_wall=round(w, 3), bisection_compile_cpu=round(c, 3),
+                  bisection_kernels=kernels(compiled))
 
-    def report(name, w, c):
+    def report(name, w, c, compiled):
         rw, rc = w / base["wall"], c / base["cpu"]
-        print(f"{name}: compile {w:.2f} s wall, {c:.2f} s CPU = {rw:.1f}x / {rc:.1f}x the bisection")
+        print(f"{name}: compile {w:.2f} s wall, {c:.2f} s CPU = {rw:.1f}x / {rc:.1f}x the bisection, "
+              f"{kernels(compiled)} kernels")
         result.update({f"{name}_compile_wall": round(w, 3), f"{name}_compile_cpu": round(c, 3),
-                       f"{name}_over_bisection_cpu": round(rc, 2), f"{name}_over_bisection_wall": round(rw, 2)})
+                       f"{name}_over_bisection_cpu": round(rc, 2), f"{name}_over_bisection_wall": round(rw, 2),
+                       f"{name}_kernels": kernels(compiled)})
 
     for name, fn in (("lambda_crawl", lambda p: jaxcrawl.lambda_crawl(p).rate),
                      ("binary_lambda_crawl", lambda p: jaxcrawl.binary_lambda_crawl(p).rate)):
-        report(name, *compile_seconds(fn, q, repeat=rep)[:2])
+        report(name, *compile_seconds(fn, q, repeat=rep))
 
     t0 = time.perf_counter()
     settings = lc.llc_settings(q)
@@ -164,10 +175,9 @@ def research(args):
 
     prm0 = LLCParams(smoothing=jnp.float32(0.5))
     w, c, run_one = compile_seconds(one, jax.random.key(1), prm0, repeat=rep)
-    report("llc_run", w, c)
+    report("llc_run", w, c, run_one)
     seeds = jax.random.split(jax.random.key(2), args.seeds)
-    w, c, _ = compile_seconds(jax.vmap(one, in_axes=(0, None)), seeds, prm0, repeat=rep)
-    report("llc_seed_sweep", w, c)
+    report("llc_seed_sweep", *compile_seconds(jax.vmap(one, in_axes=(0, None)), seeds, prm0, repeat=rep))
     w, c, _ = compile_seconds(plain_bisection, q, repeat=rep)  # the baseline again, after: the least of both
     base.update(wall=min(base["wall"], w), cpu=min(base["cpu"], c))
     result.update(bisection_compile_wall=round(base["wall"], 3), bisection_compile_cpu=round(base["cpu"], 3))
