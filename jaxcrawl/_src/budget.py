@@ -384,10 +384,8 @@ def _solve_plain(rate_fn, marginal_fn, cfg, params, budget, lower, upper, bracke
     pages = ArrayPages(params, lower, upper, shape[-1], limits)
     if side_fn is not None and marginal_fn is not None and limits is None:
         # the side statistics and the limits' (for the bracket) in one pass
-        side_ops = side_fn(None)[1]
-        both = pages.reduce(lambda v, *a: (*side_fn(v, *a)[0], *limit_values(v)), side_ops + LIMIT_OPS, *side_args)
-        side = both[:len(side_ops)]
-        pages = pages._replace(known_limits=both[len(side_ops):])
+        side, _, limits = first_pass(pages, side_fn, side_args, lambda v: (), ())
+        pages = pages._replace(known_limits=limits)
     else:
         side = _side_pass(side_fn, side_args, params, lower, upper, shape[-1])
     x, nu, residual, converged, steps = plain(pages, rate_fn, marginal_fn, budget, bracket, max_steps, rtol, unrolled)

@@ -264,7 +264,7 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
     side_args = (pages.importance, pages.change_rate, lower, upper, valid)
     side_fn = _side_fn(None if gap is None else gap.top, tuple(v is None for v in side_args))
     side_args = tuple(v for v in side_args if v is not None)
-    first = None  # (side, limits): the side statistics and the limits, reduced before the solve
+    side = limits = None  # the side statistics and the limits' when reduced before the solve
     if obj.homogeneous:
         imp = pages.importance if valid is None else jnp.where(valid, pages.importance, 0.0)
         c = unit_scales(1.0, budget, n)[1]
@@ -277,13 +277,12 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
             raw1 = raw[:3] + (jnp.ones((), dtype), c) + raw[5:]
             side, (big,), limits = _budget.first_pass(_budget.ArrayPages(*build(raw1), shape[-1]), side_fn,
                                                       side_args, lambda v: (jnp.abs(imp),), ("max",))
-            first = (side, limits)
         else:
             big = jnp.max(jnp.abs(imp))
-        a, c = unit_scales(big, budget, n)
+        a = unit_scales(big, budget, n)[0]
         raw = raw[:3] + (a, c) + raw[5:]
-        if first is not None and gap is not None:
-            first = (first[0][:-1] + (first[0][-1] - jnp.log(a),), first[1])
+        if side is not None and gap is not None:
+            side = side[:-1] + (side[-1] - jnp.log(a),)
     params, lo, hi = build(raw)
     bracket = None
     if obj.marginal is None:
@@ -298,10 +297,10 @@ def solve_pages(obj, pages: Pages, lower, upper, host, cap, opts: Options, *, va
         hosts = (jnp.asarray(host, jnp.int32), jnp.asarray(cap, dtype) / c)
     sol = _budget.solve(rate_fn, marginal_fn, params, budget / c, lo, hi, bracket=bracket, hosts=hosts,
                         max_steps=opts.max_steps, inner_steps=opts.max_steps, rtol=opts.rtol,
-                        unrolled=opts.adjoint == "unrolled", side=None if first else (side_fn, side_args),
-                        built=(build, raw) if fast else None, limits=None if first is None else first[1])
-    if first is not None:
-        sol = sol._replace(side=first[0])
+                        unrolled=opts.adjoint == "unrolled", side=None if limits is not None else (side_fn, side_args),
+                        built=(build, raw) if fast else None, limits=limits)
+    if limits is not None:
+        sol = sol._replace(side=side)
     ok_inputs = _inputs_ok(sol.side, lower is not None or upper is not None, budget)
     if gap is not None and hosts is None:
         gopts = (("adjoint", opts.adjoint), ("max_steps", opts.max_steps), ("rtol", opts.rtol))
