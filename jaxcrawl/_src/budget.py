@@ -172,7 +172,17 @@ class ArrayPages(NamedTuple):
             return self._reduce(fn, ops, *args)
 
     def _reduce(self, fn, ops, *args):
-        return reduce_arrays(fn(self.view(), *args), ops)
+        return reduce_arrays(fn(*self._pass_view(args)), ops)
+
+    def _pass_view(self, args):
+        """``(view, *args)`` of a pass with arguments: the pages tied to those arguments by
+        one barrier, so that nothing of the per-page work is loop-invariant to the compiler
+        (a pass in a loop would otherwise have its dual-free parts hoisted out of the loop,
+        each a kernel of its own writing a page-sized array)."""
+        if not args:
+            return (self.view(),)
+        params, lo, hi, args = jax.lax.optimization_barrier((self.params, self.lo, self.hi, args))
+        return (View(params, lo, hi, jnp.arange(self.n)), *args)
 
     def map(self, fn, *args):
         with jax.named_scope(PASS_SCOPE):
@@ -233,6 +243,9 @@ class BuiltPages:
         params, lo, hi = self.build(raw)
         return View(params, lo, hi, jnp.arange(self.n))
 
+    def _pass_view(self, args):
+        return (self.view(), *args)
+
     def _reduce(self, fn, ops, *args):
         if len(ops) > 1 and args and _separate_reductions():
             # XLA:CPU vectorises a reduction (an XNNPACK fusion) only with its operands
@@ -286,14 +299,17 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
         return eval_pages(rate_fn, v.params, nu, v.lo, v.hi)[:2]
 
     dtype = jnp.result_type(budget)
+    start = None
     if marginal_fn is not None:
         a, b = bracket_from_marginals(pages, marginal_fn, budget)
+    elif len(bracket) == 3:  # a bracket known to hold the root, and where to start in it
+        a, b, start = (jax.lax.stop_gradient(jnp.asarray(v, dtype)) for v in bracket)
     else:
         a, b = expand_bracket(lambda a, b: pages.reduce(clipped, ("sum", "sum"), a, b), budget, bracket[0],
                               bracket[1], loop=pages.loop)
     a = jax.lax.stop_gradient(jnp.asarray(a, dtype))
     b = jax.lax.stop_gradient(jnp.asarray(b, dtype))
-    state, log_mode = rootfind.root_init(a, b)
+    state, log_mode = rootfind.root_init(a, b, start)
 
     def f_and_df(nu):
         s, ds = pages.reduce(sums, ("sum", "sum"), nu)

@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import budget as _budget
 from . import rootfind
@@ -156,9 +157,20 @@ def allocation(pages, gap, budget, n: int, k, opts: dict) -> tuple:
         live = jnp.isfinite(gap.top(v.params))
         return v.params, log_ratios(gap, v.params, own, big, live, v.index == k), t0
 
+    lo, hi = tau_range(jnp.result_type(t0))
+    lo, hi = jnp.minimum(lo - t0, 0.0), jnp.maximum(hi - t0, b - t0)
     x, s, residual, steps, converged = pages.derive(gap_params).solve(
-        gap_rate_function(gap), None, jnp.asarray(budget), (a - t0, b - t0), opts)
+        gap_rate_function(gap), None, jnp.asarray(budget), (lo, hi, 0.5 * (b - t0)), opts)
     return x, dual_of(big, s + t0), residual, steps, converged
+
+
+def tau_range(dtype) -> tuple[float, float]:
+    """Every ``tau`` of a dual the dtype represents: ``log(m_k / nu)`` is below twice the
+    log of the dtype's range (``tau`` above the left end) and, where ``e^{-tau}`` is below
+    its smallest normal number, the origin page takes no rate the dtype holds."""
+    fi = jnp.finfo(dtype)
+    span = float(np.log(fi.max)) - float(np.log(fi.tiny))
+    return -float(np.log(2.0 * span)), -float(np.log(fi.tiny)) + 1.0
 
 
 def log_ratios(gap, params, own, big, live, is_origin) -> jax.Array:
