@@ -288,7 +288,29 @@ def _iterate_counting(f_and_df: Callable, state: RootState, log_mode: jax.Array,
         carry = jax.lax.cond(cond(carry), body, lambda c: c, carry)
     if leave:
         return jax.lax.while_loop(lambda c: (jnp.sum(~c[0].done) > leave) & (c[0].k < max_steps), body, carry)
+    if max_steps < 2 ** 24:
+        # the elements' state and counts carried as one array: a step's update is one kernel
+        # (XLA:CPU compiles each separately written page-sized output as its own)
+        def packed_body(kv):
+            k, v = kv
+            s, c = body((_unpack_rows(v, k), v[5].astype(jnp.int32)))
+            return s.k, _pack_rows(s, c)
+
+        k, v = jax.lax.while_loop(lambda kv: jnp.any(kv[1][4] == 0) & (kv[0] < max_steps), packed_body,
+                                  (carry[0].k, _pack_rows(*carry)))
+        return _unpack_rows(v, k), v[5].astype(jnp.int32)
     return jax.lax.while_loop(cond, body, carry)
+
+
+def _pack_rows(s: RootState, count: jax.Array) -> jax.Array:
+    """Elementwise state and counts as one array ``(6, *shape)`` (flag and count as exact
+    floats)."""
+    dtype = jnp.result_type(s.z)
+    return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.done.astype(dtype), count.astype(dtype)])
+
+
+def _unpack_rows(v: jax.Array, k: jax.Array) -> RootState:
+    return RootState(v[0], v[1], v[2], v[3], k, v[4] > 0)
 
 
 def take_rows(params: Any, idx: jax.Array, shape: tuple) -> Any:
