@@ -186,8 +186,8 @@ def origin_bracket(gap, own, budget, n) -> tuple[jax.Array, jax.Array]:
     """The starting bracket of ``tau``: where the origin page alone takes the whole
     ``budget`` and where it takes ``budget / n`` (``(0.5, 1)`` when those are not usable;
     either way the caller widens it until it holds the root)."""
-    a = gap.marginal(budget, own)
-    b = gap.marginal(budget / n, own)
+    ab = gap.marginal(jnp.stack([budget, budget / n]), own)  # both ends one kernel
+    a, b = ab[0], ab[1]
     ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
     return jnp.where(ok, a, 0.5), jnp.where(ok, b, 1.0)
 
