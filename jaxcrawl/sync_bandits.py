@@ -641,6 +641,9 @@ def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_
     log_q = jnp.log1p(-exploration)
     tau = 1.0 / rate
     big = total + 1
+    # each probe's arm: a comparison with every arm's running count (one fused kernel) for a
+    # few hundred arms, a binary search (a loop of gathers) beyond
+    search = "compare_all" if k * p <= 1 << 17 else "scan"
 
     def cond(st):
         i, start, sums, count = st
@@ -659,7 +662,7 @@ def interval_gradient_estimate(key: jax.Array, costs: Any, rate: ArrayLike, num_
         wrapped = jnp.cumsum(jnp.concatenate([jnp.zeros((1,), jnp.int32),
                                               (pos[1:] < pos[:-1]).astype(jnp.int32)])) > 0
         valid = (pos <= total) & (pos > start) & ~wrapped
-        arm = jnp.clip(jnp.searchsorted(cum, pos, side="left"), 0, k - 1)
+        arm = jnp.clip(jnp.searchsorted(cum, pos, side="left", method=search), 0, k - 1)
         arm = jnp.where(valid, arm, k - 1)
         sub = _gather_arms(costs, arm)
         path = sub.sample_path(key_path)
