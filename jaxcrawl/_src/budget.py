@@ -290,7 +290,9 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
           unrolled: bool = False) -> tuple:
     """The budget solve over ``pages`` (any :mod:`jaxcrawl._src.passes` reducer): bracket,
     safeguarded Newton iteration, residual before the closing correction, the corrected
-    plan.  Returns ``(x, nu, residual, converged, steps)``; ``converged`` is the iteration's
+    plan.  ``bracket`` (without ``marginal_fn``): ``(a, b)``, widened until it holds the
+    root, or ``(a, b, start)``, known to hold it (not evaluated) with the iteration's start.
+    Returns ``(x, nu, residual, converged, steps)``; ``converged`` is the iteration's
     (see :func:`checked`)."""
     def clipped(v, *duals):
         return tuple(jnp.clip(rate_fn(nu, v.params), v.lo, v.hi) for nu in duals)

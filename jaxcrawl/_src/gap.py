@@ -143,10 +143,15 @@ def allocation(pages, gap, budget, n: int, k, opts: dict) -> tuple:
     ``nu = m_k exp(-e^{-tau})`` moves with page ``k``'s parameters; every page's rate is
     written through the same map (``d_i = log(m_k / m_i)`` keeps page ``k``'s params
     differentiable), so the implicit rule of the budget solve differentiates it exactly.
-    The bracket starts where page ``k`` alone takes the whole bandwidth and where it takes
-    ``1/n`` of it, and is widened geometrically until it holds the root; the iteration runs
-    on ``tau - t0`` from the bracket's left end (linear, not log, mode: ``tau`` is large far
-    below the change rates, where a log-mode iteration would resolve it only coarsely)."""
+    The iteration's bracket is every ``tau`` the dtype represents (:func:`tau_range`: it
+    holds the root of every problem this origin can serve, so nothing is evaluated to find
+    it), its start the middle of the origin bracket (:func:`origin_bracket`: where page ``k``
+    alone takes the whole bandwidth and where it takes ``1/n`` of it); it runs on
+    ``tau - t0`` from that bracket's left end ``t0`` (linear, not log, mode: ``tau`` is large
+    far below the change rates, where a log-mode iteration would resolve it only coarsely).
+    A root beyond the range (the pages above the origin take more than the bandwidth at
+    ``nu = m_k``: another origin's problem) ends on its edge with the budget unmet, which
+    the solve's check reports as not converged."""
     own = pages.page(k)
     top_k = gap.top(own)
     big = jnp.where(jnp.isfinite(top_k), top_k, 0.0)
@@ -183,9 +188,9 @@ def log_ratios(gap, params, own, big, live, is_origin) -> jax.Array:
 
 
 def origin_bracket(gap, own, budget, n) -> tuple[jax.Array, jax.Array]:
-    """The starting bracket of ``tau``: where the origin page alone takes the whole
-    ``budget`` and where it takes ``budget / n`` (``(0.5, 1)`` when those are not usable;
-    either way the caller widens it until it holds the root)."""
+    """Where the iteration on ``tau`` starts: between where the origin page alone takes
+    the whole ``budget`` and where it takes ``budget / n`` (``(0.5, 1)`` when those are not
+    usable)."""
     ab = gap.marginal(jnp.stack([budget, budget / n]), own)  # both ends one kernel
     a, b = ab[0], ab[1]
     ok = jnp.isfinite(a) & jnp.isfinite(b) & (b >= a)
