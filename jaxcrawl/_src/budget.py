@@ -291,7 +291,8 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     """The budget solve over ``pages`` (any :mod:`jaxcrawl._src.passes` reducer): bracket,
     safeguarded Newton iteration, residual before the closing correction, the corrected
     plan.  ``bracket`` (without ``marginal_fn``): ``(a, b)``, widened until it holds the
-    root, or ``(a, b, start)``, known to hold it (not evaluated) with the iteration's start.
+    root, or ``(a, b, start)`` with ``a <= 0``, known to hold it (not evaluated): the iteration
+    then runs on the dual itself (not its log) from ``start``.
     Returns ``(x, nu, residual, converged, steps)``; ``converged`` is the iteration's
     (see :func:`checked`)."""
     def clipped(v, *duals):
@@ -311,7 +312,7 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
                               bracket[1], loop=pages.loop)
     a = jax.lax.stop_gradient(jnp.asarray(a, dtype))
     b = jax.lax.stop_gradient(jnp.asarray(b, dtype))
-    state, log_mode = rootfind.root_init(a, b, start)
+    state, log_mode = rootfind.root_init(a, b, start, linear=start is not None)
 
     def f_and_df(nu):
         s, ds = pages.reduce(sums, ("sum", "sum"), nu)

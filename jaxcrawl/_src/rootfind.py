@@ -52,16 +52,18 @@ class RootState(NamedTuple):
 
 
 def root_init(a: jax.Array, b: jax.Array, z0: jax.Array | None = None,
-              done: jax.Array | None = None) -> tuple[RootState, jax.Array]:
+              done: jax.Array | None = None, linear: bool = False) -> tuple[RootState, jax.Array]:
     """Start on the bracket ``[a, b]`` of ``x``: returns ``(state, log_mode)``.
 
-    ``log_mode`` (elementwise) is ``a > 0``: then the iteration runs on ``log x``.
+    ``log_mode`` (elementwise) is ``a > 0``: then the iteration runs on ``log x``;
+    ``linear=True`` (static) says that ``a <= 0`` is known, so ``log_mode`` is the constant
+    False (the compiler drops the log-mode arithmetic).
     ``z0`` optionally gives the starting ``x`` (default: the bracket's (geometric) middle);
     ``done`` marks elements that need no iteration.
     """
     a = jnp.asarray(a)
     b = jnp.asarray(b)
-    log_mode = a > 0
+    log_mode = jnp.zeros(jnp.shape(a), bool) if linear else a > 0
     za = to_z(a, log_mode)
     zb = to_z(b, log_mode)
     z = 0.5 * (za + zb) if z0 is None else jnp.clip(to_z(jnp.asarray(z0, a.dtype), log_mode), za, zb)
