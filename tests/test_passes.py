@@ -175,3 +175,53 @@ def test_property_search_equals_plain_iteration(monkeypatch, log_bandwidth, log_
     assert bool(fast.converged) and bool(plain.converged)
     assert abs(float(jnp.sum(fast.rate)) / float(problem.bandwidth) - 1) <= tol
     assert abs(float(fast.dual) / float(plain.dual) - 1) <= 8 * tol
+
+
+_PASS_OPS = ("max", "argmax", "min", "argmin", "sum", "max", "argmin")
+
+
+@jax.jit
+def _jit_reductions(a, b):
+    from jaxcrawl._src.passes import reduce_arrays
+
+    # (and a pass of one extreme with its position: the unstacked form)
+    return reduce_arrays((a, a, b, b, a, b, a), _PASS_OPS) + reduce_arrays((b, b), ("min", "argmin"))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.sampled_from([1, 7, 200]), ties=st.booleans(), special=st.sampled_from(["none", "nan", "inf", "-inf"]),
+       seed=st.integers(0, 2**16))
+def test_a_pass_reduction_equals_numpys(n, ties, special, seed):
+    """Every reduction of a pass, stacked or paired (an extreme and its position from one
+    reduction), is NumPy's: the sums to rounding, the extremes and their first positions
+    exactly, NaN the largest as in ``jnp.max``/``jnp.argmax``."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=n).astype(np.float32)
+    b = rng.normal(size=n).astype(np.float32)
+    if ties:  # repeated extremes: the first position wins
+        a[rng.integers(0, n, 3)] = a.max()
+        b[rng.integers(0, n, 3)] = b.min()
+    if special != "none":
+        a[rng.integers(0, n)] = float(special)
+        b[rng.integers(0, n)] = float(special)
+    ops = _PASS_OPS
+    arrays = (a, b)
+
+    got = _jit_reductions(*map(jnp.asarray, arrays))
+    af, bf = a.astype(np.float64), b.astype(np.float64)
+
+    def first_max(v):
+        return int(np.flatnonzero(np.isnan(v))[0]) if np.isnan(v).any() else int(np.argmax(v))
+
+    def first_min(v):
+        return int(np.flatnonzero(np.isnan(v))[0]) if np.isnan(v).any() else int(np.argmin(v))
+
+    want = (np.max(af), first_max(af), np.min(bf), first_min(bf), np.sum(af), np.max(bf), first_min(af),
+            np.min(bf), first_min(bf))
+    for g, w, op in zip(got, want, ops + ("min", "argmin"), strict=True):
+        if op.startswith("arg"):
+            assert int(g) == w, (op, int(g), w)
+        elif op == "sum":
+            np.testing.assert_allclose(float(g), w, rtol=1e-5, atol=1e-5 * n)
+        else:
+            np.testing.assert_equal(float(g), w)

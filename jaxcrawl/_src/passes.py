@@ -66,14 +66,32 @@ def reduce_arrays(values, ops) -> tuple:
     reductions, and on a CPU a pass of sums and extremes of one dtype of at most
     :data:`TREE_ELEMENTS` is one (:func:`tree_reduce`).  Passes larger than
     :data:`STACK_ELEMENTS` keep one reduction each."""
+    given = list(values)
     values = [jnp.asarray(v) for v in values]
     out = [None] * len(values)
+    # an extreme asked with its position (the same array under "max" and "argmax", or "min"
+    # and "argmin"): the position's reduction gives the value too
+    extreme_of = {}
+    for i, op in enumerate(ops):
+        if op in ("argmax", "argmin"):
+            j = next((j for j, o in enumerate(ops) if o == op[3:] and given[j] is given[i]
+                      and j not in extreme_of), None)
+            if j is not None:
+                extreme_of[j] = i
     groups = {}
     for i, (v, op) in enumerate(zip(values, ops)):
         kind = {"sum": "sum", "max": "max", "min": "max", "argmax": "argmax", "argmin": "argmax"}.get(op)
         if kind is None:
             raise ValueError(op)
-        groups.setdefault((kind, v.dtype), []).append(i)
+        if i not in extreme_of:
+            groups.setdefault((kind, v.dtype), []).append(i)
+
+    def set_extremes(arg_idx, best):
+        """The paired extremes of the positions ``arg_idx`` from their rows' best values."""
+        for j, i in extreme_of.items():
+            if i in arg_idx:
+                b = best[arg_idx.index(i)]
+                out[j] = -b if ops[j] == "min" else b
 
     def rows(idx, shape):
         return [jnp.broadcast_to(-values[i] if ops[i] in ("min", "argmin") else values[i], shape) for i in idx]
@@ -102,16 +120,38 @@ def reduce_arrays(values, ops) -> tuple:
         shape, size = common(idx)
         if len(idx) == 1 or size * len(idx) > STACK_ELEMENTS or (kind != "sum" and not jnp.issubdtype(dtype, jnp.floating)):
             for i in idx:
-                out[i] = reduce_array(values[i], ops[i])
+                if kind == "argmax" and i in extreme_of.values():
+                    best, pos = max_and_argmax(rows([i], values[i].shape)[0].reshape(1, -1))
+                    out[i] = pos[0]
+                    set_extremes([i], best)
+                else:
+                    out[i] = reduce_array(values[i], ops[i])
             continue
         stacked = jnp.stack(rows(idx, shape))
         if kind == "argmax":
-            red = jnp.argmax(stacked.reshape(len(idx), -1), axis=1)
+            best, red = max_and_argmax(stacked.reshape(len(idx), -1))
+            set_extremes(idx, best)
         else:
             red = (jnp.sum if kind == "sum" else jnp.max)(stacked, axis=tuple(range(1, len(shape) + 1)))
         for j, i in enumerate(idx):
             out[i] = -red[j] if ops[i] == "min" else red[j]
     return tuple(out)
+
+
+def max_and_argmax(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Row maxima of ``rows`` ``(k, n)`` and their first positions, as one two-operand
+    reduction (``jnp.argmax``'s own, which also carries the values): NaN counts as the
+    largest, as in ``jnp.max`` and ``jnp.argmax``."""
+    dtype = rows.dtype
+
+    def better(a, b):
+        (va, ia), (vb, ib) = a, b
+        take_a = (va > vb) | (va != va)
+        take_ia = take_a | ((va == vb) & (ia < ib))
+        return jnp.where(take_a, va, vb), jnp.where(take_ia, ia, ib)
+
+    pos = jax.lax.broadcasted_iota(jnp.int32, rows.shape, 1)
+    return jax.lax.reduce((rows, pos), (jnp.array(-jnp.inf, dtype), jnp.array(0, jnp.int32)), better, (1,))
 
 
 #: the width of each level of :func:`tree_reduce`
