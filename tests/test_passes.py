@@ -225,3 +225,12 @@ def test_a_pass_reduction_equals_numpys(n, ties, special, seed):
             np.testing.assert_allclose(float(g), w, rtol=1e-5, atol=1e-5 * n)
         else:
             np.testing.assert_equal(float(g), w)
+
+
+def test_integer_extremes_with_their_positions():
+    """Integer arrays keep their own reductions (the paired form is for floating ones)."""
+    from jaxcrawl._src.passes import reduce_arrays
+
+    k = np.array([3, 9, 1, 9, 1], np.int32)
+    got = jax.jit(lambda v: reduce_arrays((v, v, v, v), ("max", "argmax", "min", "argmin")))(jnp.asarray(k))
+    assert [int(g) for g in got] == [9, 1, 1, 2]

@@ -69,11 +69,11 @@ def reduce_arrays(values, ops) -> tuple:
     given = list(values)
     values = [jnp.asarray(v) for v in values]
     out = [None] * len(values)
-    # an extreme asked with its position (the same array under "max" and "argmax", or "min"
-    # and "argmin"): the position's reduction gives the value too
+    # an extreme asked with its position (the same floating array under "max" and "argmax",
+    # or "min" and "argmin"): the position's reduction gives the value too
     extreme_of = {}
     for i, op in enumerate(ops):
-        if op in ("argmax", "argmin"):
+        if op in ("argmax", "argmin") and jnp.issubdtype(values[i].dtype, jnp.floating):
             j = next((j for j, o in enumerate(ops) if o == op[3:] and given[j] is given[i]
                       and j not in extreme_of), None)
             if j is not None:
