@@ -290,9 +290,10 @@ def _iterate_counting(f_and_df: Callable, state: RootState, log_mode: jax.Array,
         carry = jax.lax.cond(cond(carry), body, lambda c: c, carry)
     if leave:
         return jax.lax.while_loop(lambda c: (jnp.sum(~c[0].done) > leave) & (c[0].k < max_steps), body, carry)
-    if max_steps < 2 ** 24:
-        # the elements' state and counts carried as one array: a step's update is one kernel
-        # (XLA:CPU compiles each separately written page-sized output as its own)
+    if max_steps < 2 ** (jnp.finfo(jnp.result_type(state.z)).nmant + 1):
+        # the elements' state and counts carried as one array (the counts exact in its
+        # dtype): a step's update is one kernel (XLA:CPU compiles each separately written
+        # page-sized output as its own)
         def packed_body(kv):
             k, v = kv
             s, c = body((_unpack_rows(v, k), v[5].astype(jnp.int32)))
