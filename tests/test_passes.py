@@ -234,3 +234,18 @@ def test_integer_extremes_with_their_positions():
     k = np.array([3, 9, 1, 9, 1], np.int32)
     got = jax.jit(lambda v: reduce_arrays((v, v, v, v), ("max", "argmax", "min", "argmin")))(jnp.asarray(k))
     assert [int(g) for g in got] == [9, 1, 1, 2]
+
+
+def test_a_paired_extreme_has_its_pages_derivative():
+    """The extreme read from its position's reduction differentiates as the page at that
+    position (forward and reverse mode), as a solve under ``grad`` needs."""
+    from jaxcrawl._src.passes import reduce_arrays
+
+    x = jnp.asarray([1.0, 5.0, 3.0, 5.0, -2.0])
+
+    def extremes(v):
+        top, _, low, _ = reduce_arrays((v, v, 2 * v, 2 * v), ("max", "argmax", "min", "argmin"))
+        return top + low
+
+    np.testing.assert_array_equal(np.asarray(jax.grad(extremes)(x)), [0.0, 1.0, 0.0, 0.0, 2.0])
+    np.testing.assert_array_equal(np.asarray(jax.jacfwd(extremes)(x)), [0.0, 1.0, 0.0, 0.0, 2.0])

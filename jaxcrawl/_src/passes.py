@@ -138,10 +138,12 @@ def reduce_arrays(values, ops) -> tuple:
     return tuple(out)
 
 
+@jax.custom_jvp
 def max_and_argmax(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Row maxima of ``rows`` ``(k, n)`` and their first positions, as one two-operand
     reduction (``jnp.argmax``'s own, which also carries the values): NaN counts as the
-    largest, as in ``jnp.max`` and ``jnp.argmax``."""
+    largest, as in ``jnp.max`` and ``jnp.argmax``.  A maximum's derivative is its row's
+    tangent at the position (the reduction itself has no differentiation rule)."""
     dtype = rows.dtype
 
     def better(a, b):
@@ -152,6 +154,14 @@ def max_and_argmax(rows: jax.Array) -> tuple[jax.Array, jax.Array]:
 
     pos = jax.lax.broadcasted_iota(jnp.int32, rows.shape, 1)
     return jax.lax.reduce((rows, pos), (jnp.array(-jnp.inf, dtype), jnp.array(0, jnp.int32)), better, (1,))
+
+
+@max_and_argmax.defjvp
+def _max_and_argmax_jvp(primals, tangents):
+    (rows,), (drows,) = primals, tangents
+    best, pos = max_and_argmax(rows)
+    dbest = jnp.take_along_axis(drows, pos[:, None], axis=1)[:, 0]
+    return (best, pos), (dbest, np.zeros(pos.shape, jax.dtypes.float0))
 
 
 #: the width of each level of :func:`tree_reduce`
