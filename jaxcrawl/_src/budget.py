@@ -306,7 +306,8 @@ def plain(pages, rate_fn: Callable, marginal_fn: Callable | None, budget, bracke
     if marginal_fn is not None:
         a, b = bracket_from_marginals(pages, marginal_fn, budget)
     elif len(bracket) == 3:  # a bracket known to hold the root, and where to start in it
-        a, b, start = (jax.lax.stop_gradient(jnp.asarray(v, dtype)) for v in bracket)
+        a, b, start = bracket
+        start = jax.lax.stop_gradient(jnp.asarray(start, dtype))
     else:
         a, b = expand_bracket(lambda a, b: pages.reduce(clipped, ("sum", "sum"), a, b), budget, bracket[0],
                               bracket[1], loop=pages.loop)
