@@ -536,6 +536,49 @@ def test_flat_ring_estimate_equals_the_padded_estimator(size):
     np.testing.assert_allclose(np.asarray(est.rate), np.asarray(ref.rate), rtol=tol)
 
 
+def test_dense_ring_estimate_has_the_padded_estimators_derivatives():
+    """On the ring itself (its changed-interval sum has a derivative rule of its own), the
+    derivatives of the estimates in the ring's intervals, the unchanged time and the
+    smoothing equal those of `estimators.mle_smoothed` on the same entries padded; and the
+    rule's first and second derivatives match finite differences."""
+    from jax.test_util import check_grads
+
+    from jaxcrawl._src.ring_mle import _masked_sum, flat_capacity, ring_mle_smoothed
+
+    rng = np.random.default_rng(5)
+    n, c = 30, 5
+    dt = jnp.result_type(float)
+    ring = jnp.asarray(rng.lognormal(-0.5, 1.0, (n, c)), dt)
+    count = rng.integers(0, c + 1, n)
+    head = jnp.asarray(count + rng.integers(0, 3 * c, n))
+    unchanged = jnp.asarray(rng.exponential(3.0, n) + 0.1, dt)
+    pos = jnp.asarray((np.asarray(head)[:, None] - count[:, None] + np.arange(c)[None, :]) % c)
+    valid = np.arange(c)[None, :] < count[:, None]
+    weights = jnp.asarray(rng.normal(size=n), dt)
+
+    def flat(ring, unchanged, s):
+        est, _ = ring_mle_smoothed(ring, head, jnp.asarray(count), unchanged, s, lc.DEFAULT_MIN_RATE, 1e3,
+                                   size=flat_capacity(n, c))
+        return jnp.sum(weights * est.rate)
+
+    def padded(ring, unchanged, s):
+        iv = jnp.concatenate([jnp.take_along_axis(ring, pos, axis=1), unchanged[:, None]], axis=1)
+        ch = np.concatenate([valid, np.zeros((n, 1), bool)], axis=1)
+        mk = np.concatenate([valid, np.ones((n, 1), bool)], axis=1)
+        return jnp.sum(weights * estimators.mle_smoothed(iv, ch, mk, smoothing=s, max_rate=1e3))
+
+    assert flat_capacity(n, c) == n * c
+    args = (ring, unchanged, jnp.asarray(0.5, dt))
+    got = jax.grad(flat, argnums=(0, 1, 2))(*args)
+    want = jax.grad(padded, argnums=(0, 1, 2))(*args)
+    tol = 1e-9 if dt == jnp.float64 else 2e-3
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=tol, atol=tol * float(jnp.max(jnp.abs(w))))
+    if dt == jnp.float64:
+        x = jnp.asarray(rng.uniform(0.1, 3.0, n), dt)
+        check_grads(lambda x, w: _masked_sum(x, w, jnp.asarray(valid)), (x, ring), order=2, modes=("fwd", "rev"))
+
+
 @pytest.mark.x64
 def test_complete_pages_use_signal_rate():
     """NeurIPS-19 eq. 11 with Alg. 4 line 13: (U + 0.5)/(T + 0.5) over the suffix's signals

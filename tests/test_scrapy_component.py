@@ -363,7 +363,12 @@ def test_each_policy_meets_the_budget(tmp_path, policy):
         summary = _crawl(tmp_path, web.urls, state=tmp_path / "s.sqlite", policy=policy, budget=budget, spd=spd,
                          days=days, epoch_days=3.0, rates=rates)
         served = web.pages_served()
-    assert summary["requests_per_day"] == pytest.approx(budget, rel=0.02)
+    if policy == "nutch-adaptive":
+        # the rule times each page's next fetch from its response: a response that comes after
+        # that time (the reactor late under load) loses the difference, never adds to it
+        assert budget * 0.95 <= summary["requests_per_day"] <= budget * 1.02
+    else:
+        assert summary["requests_per_day"] == pytest.approx(budget, rel=0.02)
     assert summary["converged"]
     if delay[0] > 0:  # the host's cap binds in the solve and its gaps are kept
         host0 = np.sort([t for u, t, _ in served if u.split("/")[2].endswith(f":{web.ports[0]}")])

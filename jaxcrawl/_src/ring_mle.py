@@ -76,11 +76,36 @@ def _changed_sum(x: jax.Array, w: jax.Array, seg: jax.Array) -> jax.Array:
     return jax.ops.segment_sum(t, seg, num_segments=n + 1)[:n]
 
 
+@jax.custom_jvp
+def _masked_sum(x: jax.Array, w: jax.Array, valid: jax.Array) -> jax.Array:
+    """Per page (row), the sum of ``w / (e^{x w} - 1)`` over its valid slots."""
+    return jnp.sum(jnp.where(valid, w * _inv_expm1(jnp.where(valid, x[:, None] * w, 1)), 0), axis=-1)
+
+
+def _masked_sum_jvp(primals, tangents):
+    # with r = 1/(e^{xw} - 1) and t = w r:  dt/dx = -t (w + t),  dt/dw = r (1 - x (w + t)).
+    # Both from the one t of the value (autodiff would write the chain rule's factors out
+    # as page-by-slot arrays of their own); a tangent known to be zero costs nothing.
+    x, w, valid = primals
+    dx, dw, _ = tangents
+    r = _inv_expm1(jnp.where(valid, x[:, None] * w, 1))
+    t = jnp.where(valid, w * r, 0)
+    out = jnp.sum(t, axis=-1)
+    tangent = jnp.zeros_like(out)
+    if not isinstance(dx, jax.custom_derivatives.SymbolicZero):
+        tangent = tangent - jnp.sum(t * (w + t), axis=-1) * dx
+    if not isinstance(dw, jax.custom_derivatives.SymbolicZero):
+        tangent = tangent + jnp.sum(jnp.where(valid, r * (1 - x[:, None] * (w + t)), 0) * dw, axis=-1)
+    return out, tangent
+
+
+_masked_sum.defjvp(_masked_sum_jvp, symbolic_zeros=True)
+
+
 def _dense_score(x: jax.Array, params: Any) -> jax.Array:
     """:func:`_ring_score` on the whole ring ``(n, C)``, the slots outside the suffix masked."""
     ring_w, valid, s, w_u = params
-    t = jnp.where(valid, ring_w * _inv_expm1(jnp.where(valid, x[:, None] * ring_w, 1)), 0)
-    return _log_gap(jnp.sum(t, axis=-1) + s * _inv_expm1(x * s), w_u)
+    return _log_gap(_masked_sum(x, ring_w, valid) + s * _inv_expm1(x * s), w_u)
 
 
 def _ring_score(x: jax.Array, params: Any) -> jax.Array:

@@ -142,7 +142,7 @@ def _pack(s: RootState, *extra: jax.Array) -> jax.Array:
     """A scalar root's state (and ``extra`` scalars) as one vector, the step count and the
     flag as exact floats (the same values as the state's own fields)."""
     dtype = jnp.result_type(s.z)
-    return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.k.astype(dtype), s.done.astype(dtype), *extra])
+    return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.k.astype(dtype), s.done.astype(dtype), *extra], axis=-1)
 
 
 def _unpack(v: jax.Array) -> RootState:
@@ -296,24 +296,27 @@ def _iterate_counting(f_and_df: Callable, state: RootState, log_mode: jax.Array,
         # page-sized output as its own)
         def packed_body(kv):
             k, v = kv
-            s, c = body((_unpack_rows(v, k), v[5].astype(jnp.int32)))
+            s, c = body((_unpack_rows(v, k), v[..., 5].astype(jnp.int32)))
             return s.k, _pack_rows(s, c)
 
-        k, v = jax.lax.while_loop(lambda kv: jnp.any(kv[1][4] == 0) & (kv[0] < max_steps), packed_body,
+        k, v = jax.lax.while_loop(lambda kv: jnp.any(kv[1][..., 4] == 0) & (kv[0] < max_steps), packed_body,
                                   (carry[0].k, _pack_rows(*carry)))
-        return _unpack_rows(v, k), v[5].astype(jnp.int32)
+        return _unpack_rows(v, k), v[..., 5].astype(jnp.int32)
     return jax.lax.while_loop(cond, body, carry)
 
 
 def _pack_rows(s: RootState, count: jax.Array) -> jax.Array:
-    """Elementwise state and counts as one array ``(6, *shape)`` (flag and count as exact
-    floats)."""
+    """Elementwise state and counts as one array ``(*shape, 6)`` (flag and count as exact
+    floats).  The six values of an element are its last axis: under ``vmap`` the batch axes
+    come first, and a leading axis of six would lie between them and the elements, so
+    that the step's kernel would also transpose (under a 64-run sweep of the 200-page MLE
+    that made the update cost as much as the pass over the ring)."""
     dtype = jnp.result_type(s.z)
-    return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.done.astype(dtype), count.astype(dtype)])
+    return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.done.astype(dtype), count.astype(dtype)], axis=-1)
 
 
 def _unpack_rows(v: jax.Array, k: jax.Array) -> RootState:
-    return RootState(v[0], v[1], v[2], v[3], k, v[4] > 0)
+    return RootState(v[..., 0], v[..., 1], v[..., 2], v[..., 3], k, v[..., 4] > 0)
 
 
 def take_rows(params: Any, idx: jax.Array, shape: tuple) -> Any:
