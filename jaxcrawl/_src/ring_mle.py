@@ -76,20 +76,26 @@ def _changed_sum(x: jax.Array, w: jax.Array, seg: jax.Array) -> jax.Array:
     return jax.ops.segment_sum(t, seg, num_segments=n + 1)[:n]
 
 
+def _masked_terms(x: jax.Array, w: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per slot ``r = 1/(e^{x w} - 1)`` (at ``x w = 1`` outside the suffix) and the term
+    ``t = w r`` (0 outside)."""
+    r = _inv_expm1(jnp.where(valid, x[:, None] * w, 1))
+    return r, jnp.where(valid, w * r, 0)
+
+
 @jax.custom_jvp
 def _masked_sum(x: jax.Array, w: jax.Array, valid: jax.Array) -> jax.Array:
     """Per page (row), the sum of ``w / (e^{x w} - 1)`` over its valid slots."""
-    return jnp.sum(jnp.where(valid, w * _inv_expm1(jnp.where(valid, x[:, None] * w, 1)), 0), axis=-1)
+    return jnp.sum(_masked_terms(x, w, valid)[1], axis=-1)
 
 
 def _masked_sum_jvp(primals, tangents):
-    # with r = 1/(e^{xw} - 1) and t = w r:  dt/dx = -t (w + t),  dt/dw = r (1 - x (w + t)).
-    # Both from the one t of the value (autodiff would write the chain rule's factors out
-    # as page-by-slot arrays of their own); a tangent known to be zero costs nothing.
+    # dt/dx = -t (w + t),  dt/dw = r (1 - x (w + t)): both from the one t of the value
+    # (autodiff would write the chain rule's factors out as page-by-slot arrays of their
+    # own); a tangent known to be zero costs nothing.
     x, w, valid = primals
     dx, dw, _ = tangents
-    r = _inv_expm1(jnp.where(valid, x[:, None] * w, 1))
-    t = jnp.where(valid, w * r, 0)
+    r, t = _masked_terms(x, w, valid)
     out = jnp.sum(t, axis=-1)
     tangent = jnp.zeros_like(out)
     if not isinstance(dx, jax.custom_derivatives.SymbolicZero):
