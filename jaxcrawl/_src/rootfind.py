@@ -309,8 +309,7 @@ def _pack_rows(s: RootState, count: jax.Array) -> jax.Array:
     """Elementwise state and counts as one array ``(*shape, 6)`` (flag and count as exact
     floats).  The six values of an element are its last axis: under ``vmap`` the batch axes
     come first, and a leading axis of six would lie between them and the elements, so
-    that the step's kernel would also transpose (under a 64-run sweep of the 200-page MLE
-    that made the update cost as much as the pass over the ring)."""
+    that the step's kernel would also transpose them."""
     dtype = jnp.result_type(s.z)
     return jnp.stack([s.za, s.zb, s.z, s.dz_old, s.done.astype(dtype), count.astype(dtype)], axis=-1)
 
